@@ -1,0 +1,133 @@
+"""End-to-end benchmark: ``torch.compile`` baseline against the model with a pack installed.
+
+This harness is the source of every speedup the project reports. Three arms, each a separate
+process (:mod:`kernelopt_bot.harness.model_worker`): the baseline, a second baseline (for the
+noise floor), and the packed model. Each round draws fresh inputs from a new seed, every arm
+times the same inputs (L2 flushed before each call, median of ``reps`` calls), and the arms take
+turns in a rotating order. Reported times are medians over rounds; the noise floor is the largest
+relative difference between the two baselines in any round.
+
+Without a GPU the arms still compile and run (interpreter mode) and their outputs are compared,
+but no time is reported.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from kernelopt_bot.harness.model_worker import ModelWorker, WorkerSpec
+from kernelopt_bot.stitch.pack import KernelPack
+
+SEED_BASE = 1000
+
+
+@dataclass
+class RoundResult:
+    seed: int
+    baseline_ms: float | None
+    packed_ms: float | None
+    baseline_repeat_ms: float | None
+
+    @property
+    def speedup(self) -> float | None:
+        if self.baseline_ms is None or not self.packed_ms:
+            return None
+        return self.baseline_ms / self.packed_ms
+
+
+@dataclass
+class BenchResult:
+    target: str
+    device: str
+    dtype: str
+    baseline_ms: float | None
+    packed_ms: float | None
+    speedup: float | None
+    noise_floor: float | None
+    rounds: list[RoundResult] = field(default_factory=list)
+    applied: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    max_abs_diff: float | None = None
+    reason: str = ""
+
+    @property
+    def measured(self) -> bool:
+        return self.speedup is not None
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["measured"] = self.measured
+        data["rounds"] = [dict(asdict(r), speedup=r.speedup) for r in self.rounds]
+        return data
+
+
+def _max_abs_diff(a: list[Any], b: list[Any]) -> float:
+    import torch
+
+    if len(a) != len(b):
+        return float("inf")
+    worst = 0.0
+    for x, y in zip(a, b):
+        if x.shape != y.shape:
+            return float("inf")
+        if x.numel():
+            diff = (x.double() - y.double()).abs()
+            nan_mismatch = bool((torch.isnan(x) != torch.isnan(y)).any())
+            worst = max(worst, float("inf") if nan_mismatch else float(torch.nan_to_num(diff, nan=0.0).max()))
+    return worst
+
+
+def bench(target: str, pack: KernelPack, *, device: str, dtype: str = "fp32", rounds: int = 10,
+          reps: int = 20, mode: str | None = None, options: dict[str, Any] | None = None,
+          timeout_s: float = 600.0) -> BenchResult:
+    """Interleaved A/B(/A') rounds of baseline and packed model; see the module docstring."""
+    common = {"target": target, "device": device, "dtype": dtype, "mode": mode, "options": options or {}}
+    specs = [
+        WorkerSpec("baseline", **common),
+        WorkerSpec("packed", pack=pack.to_json(), **common),
+    ]
+    if device == "cuda":
+        specs.append(WorkerSpec("baseline-repeat", **common))
+    workers = [ModelWorker(s, start_timeout_s=timeout_s) for s in specs]
+    try:
+        for w in workers:
+            w.wait_ready()
+        base, packed = workers[0], workers[1]
+        diff = _max_abs_diff(base.request("outputs", SEED_BASE - 1, timeout_s=timeout_s),
+                             packed.request("outputs", SEED_BASE - 1, timeout_s=timeout_s))
+        result = BenchResult(target, device, dtype, None, None, None, None,
+                             applied=list(packed.info.get("applied", [])),
+                             skipped=list(packed.info.get("skipped", [])),
+                             max_abs_diff=diff)
+        if device != "cuda":
+            result.reason = "not measured: no CUDA device (interpreter mode)"
+            return result
+        for r in range(rounds):
+            seed = SEED_BASE + r
+            times: dict[str, float] = {}
+            order = workers[r % len(workers):] + workers[: r % len(workers)]
+            for w in order:
+                times[w.spec.label] = w.request("time", seed, reps, timeout_s=timeout_s)
+            result.rounds.append(RoundResult(seed, times["baseline"], times["packed"],
+                                             times["baseline-repeat"]))
+        _summarize(result)
+        return result
+    finally:
+        for w in workers:
+            w.close()
+
+
+def _summarize(result: BenchResult) -> None:
+    base = [r.baseline_ms for r in result.rounds if r.baseline_ms is not None]
+    packed = [r.packed_ms for r in result.rounds if r.packed_ms is not None]
+    pairs = [(r.baseline_ms, r.baseline_repeat_ms) for r in result.rounds
+             if r.baseline_ms and r.baseline_repeat_ms]
+    if not base or not packed:
+        result.reason = "no rounds measured"
+        return
+    result.baseline_ms = statistics.median(base)
+    result.packed_ms = statistics.median(packed)
+    result.speedup = result.baseline_ms / result.packed_ms
+    result.noise_floor = max((abs(a / b - 1.0) for a, b in pairs), default=None)

@@ -1,0 +1,242 @@
+"""The ``kernelopt`` command line: the engine's terminal front door.
+
+Exit codes: 0 success, 2 bad input (target, pack, flags), 1 internal error.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+from rich.markup import escape
+
+from kernelopt_bot.errors import BadInputError, KerneloptError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+DEVICE = click.option("--device", type=click.Choice(["cpu", "cuda"]), default=None,
+                      help="Where the model runs (default: cuda if available, else the CPU interpreter).")
+DTYPE = click.option("--dtype", type=click.Choice(["fp32", "bf16", "fp16"]), default="fp32",
+                     show_default=True, help="Precision of the model and its floating-point inputs.")
+
+
+def _fail(message: str, code: int) -> None:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(code)
+
+
+def handle_errors(fn: F) -> F:
+    """One line on stderr and the documented exit code for every failure."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except BadInputError as exc:
+            _fail(str(exc), 2)
+        except KerneloptError as exc:
+            _fail(str(exc), exc.exit_code)
+        except click.exceptions.Exit:
+            raise
+        except (click.ClickException, click.Abort):
+            raise
+        except Exception as exc:  # noqa: BLE001 - the last line of defence
+            _fail(f"internal error: {type(exc).__name__}: {exc}", 1)
+
+    return wrapper  # type: ignore[return-value]
+
+
+@click.group()
+@click.version_option(package_name="kernelopt-bot")
+def main() -> None:
+    """Make torch.compile'd models faster with verified Triton kernel replacements."""
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    # Off a terminal (CI logs, pipes) rich would wrap at 80 columns and cut kernel names.
+    return Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+
+
+def _fmt(value: float | None, spec: str = ".3f", missing: str = "not measured") -> str:
+    return missing if value is None else format(value, spec)
+
+
+@main.command()
+@click.argument("target")
+@DEVICE
+@DTYPE
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
+@handle_errors
+def inspect(target: str, device: str | None, dtype: str, as_json: bool) -> None:
+    """Compile TARGET and list its Triton kernels and preserved vendor calls."""
+    from kernelopt_bot.compile.capture import capture
+    from kernelopt_bot.profile import profile
+    from kernelopt_bot.targets import load_target
+
+    tgt = load_target(target, device, dtype)
+    cap = capture(tgt)
+    prof = profile(cap)
+    art = cap.artifact
+    if as_json:
+        kernels = []
+        for k in art.kernels:
+            kp = prof.kernel(k.graph, k.name)
+            kernels.append({
+                "name": k.name, "graph": k.graph, "qualified_name": k.qualified_name,
+                "kind": k.kind, "sha256": k.sha256, "key": k.key, "source": k.source,
+                "time_ms": kp.time_ms if kp else None, "share": kp.share if kp else None,
+                "calls": kp.calls if kp else 0, "bytes_moved": kp.bytes_moved if kp else None,
+                "achieved_gbps": kp.achieved_gbps if kp else None,
+                "roofline_fraction": kp.roofline_fraction if kp else None,
+                "bound": kp.bound if kp else None,
+                "signature": k.signature, "size_hints": k.size_hints,
+                "launches": [{"args": s.args, "kwargs": s.kwargs} for s in k.launches],
+            })
+        doc = {
+            "target": target, "device": tgt.device, "dtype": art.dtype, "versions": art.versions,
+            "graphs": len(art.graphs), "model_ms": prof.model_ms, "vendor_ms": prof.vendor_ms,
+            "copy_gbps": prof.roofline.copy_gbps if prof.roofline else None,
+            "kernels": kernels,
+            "extern_calls": [{"op": c.op, "kind": c.kind, "graph": c.graph, "preserved": c.preserved}
+                             for c in art.extern_calls],
+        }
+        click.echo(json.dumps(doc, default=str))
+        return
+    _print_inspect(tgt.label, art, prof)
+
+
+def _print_inspect(label: str, art: Any, prof: Any) -> None:
+    from rich.table import Table
+
+    console = _console()
+    title = escape(f"{label}: {len(art.kernels)} Triton kernels in {len(art.graphs)} graph(s)")
+    table = Table(title=title)
+    for col in ("kernel", "kind", "calls", "time ms", "share", "GB/s", "roofline", "bound", "key"):
+        table.add_column(col)
+    for k in art.kernels:
+        kp = prof.kernel(k.graph, k.name)
+        table.add_row(
+            k.qualified_name, k.kind, str(kp.calls if kp else 0),
+            _fmt(kp.time_ms if kp else None, ".4f"),
+            _fmt(kp.share if kp else None, ".1%", "-"),
+            _fmt(kp.achieved_gbps if kp else None, ".0f", "-"),
+            _fmt(kp.roofline_fraction if kp else None, ".0%", "-"),
+            (kp.bound if kp else None) or "-", k.key[:12],
+        )
+    console.print(table)
+    ext = Table(title="Vendor / fallback calls (preserved)")
+    ext.add_column("op")
+    ext.add_column("kind")
+    ext.add_column("graph")
+    for c in art.extern_calls:
+        ext.add_row(c.op, c.kind, str(c.graph))
+    console.print(ext)
+    if prof.measured:
+        roof = f", copy roofline {prof.roofline.copy_gbps:.0f} GB/s" if prof.roofline else ""
+        console.print(f"model {prof.model_ms:.4f} ms, vendor bucket {_fmt(prof.vendor_ms, '.4f')} ms{roof}")
+    else:
+        console.print("times: not measured (no CUDA device; kernels ran in the Triton interpreter)")
+
+
+def _load_pack(path: str) -> Any:
+    from kernelopt_bot.stitch.pack import KernelPack, PackError
+
+    try:
+        return KernelPack.load(path)
+    except PackError as exc:
+        raise BadInputError(str(exc)) from exc
+
+
+@main.command()
+@click.argument("target")
+@click.option("--pack", "pack_path", required=True, type=click.Path(dir_okay=False),
+              help="KernelPack JSON to install in the packed arm.")
+@DEVICE
+@DTYPE
+@click.option("--rounds", default=10, show_default=True, type=click.IntRange(1, 1000))
+@click.option("--reps", default=20, show_default=True, type=click.IntRange(1, 10000),
+              help="Timed calls per arm per round.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a summary.")
+@handle_errors
+def bench(target: str, pack_path: str, device: str | None, dtype: str, rounds: int, reps: int,
+          as_json: bool) -> None:
+    """torch.compile baseline against TARGET with PACK installed, end to end."""
+    from kernelopt_bot.bench import bench as run_bench
+    from kernelopt_bot.targets import load_target
+
+    pack = _load_pack(pack_path)
+    tgt = load_target(target, device, dtype)  # bad targets fail here, with exit code 2
+    result = run_bench(target, pack, device=tgt.device, dtype=dtype, rounds=rounds, reps=reps)
+    if as_json:
+        click.echo(json.dumps(result.to_json()))
+        return
+    console = _console()
+    console.print(escape(f"{tgt.label} with {pack_path}: {len(pack)} entries, applied to "
+                         f"{', '.join(result.applied) or 'no kernel'}"))
+    if result.measured:
+        console.print(f"baseline {result.baseline_ms:.4f} ms, packed {result.packed_ms:.4f} ms, "
+                      f"speedup {result.speedup:.3f}x, noise floor {_fmt(result.noise_floor, '.2%')} "
+                      f"({len(result.rounds)} rounds)")
+    else:
+        console.print(escape(f"times: {result.reason}"))
+    console.print(f"max |baseline - packed| on fresh inputs: {result.max_abs_diff:.3g}")
+
+
+@main.command()
+@click.argument("target")
+@click.option("--kernel", "kernel_name", required=True, help="Kernel name (or g<graph>:name).")
+@click.option("--config", "config_json", default=None,
+              help='Launch config to pin, e.g. \'{"kwargs": {"XBLOCK": 64}, "num_warps": 4, "num_stages": 1}\'.')
+@click.option("--source", "source_file", default=None, type=click.Path(exists=True, dir_okay=False),
+              help="Replacement kernel source (a full Triton kernel module).")
+@click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False))
+@click.option("--merge/--no-merge", default=True, show_default=True,
+              help="Add to OUT if it already is a pack.")
+@DEVICE
+@DTYPE
+@handle_errors
+def pin(target: str, kernel_name: str, config_json: str | None, source_file: str | None,
+        out_path: str, merge: bool, device: str | None, dtype: str) -> None:
+    """Write a pack entry for one kernel of TARGET by hand (a config, a source, or both).
+
+    The entry is guarded to this machine's torch, triton and GPU. No verification is done here:
+    `kernelopt bench` measures it.
+    """
+    from kernelopt_bot.compile.capture import capture
+    from kernelopt_bot.stitch.pack import KernelPack, LaunchConfig, PackEntry, PackError
+    from kernelopt_bot.stitch.runtime import running_environment
+    from kernelopt_bot.targets import load_target
+
+    if config_json is None and source_file is None:
+        raise BadInputError("give --config, --source, or both")
+    try:
+        config = LaunchConfig.from_json(json.loads(config_json)) if config_json else None
+    except (json.JSONDecodeError, PackError) as exc:
+        raise BadInputError(f"--config: {exc}") from exc
+    tgt = load_target(target, device, dtype)
+    cap = capture(tgt, record=False)
+    try:
+        kernel = cap.artifact.kernel(kernel_name)
+    except KeyError as exc:
+        raise BadInputError(str(exc.args[0])) from exc
+    pack = _load_pack(out_path) if merge and Path(out_path).is_file() else KernelPack(target=target)
+    pack.created_by = "kernelopt pin"
+    pack.add(PackEntry(
+        key=kernel.key, kernel_name=kernel.name,
+        source=Path(source_file).read_text() if source_file else None, config=config,
+        guard=running_environment(tgt.device), note="pinned by hand (unverified)",
+    ))
+    pack.save(out_path)
+    click.echo(f"wrote {out_path}: {kernel.qualified_name} -> "
+               f"{config.describe() if config else 'new source'}")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,1 @@
+"""Capture a torch.compile'd model as a structured :class:`~.artifact.Artifact`."""

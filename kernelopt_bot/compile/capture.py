@@ -1,0 +1,224 @@
+"""Compile a target with ``torch.compile`` and capture its output modules and kernel arguments.
+
+Capture does two model runs. The first compiles (and autotunes) and collects every output
+module Inductor loads, whether it was generated now or came from the FX-graph cache. The second
+runs with each kernel's module-level name swapped for a recorder that snapshots the kernel's
+real argument tensors at its call site, so any one kernel can later be run alone
+(:mod:`kernelopt_bot.harness.kernel`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import types
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from kernelopt_bot.compile.artifact import Artifact, parse_artifact
+from kernelopt_bot.compile.interpret import enable_interpreter_mode
+from kernelopt_bot.targets import Target, dtype_name
+
+_FRESH = itertools.count()
+
+
+def versions() -> dict[str, str]:
+    import triton
+
+    return {"torch": torch.__version__, "triton": triton.__version__}
+
+
+def prepare_device(device: str) -> None:
+    """Without CUDA, switch to interpreter mode before anything compiles."""
+    if device == "cpu":
+        enable_interpreter_mode()
+
+
+def compile_fresh(model: torch.nn.Module, *, mode: str | None = None,
+                  options: dict[str, Any] | None = None) -> Callable[..., Any]:
+    """``torch.compile`` a call of ``model`` through a code object no other compile shares.
+
+    Dynamo caches compiled frames on code objects. Compiling a wrapper with its own code object
+    keeps this compile's cache entries apart from any other compile of the same model in the
+    process (a baseline and a packed variant, say).
+    """
+
+    def call_model(*args: Any) -> Any:
+        return model(*args)
+
+    code = call_model.__code__.replace(co_name=f"kernelopt_model_{next(_FRESH)}")
+    fresh = types.FunctionType(code, call_model.__globals__, code.co_name,
+                               call_model.__defaults__, call_model.__closure__)
+    kwargs: dict[str, Any] = {}
+    if mode is not None:
+        kwargs["mode"] = mode
+    if options:
+        kwargs["options"] = options
+    return torch.compile(fresh, **kwargs)
+
+
+@dataclass
+class LoadedGraph:
+    """An output module as loaded in this process."""
+
+    module: types.ModuleType
+    path: str
+    code: str
+
+
+@contextmanager
+def collect_output_modules() -> Iterator[list[LoadedGraph]]:
+    """Collect output modules loaded while the block runs (fresh compiles and cache hits)."""
+    from torch._inductor.codecache import PyCodeCache
+
+    loaded: list[LoadedGraph] = []
+    seen: set[str] = set()
+    original = PyCodeCache.load_by_key_path.__func__  # type: ignore[attr-defined]
+
+    def load_by_key_path(cls: Any, key: str, path: str, *args: Any, **kwargs: Any) -> Any:
+        mod = original(cls, key, path, *args, **kwargs)
+        if path not in seen and hasattr(mod, "call"):
+            with open(path) as fh:
+                code = fh.read()
+            if "AsyncCompile" in code:
+                seen.add(path)
+                loaded.append(LoadedGraph(mod, path, code))
+        return mod
+
+    PyCodeCache.load_by_key_path = classmethod(load_by_key_path)  # type: ignore[method-assign]
+    try:
+        yield loaded
+    finally:
+        PyCodeCache.load_by_key_path = classmethod(original)  # type: ignore[method-assign]
+
+
+@dataclass
+class KernelRecording:
+    """A kernel's first launch in a model run: argument snapshots taken just before it ran."""
+
+    graph: int
+    name: str
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    calls: int = 1
+    config: dict[str, Any] | None = None
+    kernel: Any = field(default=None, repr=False)
+
+
+def snapshot(value: Any) -> Any:
+    """A copy of a kernel argument that keeps its storage layout (offset and strides)."""
+    if not isinstance(value, torch.Tensor):
+        return value
+    storage = value.untyped_storage()
+    copy = torch.empty(storage.nbytes(), dtype=torch.uint8, device=value.device)
+    copy.copy_(torch.empty(0, dtype=torch.uint8, device=value.device).set_(storage))
+    out = torch.empty(0, dtype=value.dtype, device=value.device)
+    out.set_(copy.untyped_storage(), value.storage_offset(), value.size(), value.stride())
+    return out
+
+
+def launch_config(kernel: Any) -> dict[str, Any] | None:
+    """The launch config an autotuned ``CachingAutotuner`` settled on, as plain data."""
+    launchers = getattr(kernel, "launchers", None) or []
+    config = getattr(launchers[0], "config", None) if len(launchers) == 1 else None
+    if config is None:
+        configs = getattr(kernel, "configs", None) or []
+        config = configs[0] if len(configs) == 1 else None
+    if config is None:
+        return None
+    return {
+        "kwargs": {k: int(v) for k, v in config.kwargs.items() if isinstance(v, int)},
+        "num_warps": int(config.num_warps),
+        "num_stages": int(config.num_stages),
+    }
+
+
+class _Recorder:
+    """Stands in for a kernel's module-level name during the recording run."""
+
+    def __init__(self, kernel: Any, graph: int, name: str, sink: dict[tuple[int, str], KernelRecording]):
+        self._kernel, self._graph, self._name, self._sink = kernel, graph, name, sink
+
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        key = (self._graph, self._name)
+        if key in self._sink:
+            self._sink[key].calls += 1
+        else:
+            kept = {k: v for k, v in kwargs.items() if k != "stream"}
+            self._sink[key] = KernelRecording(self._graph, self._name,
+                                              tuple(snapshot(a) for a in args), kept,
+                                              kernel=self._kernel)
+        out = self._kernel.run(*args, **kwargs)
+        rec = self._sink[key]
+        if rec.config is None:
+            rec.config = launch_config(self._kernel)
+        return out
+
+    def __getattr__(self, item: str) -> Any:
+        return getattr(self._kernel, item)
+
+
+@dataclass
+class Capture:
+    """What capture produced: the artifact, the compiled callable and the kernel recordings."""
+
+    target: Target
+    artifact: Artifact
+    compiled: Callable[..., Any]
+    graphs: list[LoadedGraph]
+    recordings: dict[tuple[int, str], KernelRecording]
+    inputs: tuple[Any, ...]
+
+    def recording(self, graph: int, name: str) -> KernelRecording:
+        try:
+            return self.recordings[(graph, name)]
+        except KeyError:
+            raise KeyError(f"kernel g{graph}:{name} did not launch during the recorded run") from None
+
+
+def capture(target: Target, *, record: bool = True, mode: str | None = None,
+            options: dict[str, Any] | None = None) -> Capture:
+    """Compile ``target``, build its Artifact, and (``record``) snapshot each kernel's arguments."""
+    prepare_device(target.device)
+    compiled = compile_fresh(target.model, mode=mode, options=options)
+    inputs = target.make_inputs(0)
+    with collect_output_modules() as graphs, torch.no_grad():
+        compiled(*inputs)
+    artifact = parse_artifact(
+        [g.code for g in graphs],
+        target=target.spec,
+        device=target.device,
+        dtype=dtype_name(target.dtype),
+        versions=versions(),
+        paths=[g.path for g in graphs],
+    )
+    recordings: dict[tuple[int, str], KernelRecording] = {}
+    if record:
+        recordings = record_kernel_arguments(compiled, graphs, artifact, inputs)
+    return Capture(target, artifact, compiled, graphs, recordings, inputs)
+
+
+def record_kernel_arguments(compiled: Callable[..., Any], graphs: list[LoadedGraph],
+                            artifact: Artifact, inputs: tuple[Any, ...]
+                            ) -> dict[tuple[int, str], KernelRecording]:
+    sink: dict[tuple[int, str], KernelRecording] = {}
+    swapped: list[tuple[types.ModuleType, str, Any]] = []
+    try:
+        for graph, loaded in zip(artifact.graphs, graphs):
+            for kernel in graph.kernels:
+                original = getattr(loaded.module, kernel.name, None)
+                if original is None:
+                    continue
+                swapped.append((loaded.module, kernel.name, original))
+                setattr(loaded.module, kernel.name, _Recorder(original, graph.index, kernel.name, sink))
+        with torch.no_grad():
+            compiled(*inputs)
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+    finally:
+        for module, name, original in swapped:
+            setattr(module, name, original)
+    return sink

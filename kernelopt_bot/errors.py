@@ -1,0 +1,19 @@
+"""Errors that reach the user as one line and an exit code."""
+
+from __future__ import annotations
+
+
+class KerneloptError(Exception):
+    """Base class: ``exit_code`` is what the CLI exits with."""
+
+    exit_code = 1
+
+
+class BadInputError(KerneloptError):
+    """Something the user gave us is wrong (a target, a pack, a flag): exit code 2."""
+
+    exit_code = 2
+
+
+class TargetError(BadInputError):
+    """A target that cannot be loaded, built or run eagerly."""

@@ -1,0 +1,168 @@
+"""A compiled model in its own process, driven over a pipe.
+
+Every end-to-end comparison (baseline against packed, baseline against baseline) runs each arm in
+its own process: a clean ``torch.compile`` for the baseline, ``install(pack)`` then
+``torch.compile`` for the packed arm. Nothing compiled for one arm can leak into the other
+through Dynamo's or Inductor's in-process caches, the packed arm runs candidate code with a
+scrubbed environment, and a crash or hang of an arm is reported, not inherited. The parent asks
+the arms in turn, so only one uses the GPU at a time.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import traceback
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from typing import Any
+
+from kernelopt_bot.errors import KerneloptError
+from kernelopt_bot.harness.isolation import scrubbed_environ
+
+
+class WorkerError(KerneloptError):
+    """An arm failed to start, crashed, hung, or raised."""
+
+
+@dataclass
+class WorkerSpec:
+    """What one arm compiles: the target, and optionally a pack and compile options."""
+
+    label: str
+    target: str
+    device: str
+    dtype: str
+    pack: dict[str, Any] | None = None
+    mode: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+def _flatten(out: Any) -> list[Any]:
+    import torch
+
+    if isinstance(out, torch.Tensor):
+        return [out.detach().to("cpu")]
+    if isinstance(out, (list, tuple)):
+        return [t for o in out for t in _flatten(o)]
+    if isinstance(out, dict):
+        return [t for k in sorted(out) for t in _flatten(out[k])]
+    return []
+
+
+def _serve(spec: WorkerSpec, conn: Connection) -> None:
+    import torch
+
+    from kernelopt_bot.compile.capture import compile_fresh, prepare_device
+    from kernelopt_bot.harness.timing import time_on
+    from kernelopt_bot.stitch import runtime
+    from kernelopt_bot.stitch.pack import KernelPack
+    from kernelopt_bot.targets import load_target
+
+    target = load_target(spec.target, spec.device, spec.dtype)
+    prepare_device(target.device)
+    if spec.pack is not None:
+        runtime.install(KernelPack.from_json(spec.pack))
+    compiled = compile_fresh(target.model, mode=spec.mode, options=spec.options or None)
+    with torch.no_grad():
+        compiled(*target.make_inputs(0))
+    conn.send(("ready", {
+        "applied": [a.kernel_name for a in runtime.applied()],
+        "skipped": [f"{s.kernel_name}: {s.reason}" for s in runtime.skipped()],
+    }))
+    while True:
+        op, *args = conn.recv()
+        if op == "quit":
+            return
+        with torch.no_grad():
+            if op == "time":
+                seed, reps = args
+                inputs = target.make_inputs(seed)
+                timing = time_on(target.device, lambda: compiled(*inputs), reps=reps, warmup=2)
+                conn.send(("ok", timing.median_ms))
+            elif op == "outputs":
+                (seed,) = args
+                conn.send(("ok", _flatten(compiled(*target.make_inputs(seed)))))
+            else:
+                conn.send(("error", f"unknown request {op!r}"))
+
+
+def worker_main(spec: WorkerSpec, conn: Connection) -> None:
+    """Child entry point: serve requests until told to quit; report any failure and exit."""
+    try:
+        _serve(spec, conn)
+    except BaseException as exc:  # noqa: BLE001 - everything must reach the parent
+        tail = traceback.format_exc().strip().splitlines()[-3:]
+        try:
+            conn.send(("error", f"{type(exc).__name__}: {exc}".splitlines()[0] + " | " + " / ".join(tail)))
+        except (OSError, ValueError):
+            pass
+    finally:
+        conn.close()
+
+
+class ModelWorker:
+    """Parent-side handle of one arm."""
+
+    def __init__(self, spec: WorkerSpec, *, start_timeout_s: float = 900.0) -> None:
+        self.spec = spec
+        self.start_timeout_s = start_timeout_s
+        ctx = mp.get_context("spawn")
+        self._conn, child = ctx.Pipe()
+        self._proc = ctx.Process(target=worker_main, args=(spec, child), daemon=True,
+                                 name=f"kernelopt-{spec.label}")
+        with scrubbed_environ():
+            self._proc.start()
+        child.close()
+        self.info: dict[str, Any] = {}
+
+    def wait_ready(self) -> dict[str, Any]:
+        kind, payload = self._receive(self.start_timeout_s, "start")
+        if kind != "ready":
+            raise WorkerError(f"{self.spec.label}: unexpected reply {kind!r} while starting")
+        self.info = payload
+        return payload
+
+    def request(self, *message: Any, timeout_s: float = 600.0) -> Any:
+        try:
+            self._conn.send(message)
+        except (OSError, ValueError) as exc:
+            raise WorkerError(f"{self.spec.label}: process is gone ({exc})") from exc
+        kind, payload = self._receive(timeout_s, str(message[0]))
+        if kind != "ok":
+            raise WorkerError(f"{self.spec.label}: unexpected reply {kind!r}")
+        return payload
+
+    def _receive(self, timeout_s: float, what: str) -> tuple[str, Any]:
+        if not self._conn.poll(timeout_s):
+            self.kill()
+            raise WorkerError(f"{self.spec.label}: no answer to {what} within {timeout_s:.0f} s (killed)")
+        try:
+            kind, payload = self._conn.recv()
+        except (EOFError, OSError) as exc:
+            self._proc.join(5)
+            raise WorkerError(f"{self.spec.label}: process died during {what} "
+                              f"(exit code {self._proc.exitcode})") from exc
+        if kind == "error":
+            raise WorkerError(f"{self.spec.label}: {payload}")
+        return kind, payload
+
+    def kill(self) -> None:
+        if self._proc.is_alive():
+            self._proc.kill()
+        self._proc.join(5)
+
+    def close(self) -> None:
+        if self._proc.is_alive():
+            try:
+                self._conn.send(("quit",))
+            except (OSError, ValueError):
+                pass
+            self._proc.join(10)
+        self.kill()
+        self._conn.close()
+
+    def __enter__(self) -> ModelWorker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,95 @@
+"""GPU timing: CUDA events around each call, L2 flushed before each call, median of many.
+
+Without a GPU nothing is timed: a :class:`Timing` then says ``measured=False`` and carries no
+number, because interpreter times say nothing about a GPU.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+NOT_MEASURED = "not measured: no CUDA device (interpreter mode)"
+
+
+@dataclass
+class Timing:
+    """Median time of one callable, or why there is none."""
+
+    median_ms: float | None
+    samples_ms: list[float] = field(default_factory=list)
+    reason: str = ""
+
+    @property
+    def measured(self) -> bool:
+        return self.median_ms is not None
+
+    @classmethod
+    def not_measured(cls, reason: str = NOT_MEASURED) -> Timing:
+        return cls(None, [], reason)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"median_ms": self.median_ms, "samples": len(self.samples_ms), "reason": self.reason}
+
+
+class L2Flusher:
+    """Writes a buffer larger than the L2 cache, so every timed call starts with a cold L2."""
+
+    def __init__(self, device: torch.device | str = "cuda") -> None:
+        props = torch.cuda.get_device_properties(device)
+        l2 = int(getattr(props, "L2_cache_size", 0) or 64 << 20)
+        self.buffer = torch.empty(max(2 * l2, 256 << 20) // 4, dtype=torch.int32, device=device)
+
+    def __call__(self) -> None:
+        self.buffer.zero_()
+
+
+_FLUSHERS: dict[int, L2Flusher] = {}
+
+
+def flusher() -> L2Flusher:
+    index = torch.cuda.current_device()
+    if index not in _FLUSHERS:
+        _FLUSHERS[index] = L2Flusher(torch.device("cuda", index))
+    return _FLUSHERS[index]
+
+
+def time_cuda(fn: Callable[[], Any], *, reps: int = 50, warmup: int = 3,
+              before_each: Callable[[], Any] | None = None) -> Timing:
+    """Time ``fn`` on the current CUDA device: per-call events, L2 flushed before each call.
+
+    ``before_each`` runs outside the timed region (e.g. restoring in-place arguments).
+    """
+    flush = flusher()
+    for _ in range(warmup):
+        if before_each is not None:
+            before_each()
+        fn()
+    torch.cuda.synchronize()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    for start, end in zip(starts, ends):
+        if before_each is not None:
+            before_each()
+        flush()
+        start.record()
+        fn()
+        end.record()
+    torch.cuda.synchronize()
+    samples = [s.elapsed_time(e) for s, e in zip(starts, ends)]
+    return Timing(statistics.median(samples), samples)
+
+
+def time_on(device: str, fn: Callable[[], Any], **kwargs: Any) -> Timing:
+    """:func:`time_cuda` on CUDA; on the CPU interpreter, run once and report not measured."""
+    if device == "cuda":
+        return time_cuda(fn, **kwargs)
+    before = kwargs.get("before_each")
+    if before is not None:
+        before()
+    fn()
+    return Timing.not_measured()

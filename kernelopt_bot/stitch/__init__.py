@@ -1,0 +1,1 @@
+"""Kernel packs and the runtime that applies them (torch and triton only)."""

@@ -1,0 +1,206 @@
+"""KernelPack: the versioned JSON file of verified kernel replacements.
+
+A pack maps the normalized key of an original Inductor kernel (:func:`keys.kernel_key`) to its
+replacement: new kernel source, a pinned launch config, or both, with the guards under which it
+was verified and the numbers it was verified with. A pack is data, never code that runs on load;
+standard library only, because the production runtime imports it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+PACK_FORMAT = "kernelopt-pack"
+PACK_VERSION = 1
+
+
+class PackError(ValueError):
+    """A pack file that cannot be read or does not follow the format."""
+
+
+@dataclass(frozen=True)
+class Guard:
+    """Where a replacement is known to be valid. ``None`` fields match anything.
+
+    Versions are compared without the local build tag (``2.11.0+cu130`` matches ``2.11.0``):
+    the kernel key already pins the generated code, and the guard pins the compiler and device
+    that verified it.
+    """
+
+    torch: str | None = None
+    triton: str | None = None
+    gpu: str | None = None
+    compute_capability: str | None = None
+
+    def matches(self, env: Guard) -> bool:
+        return all(
+            want is None or _norm(want) == _norm(have)
+            for want, have in (
+                (self.torch, env.torch),
+                (self.triton, env.triton),
+                (self.gpu, env.gpu),
+                (self.compute_capability, env.compute_capability),
+            )
+        )
+
+    def mismatch(self, env: Guard) -> str | None:
+        """Which field does not match, for logs and reports."""
+        for name in ("torch", "triton", "gpu", "compute_capability"):
+            want, have = getattr(self, name), getattr(env, name)
+            if want is not None and _norm(want) != _norm(have):
+                return f"{name}: pack has {want!r}, running {have!r}"
+        return None
+
+
+def _norm(value: str | None) -> str | None:
+    return None if value is None else str(value).split("+", 1)[0].strip()
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """One Triton launch config: block-size constexprs plus warps and stages."""
+
+    kwargs: dict[str, int]
+    num_warps: int = 4
+    num_stages: int = 1
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kwargs": dict(self.kwargs), "num_warps": self.num_warps, "num_stages": self.num_stages}
+
+    @classmethod
+    def from_json(cls, data: Any) -> LaunchConfig:
+        if not isinstance(data, dict) or not isinstance(data.get("kwargs", {}), dict):
+            raise PackError(f"launch config must be an object with 'kwargs': {data!r}")
+        kwargs = data.get("kwargs", {})
+        for k, v in kwargs.items():
+            if not isinstance(k, str) or not isinstance(v, int) or isinstance(v, bool):
+                raise PackError(f"launch config kwarg {k!r} must be an int, got {v!r}")
+        try:
+            return cls(
+                kwargs=dict(kwargs),
+                num_warps=int(data.get("num_warps", 4)),
+                num_stages=int(data.get("num_stages", 1)),
+            )
+        except (TypeError, ValueError) as exc:
+            raise PackError(f"bad launch config {data!r}: {exc}") from exc
+
+    def describe(self) -> str:
+        blocks = ", ".join(f"{k}={v}" for k, v in sorted(self.kwargs.items()))
+        return f"{blocks}, num_warps={self.num_warps}, num_stages={self.num_stages}"
+
+
+@dataclass(frozen=True)
+class PackEntry:
+    """The replacement for one original kernel."""
+
+    key: str
+    kernel_name: str
+    source: str | None = None
+    config: LaunchConfig | None = None
+    guard: Guard = field(default_factory=Guard)
+    measured: dict[str, Any] = field(default_factory=dict)
+    note: str = ""
+
+    def __post_init__(self) -> None:
+        if self.source is None and self.config is None:
+            raise PackError(f"entry {self.key[:12]} has neither source nor config")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "kernel_name": self.kernel_name,
+            "source": self.source,
+            "config": self.config.to_json() if self.config else None,
+            "guard": asdict(self.guard),
+            "measured": self.measured,
+            "note": self.note,
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> PackEntry:
+        if not isinstance(data, dict):
+            raise PackError(f"pack entry must be an object, got {type(data).__name__}")
+        for required in ("key", "kernel_name"):
+            if not isinstance(data.get(required), str):
+                raise PackError(f"pack entry lacks string field {required!r}")
+        guard = data.get("guard") or {}
+        if not isinstance(guard, dict) or set(guard) - set(Guard.__dataclass_fields__):
+            raise PackError(f"bad guard in entry {data['key'][:12]}: {guard!r}")
+        source = data.get("source")
+        if source is not None and not isinstance(source, str):
+            raise PackError(f"entry {data['key'][:12]}: source must be a string")
+        return cls(
+            key=data["key"],
+            kernel_name=data["kernel_name"],
+            source=source,
+            config=LaunchConfig.from_json(data["config"]) if data.get("config") else None,
+            guard=Guard(**{k: None if v is None else str(v) for k, v in guard.items()}),
+            measured=dict(data.get("measured") or {}),
+            note=str(data.get("note") or ""),
+        )
+
+
+@dataclass
+class KernelPack:
+    """A set of replacements plus where they came from."""
+
+    entries: dict[str, PackEntry] = field(default_factory=dict)
+    target: str = ""
+    created_by: str = ""
+    measured: dict[str, Any] = field(default_factory=dict)
+
+    def add(self, entry: PackEntry) -> None:
+        self.entries[entry.key] = entry
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": PACK_FORMAT,
+            "version": PACK_VERSION,
+            "target": self.target,
+            "created_by": self.created_by,
+            "measured": self.measured,
+            "entries": [self.entries[k].to_json() for k in sorted(self.entries)],
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> KernelPack:
+        if not isinstance(data, dict) or data.get("format") != PACK_FORMAT:
+            raise PackError(f"not a kernelopt pack (expected format {PACK_FORMAT!r})")
+        version = data.get("version")
+        if version != PACK_VERSION:
+            raise PackError(f"pack version {version!r} is not supported (this reads {PACK_VERSION})")
+        entries = data.get("entries")
+        if not isinstance(entries, list):
+            raise PackError("pack 'entries' must be a list")
+        pack = cls(
+            target=str(data.get("target") or ""),
+            created_by=str(data.get("created_by") or ""),
+            measured=dict(data.get("measured") or {}),
+        )
+        for raw in entries:
+            pack.add(PackEntry.from_json(raw))
+        return pack
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), indent=2, sort_keys=False) + "\n"
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(self.dumps())
+
+    @classmethod
+    def load(cls, path: str | Path) -> KernelPack:
+        try:
+            text = Path(path).read_text()
+        except OSError as exc:
+            raise PackError(f"cannot read pack {path}: {exc.strerror or exc}") from exc
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise PackError(f"pack {path} is not valid JSON: {exc}") from exc
+        return cls.from_json(data)

@@ -1,0 +1,265 @@
+"""Targets: what to optimize, loaded from a benchmark-format file or a ``pkg.mod:factory``.
+
+Benchmark-format file (the format public kernel benchmarks use): defines ``Model``,
+``get_inputs()`` and ``get_init_inputs()``. The model is built with
+``Model(*get_init_inputs())``; inputs made on the CPU are moved to the target device, as those
+benchmarks do.
+
+Factory: ``package.module:factory`` returns ``(model, inputs)``. If the factory accepts
+``device`` and/or ``dtype`` keyword arguments they are passed; the model and inputs it returns
+must already be on the target device.
+
+Targets run for inference: ``model.eval()`` under ``torch.no_grad()``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import inspect
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from kernelopt_bot.errors import TargetError
+
+DTYPES: dict[str, torch.dtype] = {
+    "fp32": torch.float32,
+    "bf16": torch.bfloat16,
+    "fp16": torch.float16,
+}
+
+
+def resolve_device(device: str | None) -> str:
+    """``None``/``auto`` picks CUDA when there is one; asking for CUDA without one is an error."""
+    if device in (None, "", "auto"):
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device not in ("cpu", "cuda"):
+        raise TargetError(f"unknown device {device!r} (use cpu or cuda)")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise TargetError("--device cuda was asked for but no CUDA device is available")
+    return device
+
+
+def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype not in DTYPES:
+        raise TargetError(f"unknown dtype {dtype!r} (use one of {', '.join(DTYPES)})")
+    return DTYPES[dtype]
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return next((k for k, v in DTYPES.items() if v == dtype), str(dtype))
+
+
+@dataclass
+class Target:
+    """A model, how to make its inputs, and where and in which precision it runs."""
+
+    spec: str
+    name: str
+    model: torch.nn.Module
+    device: str
+    dtype: torch.dtype
+    input_factory: Callable[[int], tuple[Any, ...]] = field(repr=False)
+
+    def make_inputs(self, seed: int = 0) -> tuple[Any, ...]:
+        """Fresh inputs, reproducible per seed."""
+        return self.input_factory(seed)
+
+    def eager(self, *inputs: Any) -> Any:
+        with torch.no_grad():
+            return self.model(*inputs)
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} [{self.device}, {dtype_name(self.dtype)}]"
+
+
+def load_target(spec: str, device: str | None = None, dtype: str | torch.dtype = "fp32") -> Target:
+    """Load a target and check it runs eagerly; every failure is a one-line :class:`TargetError`."""
+    dev = resolve_device(device)
+    dt = resolve_dtype(dtype)
+    if dev == "cpu":
+        # Before user code runs: it may import parts of Inductor that must see interpreter mode.
+        from kernelopt_bot.compile.interpret import enable_interpreter_mode
+
+        enable_interpreter_mode()
+    path = Path(spec)
+    if spec.endswith(".py") or path.is_file():
+        target = _load_benchmark_file(path, dev, dt)
+    elif ":" in spec:
+        target = _load_factory(spec, dev, dt)
+    else:
+        raise TargetError(f"target {spec!r} is neither a .py file nor package.module:factory")
+    _check_eager(target)
+    return target
+
+
+def _import_file(path: Path) -> Any:
+    if not path.is_file():
+        raise TargetError(f"{path}: no such file")
+    digest = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:10]
+    mod_name = f"kernelopt_target_{path.stem}_{digest}"
+    spec = importlib.util.spec_from_file_location(mod_name, path)
+    if spec is None or spec.loader is None:
+        raise TargetError(f"{path}: cannot be imported as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[mod_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as exc:
+        sys.modules.pop(mod_name, None)
+        raise TargetError(f"{path}: does not import: syntax error at line {exc.lineno}: {exc.msg}") from exc
+    except BaseException as exc:  # noqa: BLE001 - any failure of user code is bad input
+        sys.modules.pop(mod_name, None)
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        raise TargetError(f"{path}: does not import: {_one_line(exc)}") from exc
+    return module
+
+
+def _load_benchmark_file(path: Path, device: str, dtype: torch.dtype) -> Target:
+    module = _import_file(path)
+    missing = [n for n in ("Model", "get_inputs", "get_init_inputs") if not hasattr(module, n)]
+    if missing:
+        raise TargetError(f"{path}: missing {', '.join(missing)} (a target file defines Model, get_inputs(), get_init_inputs())")
+    for fn_name in ("get_inputs", "get_init_inputs"):
+        if not callable(getattr(module, fn_name)):
+            raise TargetError(f"{path}: {fn_name} is not a function")
+
+    torch.manual_seed(0)
+    init = _call_user(module.get_init_inputs, f"{path}: get_init_inputs()")
+    if not isinstance(init, (list, tuple)):
+        init = [init]
+    try:
+        model = module.Model(*init)
+    except Exception as exc:  # noqa: BLE001
+        raise TargetError(f"{path}: Model(*get_init_inputs()) failed: {_one_line(exc)}") from exc
+    if not isinstance(model, torch.nn.Module):
+        raise TargetError(f"{path}: Model(...) did not build a torch.nn.Module")
+    model = _place_model(model, device, dtype, str(path))
+
+    def make_inputs(seed: int) -> tuple[Any, ...]:
+        torch.manual_seed(seed)
+        raw = _call_user(module.get_inputs, f"{path}: get_inputs()")
+        if not isinstance(raw, (list, tuple)):
+            raw = [raw]
+        return tuple(_move_input(x, i, device, dtype, str(path)) for i, x in enumerate(raw))
+
+    return Target(str(path), path.stem, model, device, dtype, make_inputs)
+
+
+def _load_factory(spec: str, device: str, dtype: torch.dtype) -> Target:
+    mod_name, _, attr = spec.partition(":")
+    if not mod_name or not attr:
+        raise TargetError(f"target {spec!r}: expected package.module:factory")
+    if "" not in sys.path and str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))
+    try:
+        module = importlib.import_module(mod_name)
+    except BaseException as exc:  # noqa: BLE001
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        raise TargetError(f"{spec}: module {mod_name} does not import: {_one_line(exc)}") from exc
+    factory = getattr(module, attr, None)
+    if factory is None or not callable(factory):
+        raise TargetError(f"{spec}: {mod_name} has no callable {attr}")
+
+    params = _accepted_kwargs(factory)
+    kwargs = {k: v for k, v in (("device", device), ("dtype", dtype)) if k in params}
+    torch.manual_seed(0)
+    result = _call_user(lambda: factory(**kwargs), f"{spec}()")
+    if not (isinstance(result, (list, tuple)) and len(result) == 2):
+        raise TargetError(f"{spec}: factory must return (model, inputs)")
+    model, example = result
+    if not isinstance(model, torch.nn.Module):
+        raise TargetError(f"{spec}: factory's model is not a torch.nn.Module")
+    example = tuple(example) if isinstance(example, (list, tuple)) else (example,)
+    _check_devices(model, example, device, spec)
+    model = model.to(dtype=dtype).eval() if "dtype" not in kwargs else model.eval()
+    example = tuple(x.to(dtype) if _is_float(x) else x for x in example)
+
+    def make_inputs(seed: int) -> tuple[Any, ...]:
+        if seed == 0:
+            return tuple(x.clone() if isinstance(x, torch.Tensor) else x for x in example)
+        gen = torch.Generator(device="cpu").manual_seed(seed)
+        return tuple(_redraw(x, gen) for x in example)
+
+    return Target(spec, attr, model, device, dtype, make_inputs)
+
+
+def _accepted_kwargs(fn: Callable[..., Any]) -> set[str]:
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return set()
+    if any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values()):
+        return {"device", "dtype"}
+    return set(sig.parameters)
+
+
+def _redraw(x: Any, gen: torch.Generator) -> Any:
+    """Fresh values with the shape, dtype and layout of an example input (floats only)."""
+    if not _is_float(x):
+        return x.clone() if isinstance(x, torch.Tensor) else x
+    fresh = torch.randn(x.shape, generator=gen, dtype=torch.float32).to(x.dtype)
+    return fresh.to(x.device).as_strided(x.shape, x.stride()) if x.is_contiguous() else fresh.to(x.device)
+
+
+def _is_float(x: Any) -> bool:
+    return isinstance(x, torch.Tensor) and x.is_floating_point()
+
+
+def _place_model(model: torch.nn.Module, device: str, dtype: torch.dtype, where: str) -> torch.nn.Module:
+    try:
+        return model.to(device=device, dtype=dtype).eval()
+    except Exception as exc:  # noqa: BLE001
+        raise TargetError(f"{where}: cannot move model to {device}/{dtype_name(dtype)}: {_one_line(exc)}") from exc
+
+
+def _move_input(x: Any, index: int, device: str, dtype: torch.dtype, where: str) -> Any:
+    if not isinstance(x, torch.Tensor):
+        return x
+    if x.device.type not in ("cpu", device):
+        raise TargetError(f"{where}: input {index} is on {x.device} but the target device is {device}")
+    x = x.to(device)
+    return x.to(dtype) if x.is_floating_point() else x
+
+
+def _check_devices(model: torch.nn.Module, inputs: Sequence[Any], device: str, where: str) -> None:
+    for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
+        if tensor.device.type != device:
+            raise TargetError(f"{where}: model tensor {name} is on {tensor.device} but the target device is {device}")
+    for i, x in enumerate(inputs):
+        if isinstance(x, torch.Tensor) and x.device.type != device:
+            raise TargetError(f"{where}: input {i} is on {x.device} but the target device is {device}")
+
+
+def _call_user(fn: Callable[[], Any], what: str) -> Any:
+    try:
+        return fn()
+    except TargetError:
+        raise
+    except Exception as exc:  # noqa: BLE001
+        raise TargetError(f"{what} failed: {_one_line(exc)}") from exc
+
+
+def _check_eager(target: Target) -> None:
+    inputs = target.make_inputs(0)
+    try:
+        target.eager(*inputs)
+    except Exception as exc:  # noqa: BLE001
+        raise TargetError(f"{target.spec}: model fails eagerly: {_one_line(exc)}") from exc
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    first = text[0] if text else ""
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
