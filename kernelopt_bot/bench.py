@@ -80,10 +80,13 @@ def _max_abs_diff(a: list[Any], b: list[Any]) -> float:
 
 
 def bench(target: str, pack: KernelPack, *, device: str, dtype: str = "fp32", rounds: int = 10,
-          reps: int = 20, mode: str | None = None, options: dict[str, Any] | None = None,
+          reps: int = 20, mode: str | None = None, config: dict[str, Any] | None = None,
           timeout_s: float = 600.0) -> BenchResult:
-    """Interleaved A/B(/A') rounds of baseline and packed model; see the module docstring."""
-    common = {"target": target, "device": device, "dtype": dtype, "mode": mode, "options": options or {}}
+    """Interleaved A/B(/A') rounds of baseline and packed model; see the module docstring.
+
+    ``mode`` and ``config`` (Inductor config settings) apply to every arm alike.
+    """
+    common = {"target": target, "device": device, "dtype": dtype, "mode": mode, "config": config or {}}
     specs = [
         WorkerSpec("baseline", **common),
         WorkerSpec("packed", pack=pack.to_json(), **common),

@@ -145,6 +145,23 @@ def _print_inspect(label: str, art: Any, prof: Any) -> None:
         console.print("times: not measured (no CUDA device; kernels ran in the Triton interpreter)")
 
 
+def _parse_config(items: tuple[str, ...]) -> dict[str, Any]:
+    """``KEY=VALUE`` pairs; values are read as JSON (true, 3, "x") and else kept as strings."""
+    import torch._inductor.config as inductor_config
+
+    known = set(inductor_config.get_config_copy())
+    config: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or key not in known:
+            raise BadInputError(f"--inductor-config {item!r}: expected KEY=VALUE with a known Inductor config key")
+        try:
+            config[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            config[key] = raw
+    return config
+
+
 def _load_pack(path: str) -> Any:
     from kernelopt_bot.stitch.pack import KernelPack, PackError
 
@@ -163,17 +180,22 @@ def _load_pack(path: str) -> Any:
 @click.option("--rounds", default=10, show_default=True, type=click.IntRange(1, 1000))
 @click.option("--reps", default=20, show_default=True, type=click.IntRange(1, 10000),
               help="Timed calls per arm per round.")
+@click.option("--mode", default=None, help="torch.compile mode for both arms (default: Inductor's default).")
+@click.option("--inductor-config", "config_items", multiple=True, metavar="KEY=VALUE",
+              help="Inductor config for both arms, e.g. coordinate_descent_tuning=true (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a summary.")
 @handle_errors
 def bench(target: str, pack_path: str, device: str | None, dtype: str, rounds: int, reps: int,
-          as_json: bool) -> None:
+          mode: str | None, config_items: tuple[str, ...], as_json: bool) -> None:
     """torch.compile baseline against TARGET with PACK installed, end to end."""
     from kernelopt_bot.bench import bench as run_bench
     from kernelopt_bot.targets import load_target
 
+    config = _parse_config(config_items)
     pack = _load_pack(pack_path)
     tgt = load_target(target, device, dtype)  # bad targets fail here, with exit code 2
-    result = run_bench(target, pack, device=tgt.device, dtype=dtype, rounds=rounds, reps=reps)
+    result = run_bench(target, pack, device=tgt.device, dtype=dtype, rounds=rounds, reps=reps,
+                       mode=mode, config=config)
     if as_json:
         click.echo(json.dumps(result.to_json()))
         return

@@ -117,7 +117,7 @@ def _import_file(path: Path) -> Any:
     except SyntaxError as exc:
         sys.modules.pop(mod_name, None)
         raise TargetError(f"{path}: does not import: syntax error at line {exc.lineno}: {exc.msg}") from exc
-    except BaseException as exc:  # noqa: BLE001 - any failure of user code is bad input
+    except BaseException as exc:
         sys.modules.pop(mod_name, None)
         if isinstance(exc, KeyboardInterrupt):
             raise
@@ -140,7 +140,7 @@ def _load_benchmark_file(path: Path, device: str, dtype: torch.dtype) -> Target:
         init = [init]
     try:
         model = module.Model(*init)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise TargetError(f"{path}: Model(*get_init_inputs()) failed: {_one_line(exc)}") from exc
     if not isinstance(model, torch.nn.Module):
         raise TargetError(f"{path}: Model(...) did not build a torch.nn.Module")
@@ -164,7 +164,7 @@ def _load_factory(spec: str, device: str, dtype: torch.dtype) -> Target:
         sys.path.insert(0, str(Path.cwd()))
     try:
         module = importlib.import_module(mod_name)
-    except BaseException as exc:  # noqa: BLE001
+    except BaseException as exc:
         if isinstance(exc, KeyboardInterrupt):
             raise
         raise TargetError(f"{spec}: module {mod_name} does not import: {_one_line(exc)}") from exc
@@ -220,7 +220,7 @@ def _is_float(x: Any) -> bool:
 def _place_model(model: torch.nn.Module, device: str, dtype: torch.dtype, where: str) -> torch.nn.Module:
     try:
         return model.to(device=device, dtype=dtype).eval()
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise TargetError(f"{where}: cannot move model to {device}/{dtype_name(dtype)}: {_one_line(exc)}") from exc
 
 
@@ -247,7 +247,7 @@ def _call_user(fn: Callable[[], Any], what: str) -> Any:
         return fn()
     except TargetError:
         raise
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise TargetError(f"{what} failed: {_one_line(exc)}") from exc
 
 
@@ -255,7 +255,7 @@ def _check_eager(target: Target) -> None:
     inputs = target.make_inputs(0)
     try:
         target.eager(*inputs)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise TargetError(f"{target.spec}: model fails eagerly: {_one_line(exc)}") from exc
 
 

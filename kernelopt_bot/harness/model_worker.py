@@ -10,6 +10,8 @@ the arms in turn, so only one uses the GPU at a time.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import multiprocessing as mp
 import traceback
 from dataclasses import dataclass, field
@@ -26,7 +28,9 @@ class WorkerError(KerneloptError):
 
 @dataclass
 class WorkerSpec:
-    """What one arm compiles: the target, and optionally a pack and compile options."""
+    """What one arm compiles: the target, and optionally a pack, a compile mode and Inductor
+    config settings (``{"coordinate_descent_tuning": True}``, ``{"force_disable_caches": True}``)
+    applied for the whole life of the arm's process."""
 
     label: str
     target: str
@@ -34,7 +38,7 @@ class WorkerSpec:
     dtype: str
     pack: dict[str, Any] | None = None
     mode: str | None = None
-    options: dict[str, Any] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
 
 
 def _flatten(out: Any) -> list[Any]:
@@ -60,9 +64,11 @@ def _serve(spec: WorkerSpec, conn: Connection) -> None:
 
     target = load_target(spec.target, spec.device, spec.dtype)
     prepare_device(target.device)
+    if spec.config:
+        torch._inductor.config.patch(spec.config).__enter__()  # this process only, for its lifetime
     if spec.pack is not None:
         runtime.install(KernelPack.from_json(spec.pack))
-    compiled = compile_fresh(target.model, mode=spec.mode, options=spec.options or None)
+    compiled = compile_fresh(target.model, mode=spec.mode)
     with torch.no_grad():
         compiled(*target.make_inputs(0))
     conn.send(("ready", {
@@ -77,7 +83,7 @@ def _serve(spec: WorkerSpec, conn: Connection) -> None:
             if op == "time":
                 seed, reps = args
                 inputs = target.make_inputs(seed)
-                timing = time_on(target.device, lambda: compiled(*inputs), reps=reps, warmup=2)
+                timing = time_on(target.device, functools.partial(compiled, *inputs), reps=reps, warmup=2)
                 conn.send(("ok", timing.median_ms))
             elif op == "outputs":
                 (seed,) = args
@@ -92,10 +98,8 @@ def worker_main(spec: WorkerSpec, conn: Connection) -> None:
         _serve(spec, conn)
     except BaseException as exc:  # noqa: BLE001 - everything must reach the parent
         tail = traceback.format_exc().strip().splitlines()[-3:]
-        try:
+        with contextlib.suppress(OSError, ValueError):
             conn.send(("error", f"{type(exc).__name__}: {exc}".splitlines()[0] + " | " + " / ".join(tail)))
-        except (OSError, ValueError):
-            pass
     finally:
         conn.close()
 
@@ -153,10 +157,8 @@ class ModelWorker:
 
     def close(self) -> None:
         if self._proc.is_alive():
-            try:
+            with contextlib.suppress(OSError, ValueError):
                 self._conn.send(("quit",))
-            except (OSError, ValueError):
-                pass
             self._proc.join(10)
         self.kill()
         self._conn.close()

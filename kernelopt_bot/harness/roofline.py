@@ -47,10 +47,10 @@ def measure_copy_bandwidth(index: int | None = None, nbytes: int = COPY_BYTES) -
 
     index = torch.cuda.current_device() if index is None else index
     with torch.cuda.device(index):
-        src = torch.randn(nbytes // 4, device="cuda")
-        dst = torch.empty_like(src)
-        timing = time_cuda(lambda: dst.copy_(src), reps=30, warmup=3)
-        del src, dst
+        buffers = {"src": torch.randn(nbytes // 4, device="cuda")}
+        buffers["dst"] = torch.empty_like(buffers["src"])
+        timing = time_cuda(lambda: buffers["dst"].copy_(buffers["src"]), reps=30, warmup=3)
+        buffers.clear()
     assert timing.median_ms is not None
     return 2 * nbytes / (timing.median_ms * 1e-3) / 1e9
 

@@ -69,7 +69,7 @@ def find_jit_function(tree: ast.Module) -> ast.FunctionDef:
 
 def _is_jit(dec: ast.expr) -> bool:
     target = dec.func if isinstance(dec, ast.Call) else dec
-    return isinstance(target, ast.Attribute) and target.attr == "jit" or (
+    return (isinstance(target, ast.Attribute) and target.attr == "jit") or (
         isinstance(target, ast.Name) and target.id == "jit"
     )
 
@@ -87,7 +87,7 @@ def _literal(node: ast.expr) -> Any:
     if isinstance(node, (ast.List, ast.Tuple)):
         return [_literal(e) for e in node.elts]
     if isinstance(node, ast.Set):
-        return sorted((repr(_literal(e)) for e in node.elts))
+        return sorted(repr(_literal(e)) for e in node.elts)
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
         inner = _literal(node.operand)
         return -inner if isinstance(inner, (int, float)) else f"-{inner}"

@@ -1,0 +1,30 @@
+"""Norm: GroupNorm over NCHW images (statistics per sample and channel group, then a per-channel affine)."""
+
+import os
+
+import torch
+
+# Full size fills an H200; tiny keeps the CPU interpreter (CI) fast. KERNELOPT_EXAMPLE_SIZE overrides.
+FULL = (os.environ.get("KERNELOPT_EXAMPLE_SIZE") or ("full" if torch.cuda.is_available() else "tiny")) == "full"
+
+BATCH, CHANNELS, GROUPS, SIZE = (32, 256, 32, 128) if FULL else (2, 4, 2, 4)
+
+
+class Model(torch.nn.Module):
+    def __init__(self, groups: int, channels: int) -> None:
+        super().__init__()
+        self.norm = torch.nn.GroupNorm(groups, channels, eps=1e-5)
+        with torch.no_grad():
+            self.norm.weight.copy_(1.0 + 0.1 * torch.randn(channels))
+            self.norm.bias.copy_(0.1 * torch.randn(channels))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(x)
+
+
+def get_inputs():
+    return [torch.randn(BATCH, CHANNELS, SIZE, SIZE)]
+
+
+def get_init_inputs():
+    return [GROUPS, CHANNELS]

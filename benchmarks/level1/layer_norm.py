@@ -1,0 +1,30 @@
+"""Norm: LayerNorm with affine weight and bias over a non-power-of-two hidden size (5120 + 3: masked row tails)."""
+
+import os
+
+import torch
+
+# Full size fills an H200; tiny keeps the CPU interpreter (CI) fast. KERNELOPT_EXAMPLE_SIZE overrides.
+FULL = (os.environ.get("KERNELOPT_EXAMPLE_SIZE") or ("full" if torch.cuda.is_available() else "tiny")) == "full"
+
+ROWS, HIDDEN = (32768, 5123) if FULL else (4, 37)
+
+
+class Model(torch.nn.Module):
+    def __init__(self, hidden: int) -> None:
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(hidden, eps=1e-5)
+        with torch.no_grad():
+            self.norm.weight.copy_(1.0 + 0.1 * torch.randn(hidden))
+            self.norm.bias.copy_(0.1 * torch.randn(hidden))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(x)
+
+
+def get_inputs():
+    return [torch.randn(ROWS, HIDDEN)]
+
+
+def get_init_inputs():
+    return [HIDDEN]

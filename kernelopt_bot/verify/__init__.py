@@ -1,0 +1,1 @@
+"""The four-gate verification cascade: static, correctness, model, performance (VERIFY.md)."""

@@ -1,0 +1,63 @@
+"""Gate results and verdicts: what each gate decided, why, and with which numbers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+GateName = Literal["static", "correctness", "model", "performance"]
+GATE_ORDER: tuple[GateName, ...] = ("static", "correctness", "model", "performance")
+
+
+@dataclass
+class GateResult:
+    """One gate's decision. ``passed`` is ``None`` when the gate did not run or could not measure."""
+
+    name: GateName
+    passed: bool | None
+    reason: str
+    numbers: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def ok(cls, name: GateName, reason: str = "ok", **numbers: Any) -> GateResult:
+        return cls(name, True, reason, numbers)
+
+    @classmethod
+    def fail(cls, name: GateName, reason: str, **numbers: Any) -> GateResult:
+        return cls(name, False, reason, numbers)
+
+    @classmethod
+    def not_run(cls, name: GateName, reason: str, **numbers: Any) -> GateResult:
+        return cls(name, None, reason, numbers)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "passed": self.passed, "reason": self.reason, "numbers": self.numbers}
+
+
+@dataclass
+class Verdict:
+    """A candidate's results through the cascade; accepted only if every gate passed."""
+
+    kernel: str
+    candidate: str
+    gates: list[GateResult] = field(default_factory=list)
+
+    @property
+    def accepted(self) -> bool:
+        return len(self.gates) == len(GATE_ORDER) and all(g.passed is True for g in self.gates)
+
+    @property
+    def rejected_by(self) -> GateName | None:
+        return next((g.name for g in self.gates if g.passed is False), None)
+
+    def gate(self, name: GateName) -> GateResult | None:
+        return next((g for g in self.gates if g.name == name), None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kernel": self.kernel,
+            "candidate": self.candidate,
+            "accepted": self.accepted,
+            "rejected_by": self.rejected_by,
+            "gates": [g.to_json() for g in self.gates],
+        }

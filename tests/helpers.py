@@ -1,0 +1,42 @@
+"""Shared test helpers: capture examples once per session and edit kernel text."""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from kernelopt_bot.compile.capture import Capture, capture
+from kernelopt_bot.targets import load_target
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+DEVICE = "cuda" if os.environ.get("KERNELOPT_TEST_DEVICE") == "cuda" else None
+
+
+@functools.cache
+def captured(example: str, dtype: str = "fp32") -> Capture:
+    """Compile an example once per test session (on the default device)."""
+    return capture(load_target(str(EXAMPLES / example), DEVICE, dtype))
+
+
+def bump_constant(source: str, old: str, new: str) -> str:
+    """Change one literal in a kernel, asserting it was there: the edit must really happen."""
+    assert old in source, f"{old!r} not in kernel source"
+    return source.replace(old, new, 1)
+
+
+def first_float_constant(source: str) -> str:
+    """A ``tl.full(..., <float>, tl.float32)`` literal of a kernel, to perturb in tests."""
+    match = re.search(r"tl\.full\(\[[^\]]*\], (-?\d+\.\d+(?:e-?\d+)?), tl\.float32\)", source)
+    assert match, "kernel has no float constant to perturb"
+    return match.group(0)
+
+
+def run_cli(*args: str, timeout: int = 600) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    return subprocess.run([sys.executable, "-m", "kernelopt_bot.cli", *args], capture_output=True,
+                          text=True, cwd=ROOT, env=env, timeout=timeout)

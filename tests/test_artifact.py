@@ -1,0 +1,92 @@
+"""Reading output code into an Artifact: kernels, kinds, launches, preserved vendor calls."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kernelopt_bot.compile.artifact import OutputCodeError, kernel_kind, parse_output_code
+from kernelopt_bot.stitch.keys import kernel_key, source_sha256
+from tests.helpers import captured
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "output_code"
+FIXTURE_FILES = sorted(FIXTURES.glob("torch-*/*.py"))
+
+
+def test_capture_of_a_gemm_with_epilogue() -> None:
+    art = captured("linear_epilogue.py").artifact
+    assert len(art.graphs) == 1
+    (kernel,) = art.kernels
+    assert kernel.kind == "persistent_reduction"
+    assert kernel.heuristic == "persistent_reduction"
+    assert kernel.sha256 == source_sha256(kernel.source)
+    assert kernel.key == kernel_key(kernel.source)
+    assert kernel.params[-1] == "XBLOCK" and kernel.constexprs == ["XBLOCK"]
+    assert kernel.signature["XBLOCK"] == "constexpr"
+    assert kernel.mutated_args == ["in_out_ptr1"]
+    assert kernel.size_hints == {"x": 8, "r0_": 32}
+    assert len(kernel.launches) == 1 and kernel.launches[0].args[-2:] == ["8", "32"]
+    assert [(c.op, c.kind, c.preserved) for c in art.extern_calls] == [("extern_kernels.addmm", "extern", True)]
+
+
+def test_kinds_across_examples() -> None:
+    kinds = {k.kind for ex in ("gelu.py", "mlp.py", "softmax.py") for k in captured(ex).artifact.kernels}
+    assert {"pointwise", "persistent_reduction"} <= kinds
+    assert all(k.kind == "pointwise" for k in captured("gelu.py").artifact.kernels)
+
+
+def test_graph_breaks_give_several_graphs() -> None:
+    art = captured("graph_break.py").artifact
+    assert len(art.graphs) == 2
+    assert [k.graph for k in art.kernels] == [0, 1]
+    assert art.kernel("g1:" + art.kernels[1].name) is art.kernels[1]
+
+
+def test_kernel_lookup_errors() -> None:
+    art = captured("graph_break.py").artifact
+    with pytest.raises(KeyError, match="no kernel"):
+        art.kernel("triton_missing")
+
+
+def test_conv_keeps_the_vendor_call() -> None:
+    art = captured("conv_bn_gelu.py").artifact
+    assert "extern_kernels.convolution" in [c.op for c in art.extern_calls]
+    assert all(c.preserved for c in art.extern_calls)
+
+
+def test_kind_falls_back_to_name_prefix() -> None:
+    assert kernel_kind("triton_red_fused_sum_0", None) == "reduction"
+    assert kernel_kind("triton_tem_fused_mm_0", None) == "template"
+    assert kernel_kind("triton_for_fused_0", None) == "other"
+    assert kernel_kind("triton_poi_fused_0", "split_scan") == "other"
+
+
+def test_docstring_copies_are_not_kernels() -> None:
+    code = captured("gelu.py").artifact.graphs[0].code
+    decoy = '"""\nfake = async_compile.triton(\'fake\', \'\'\'x\'\'\', device_str=\'cuda\')\n"""\n'
+    graph = parse_output_code(decoy + code)
+    assert [k.name for k in graph.kernels] == [k.name for k in captured("gelu.py").artifact.kernels]
+
+
+def test_broken_output_code_is_a_clear_error() -> None:
+    with pytest.raises(OutputCodeError, match="does not parse"):
+        parse_output_code("def call(:\n")
+
+
+@pytest.mark.skipif(not FIXTURE_FILES, reason="no output-code fixtures")
+@pytest.mark.parametrize("path", FIXTURE_FILES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_fixture_output_code_parses(path: Path) -> None:
+    """Output code captured on other torch versions (the H200's among them) reads the same way."""
+    manifest = json.loads((path.parent / "MANIFEST.json").read_text())
+    expected = manifest["files"][path.name]
+    graph = parse_output_code(path.read_text())
+    assert [k.name for k in graph.kernels] == expected["kernels"]
+    assert [c.op for c in graph.extern_calls] == expected["extern_calls"]
+    for kernel in graph.kernels:
+        assert kernel.launches, f"{kernel.name} has no launch site"
+        prefix_kind = kernel_kind(kernel.name, None)
+        if prefix_kind != "other":
+            assert kernel.kind == prefix_kind
+        assert kernel.key == kernel_key(kernel.source)

@@ -1,0 +1,98 @@
+"""End to end through the CLI: inspect's JSON contract, pin, and bench in separate processes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kernelopt_bot.bench import bench
+from kernelopt_bot.stitch.pack import KernelPack
+from tests.helpers import EXAMPLES, bump_constant, captured, run_cli
+
+LINEAR = str(EXAMPLES / "linear_epilogue.py")
+
+
+@pytest.fixture(scope="module")
+def inspected() -> dict:
+    result = run_cli("inspect", LINEAR, "--json")
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_inspect_json_contract(inspected: dict) -> None:
+    assert set(inspected) >= {"target", "device", "kernels", "extern_calls"}
+    assert inspected["target"] == LINEAR
+    (kernel,) = inspected["kernels"]
+    assert set(kernel) >= {"name", "kind", "sha256", "key", "source", "time_ms", "share"}
+    assert kernel["kind"] == "persistent_reduction"
+    import hashlib
+
+    assert kernel["sha256"] == hashlib.sha256(kernel["source"].encode()).hexdigest()
+    assert inspected["extern_calls"][0]["op"] == "extern_kernels.addmm"
+    if inspected["device"] == "cpu":
+        assert kernel["time_ms"] is None and kernel["share"] is None
+
+
+def test_inspect_table() -> None:
+    result = run_cli("inspect", str(EXAMPLES / "graph_break.py"))
+    assert result.returncode == 0, result.stderr
+    assert "2 Triton kernels in 2 graph(s)" in result.stdout
+    assert "g1:triton_poi_fused_mul_sigmoid_0" in result.stdout
+
+
+def test_pin_then_bench_shows_the_change(tmp_path: Path, inspected: dict) -> None:
+    kernel = inspected["kernels"][0]
+    changed = tmp_path / "kernel.py"
+    changed.write_text(bump_constant(kernel["source"], "tl.full([1, 1], 1.0, tl.float32)",
+                                     "tl.full([1, 1], 4.0, tl.float32)"))
+    pack_path = tmp_path / "pack.json"
+    result = run_cli("pin", LINEAR, "--kernel", kernel["name"], "--source", str(changed), "--out", str(pack_path))
+    assert result.returncode == 0, result.stderr
+    assert KernelPack.load(pack_path).entries[kernel["key"]].source is not None
+    result = run_cli("bench", LINEAR, "--pack", str(pack_path), "--json", "--rounds", "2", "--reps", "3")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["applied"] == [kernel["name"]]
+    assert data["max_abs_diff"] > 1e-3
+    if data["device"] == "cpu":
+        assert data["speedup"] is None and data["baseline_ms"] is None and not data["measured"]
+
+
+def test_bench_with_an_empty_pack_matches_the_compiler() -> None:
+    cap = captured("linear_epilogue.py")
+    result = bench(LINEAR, KernelPack(), device=cap.target.device, rounds=2, reps=3)
+    assert result.applied == [] and result.max_abs_diff == 0.0
+
+
+def test_bench_pin_applies_with_caches_disabled() -> None:
+    from kernelopt_bot.stitch.pack import LaunchConfig, PackEntry
+    from kernelopt_bot.stitch.runtime import running_environment
+
+    cap = captured("linear_epilogue.py")
+    kernel = cap.artifact.kernels[0]
+    pack = KernelPack()
+    pack.add(PackEntry(kernel.key, kernel.name, config=LaunchConfig({"XBLOCK": 2}, 2, 1),
+                       guard=running_environment(cap.target.device)))
+    result = bench(LINEAR, pack, device=cap.target.device, rounds=2, reps=3,
+                   config={"force_disable_caches": True})
+    assert result.applied == [kernel.name]
+    assert result.max_abs_diff < 1e-5
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["bench", LINEAR, "--pack", "/nonexistent/pack.json"], "cannot read pack"),
+        (["bench", LINEAR, "--pack", __file__], "not valid JSON"),
+        (["bench", LINEAR, "--pack", __file__, "--inductor-config", "nope=1"], "known Inductor config"),
+        (["pin", LINEAR, "--kernel", "triton_nope", "--config", '{"kwargs": {"XBLOCK": 2}}', "--out", "/tmp/x.json"], "no kernel"),
+        (["pin", LINEAR, "--kernel", "x", "--config", "{bad", "--out", "/tmp/x.json"], "--config"),
+        (["inspect", "no_such_file.py"], "no such file"),
+    ],
+)
+def test_bad_input_exits_2(args: list[str], message: str) -> None:
+    result = run_cli(*args)
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert message in result.stderr

@@ -1,0 +1,93 @@
+"""Loading targets, and the one-line errors (exit code 2) for every kind of bad target."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernelopt_bot.errors import TargetError
+from kernelopt_bot.targets import load_target
+from tests.helpers import EXAMPLES, run_cli
+
+GOOD = """
+import torch
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return x * 2
+def get_inputs():
+    return [torch.randn(4, 8)]
+def get_init_inputs():
+    return []
+"""
+
+
+def _write(tmp_path: Path, body: str, name: str = "target.py") -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+def test_benchmark_file_target(tmp_path: Path) -> None:
+    target = load_target(str(_write(tmp_path, GOOD)), "cpu", "bf16")
+    (x,) = target.make_inputs(3)
+    assert x.dtype == torch.bfloat16 and x.device.type == "cpu"
+    assert torch.equal(target.make_inputs(3)[0], x)
+    assert not torch.equal(target.make_inputs(4)[0], x)
+    assert not target.model.training
+
+
+def test_factory_target(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "mypkg").mkdir()
+    (tmp_path / "mypkg" / "__init__.py").write_text("")
+    (tmp_path / "mypkg" / "models.py").write_text(textwrap.dedent("""
+        import torch
+        def build(device, dtype):
+            return torch.nn.Linear(8, 8).to(device, dtype), (torch.randn(2, 8, device=device, dtype=dtype),)
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    target = load_target("mypkg.models:build", "cpu", "fp32")
+    assert target.name == "build"
+    a, b = target.make_inputs(1)[0], target.make_inputs(2)[0]
+    assert a.shape == (2, 8) and not torch.equal(a, b)
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ("def broken(:\n", "does not import: syntax error"),
+        ("import not_a_module_anywhere\n", "does not import: ModuleNotFoundError"),
+        ("import torch\nclass Model(torch.nn.Module):\n    pass\n", "missing get_inputs, get_init_inputs"),
+        (GOOD.replace("return x * 2", "return x @ torch.ones(3, 3)"), "model fails eagerly"),
+        (GOOD.replace("torch.randn(4, 8)", "torch.randn(4, 8, device='meta')"), "input 0 is on meta"),
+        (GOOD.replace("return []", "raise ValueError('no')"), "get_init_inputs() failed: ValueError: no"),
+    ],
+    ids=["syntax", "import", "missing", "eager", "device", "init"],
+)
+def test_bad_targets(tmp_path: Path, body: str, message: str) -> None:
+    path = _write(tmp_path, body)
+    with pytest.raises(TargetError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        load_target(str(path), "cpu")
+    result = run_cli("inspect", str(path), "--device", "cpu")
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message.split(":")[0] in lines[0]
+
+
+def test_bad_specs() -> None:
+    with pytest.raises(TargetError, match="no such file"):
+        load_target("does/not/exist.py", "cpu")
+    with pytest.raises(TargetError, match="neither"):
+        load_target("nonsense", "cpu")
+    with pytest.raises(TargetError, match="does not import"):
+        load_target("no_such_pkg_xyz.mod:factory", "cpu")
+    with pytest.raises(TargetError, match="unknown dtype"):
+        load_target(str(EXAMPLES / "gelu.py"), "cpu", "fp64")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU error")
+def test_cuda_without_a_gpu_is_bad_input() -> None:
+    with pytest.raises(TargetError, match="no CUDA device"):
+        load_target(str(EXAMPLES / "gelu.py"), "cuda")
