@@ -90,3 +90,45 @@ def test_fixture_output_code_parses(path: Path) -> None:
         if prefix_kind != "other":
             assert kernel.kind == prefix_kind
         assert kernel.key == kernel_key(kernel.source)
+
+
+H200_FIXTURES = FIXTURES / "torch-2.11.0"
+
+
+@pytest.mark.skipif(not H200_FIXTURES.is_dir(), reason="no H200 fixtures")
+def test_h200_output_code_details() -> None:
+    """Output code captured on the H200 (torch 2.11): CUDA kernels, cuBLAS/cuDNN calls kept."""
+    manifest = json.loads((H200_FIXTURES / "MANIFEST.json").read_text())
+    assert "H200" in (manifest["device_target"] or "")
+    graph = parse_output_code((H200_FIXTURES / "linear_epilogue_bf16.py").read_text())
+    assert any(c.op.startswith("extern_kernels.") for c in graph.extern_calls)
+    for kernel in graph.kernels:
+        assert "device_str='cuda'" in graph.code
+        assert kernel.signature and all(kernel.launches)
+    conv = parse_output_code((H200_FIXTURES / "conv_bn_gelu.py").read_text())
+    assert "extern_kernels.convolution" in [c.op for c in conv.extern_calls]
+    breaks = sorted(H200_FIXTURES.glob("graph_break_g*.py"))
+    assert len(breaks) == 2
+
+
+@pytest.mark.skipif(not H200_FIXTURES.is_dir(), reason="no H200 fixtures")
+def test_pack_rewrite_applies_to_h200_kernel_text() -> None:
+    """The runtime's key lookup works on real CUDA kernel text, also after a flag flip."""
+    from kernelopt_bot.stitch import runtime
+    from kernelopt_bot.stitch.pack import KernelPack, LaunchConfig, PackEntry
+
+    kernel = parse_output_code((H200_FIXTURES / "rmsnorm.py").read_text()).kernels[0]
+    pack = KernelPack()
+    pack.add(PackEntry(kernel.key, kernel.name, config=LaunchConfig({"XBLOCK": 1, "R0_BLOCK": 2048}, 8, 1)))
+    flipped = kernel.source.replace("'force_disable_caches': False", "'force_disable_caches': True, "
+                                    "'coordinate_descent_tuning': True")
+    assert flipped != kernel.source
+    runtime.install(pack, reset=False)
+    try:
+        for text in (kernel.source, flipped):
+            out = runtime.rewrite(kernel.name, text, "cuda")
+            assert runtime.PIN_MARKER in out and "'R0_BLOCK': 2048" in out
+        other = runtime.rewrite(kernel.name, kernel.source.replace("r0_numel = 4096", "r0_numel = 2048"), "cuda")
+        assert runtime.PIN_MARKER not in other
+    finally:
+        runtime.uninstall(reset=False)

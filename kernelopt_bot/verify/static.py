@@ -92,11 +92,27 @@ _FORBIDDEN_NAMES = frozenset({
 _FORBIDDEN_ATTRS = frozenset({
     "os", "sys", "subprocess", "socket", "ctypes", "importlib", "builtins", "torch", "time",
     "threading", "multiprocessing", "numpy", "environ", "getenv", "putenv", "system", "popen",
-    "open", "exec", "eval", "runtime", "testing", "compiler", "backends", "tools", "knobs",
-    "driver", "triton", "pymath", "warnings", "inspect",
+    "open", "exec", "eval", "compile", "runtime", "testing", "compiler", "backends", "tools", "knobs",
+    "driver", "triton", "pymath", "warnings", "inspect", "core", "typing", "pkgutil",
+    # the interpreter's host-side storage of a tensor (a numpy array: .tofile, .ctypes, ...)
+    "handle", "tofile", "dump", "dumps",
 })
 # ``triton.<attr>`` inside a kernel: only the device-side API.
 _TRITON_BODY_ATTRS = frozenset({"language", "cdiv", "next_power_of_2"})
+# Inside a kernel, an attribute chain on a module may only pass through these device-API
+# submodules (``tl.math.exp``, ``tl.extra.cuda.libdevice.exp``) ...
+_DEVICE_SUBMODULES = frozenset({"language", "math", "extra", "cuda", "hip", "libdevice", "standard", "random"})
+# ... and must not end on a module: a module object in a local is a path to host modules
+# (``tl.core.inspect.os``, ``triton_helpers.triton.runtime``). These are the module-valued
+# attributes of triton, triton.language and the Inductor helpers (triton 3.9).
+_MODULE_ATTRS = frozenset({
+    "backends", "compiler", "core", "cuda", "errors", "extra", "hip", "knobs", "language", "libdevice",
+    "math", "module", "pkgutil", "pymath", "random", "runtime", "standard", "target_info", "testing", "tl",
+    "tools", "triton", "warnings", "typing", "inspect", "builtins", "semantic", "interpreter",
+})
+# Imported names that are modules (the rest are functions, dtypes or hint classes).
+_MODULE_IMPORT_NAMES = frozenset({"language", "triton_helpers", "triton_heuristics", "libdevice", "math",
+                                  "cuda", "hip", "extra", "standard", "random"})
 # Builtins Inductor kernels use (``float("-inf")``, ``range`` in templates); the Triton frontend
 # understands them.
 _ALLOWED_BUILTINS = frozenset({"range", "float", "int", "bool", "min", "max", "abs", "len"})
@@ -240,6 +256,12 @@ class _Module:
     def bindings(self) -> dict[str, str]:
         return {imp.bound: _kind_of(imp.origin) for imp in self.imports}
 
+    @property
+    def module_names(self) -> set[str]:
+        """Bound names that refer to modules rather than to functions or values."""
+        return {imp.bound for imp in self.imports
+                if imp.spec[0] == "import" or imp.spec[2] in _MODULE_IMPORT_NAMES}
+
 
 def _is_jit_decorator(dec: ast.expr) -> bool:
     target = dec.func if isinstance(dec, ast.Call) else dec
@@ -309,11 +331,11 @@ def _describe(node: ast.AST, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _read_module(tree: ast.Module, original_driver_calls: set[str] | None) -> _Module:
-    """Sort the module's top-level statements; reject anything that is host code or state.
+def _read_module(tree: ast.Module, original_driver_calls: set[str]) -> _Module:
+    """Sort the candidate's top-level statements; reject anything that is host code or state.
 
-    ``original_driver_calls`` is ``None`` when reading the original (then every driver call is
-    recorded, not judged).
+    ``original_driver_calls`` are the ``triton_helpers.set_driver_to_*()`` statements of the
+    original: the only module-level calls a candidate may repeat (they pick the runtime driver).
     """
     mod = _Module(tree)
     for imp_stmt in (s for s in tree.body if isinstance(s, (ast.Import, ast.ImportFrom))):
@@ -344,7 +366,7 @@ def _read_module(tree: ast.Module, original_driver_calls: set[str] | None) -> _M
             raise _Reject("module-level", "bare string expression at module level")
         if _is_driver_call(stmt):
             text = ast.unparse(stmt)
-            if original_driver_calls is not None and text not in original_driver_calls:
+            if text not in original_driver_calls:
                 raise _Reject("module-level", f"'{text}' is not in the original kernel module")
             mod.driver_calls.append(text)
             continue
@@ -383,7 +405,7 @@ def _read_constant(stmt: ast.Assign | ast.AnnAssign, bindings: dict[str, str],
     if not ok:
         raise _Reject("module-level", f"'{_describe(stmt)}': module-level constants must be int/float/str "
                                       "literals or tl.constexpr(<literal>); anything else is host code")
-    if "BLOCK" in name.upper() and isinstance(value, int) and not is_power_of_two(value):
+    if "BLOCK" in name.upper() and isinstance(value, int) and not isinstance(value, bool) and not is_power_of_two(value):
         raise _Reject("block-size", f"module constant {name} = {value} is not a power of two")
     return name, value
 
@@ -449,9 +471,12 @@ def _check_decorator_args(call: ast.Call, bindings: dict[str, str]) -> None:
                 continue
             if isinstance(sub, ast.Attribute) and hint_rooted(sub):
                 continue
-            if isinstance(sub, ast.Call) and not any(k.arg is None for k in sub.keywords) and (
-                (isinstance(sub.func, ast.Name) and sub.func.id in _DECORATOR_CALLS) or hint_rooted(sub.func)
-            ):
+            direct_call = isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name) and (
+                sub.func.id in _DECORATOR_CALLS or sub.func.id in hints)
+            # Older Inductor writes ``AttrsDescriptor.from_dict({...})``; no other method is a literal.
+            from_dict = isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) and (
+                sub.func.attr == "from_dict" and hint_rooted(sub.func))
+            if isinstance(sub, ast.Call) and not any(k.arg is None for k in sub.keywords) and (direct_call or from_dict):
                 continue
             raise _Reject("decorator", f"'{_describe(sub)}' in the heuristics decorator would run host code "
                                        "at load time; only literals and Inductor hint values are allowed")
@@ -517,9 +542,11 @@ def _check_grid_contract(cand_fn: ast.FunctionDef, cand_call: ast.Call | None, o
             what = "which arguments are mutated is a semantic change" if key == "mutated_arg_names" else (
                 "the launcher computes the grid from it")
             raise _Reject("decorator", f"inductor_meta['{key}'] changed from {want!r} to {got!r}; {what}")
-    if cand.triton_meta.get("signature") != orig.triton_meta.get("signature"):
-        raise _Reject("decorator", "triton_meta['signature'] differs from the original's (argument types and "
-                                   "constexprs are part of the contract)")
+    for key, why in (("signature", "argument types and constexprs are part of the contract"),
+                     ("constants", "arguments specialized to constants are part of the contract"),
+                     ("configs", "divisibility specialization is a promise about the inputs, not the kernel")):
+        if cand.triton_meta.get(key) != orig.triton_meta.get(key):
+            raise _Reject("decorator", f"triton_meta['{key}'] differs from the original's ({why})")
     want_hints, got_hints = orig.size_hints, cand.size_hints
     if isinstance(want_hints, dict):
         if not isinstance(got_hints, dict) or set(got_hints) != set(want_hints):
@@ -544,23 +571,30 @@ class _Scope:
     constants: set[str]
     functions: set[str]
     allow_inline_asm: bool
+    modules: set[str] = field(default_factory=set)
+
+    def module_root(self, node: ast.expr) -> bool:
+        """A name that refers to an imported module (not shadowed by a local)."""
+        return isinstance(node, ast.Name) and node.id in self.modules and node.id not in self.locals
 
 
-def _check_identifier(name: str, where: str, scope: _Scope, *, attribute: bool) -> None:
+def _check_identifier(name: str, scope: _Scope, *, attribute: bool, context: str = "") -> None:
+    """Reject identifiers that reach the host, streams and (unless opted in) inline assembly."""
+    where = f"{'attribute' if attribute else 'name'} '{name}'" + (f" in '{context}'" if context else "")
     lowered = name.lower()
     if "stream" in lowered:
-        raise _Reject("streams", f"{where} '{name}' mentions a stream; work on another stream escapes the timer")
+        raise _Reject("streams", f"{where} mentions a stream; work on another stream escapes the timer")
     if "inline_asm" in lowered and not scope.allow_inline_asm:
-        raise _Reject("inline-asm", f"{where} '{name}': inline_asm is not allowed unless allow_inline_asm is set")
+        raise _Reject("inline-asm", f"{where}: inline_asm is not allowed unless allow_inline_asm is set")
     if name.startswith("__"):
-        raise _Reject("forbidden-name", f"{where} '{name}': dunder access reaches host objects")
+        raise _Reject("forbidden-name", f"{where}: dunder access reaches host objects")
     if attribute and name.startswith("_"):
-        raise _Reject("forbidden-name", f"{where} '{name}': private attributes are not kernel API")
+        raise _Reject("forbidden-name", f"{where}: private attributes are not kernel API")
     if name == "print" and not attribute:
         raise _Reject("forbidden-name", "builtin print() is host I/O; use tl.device_print")
     forbidden = _FORBIDDEN_ATTRS if attribute else _FORBIDDEN_NAMES
     if name in forbidden:
-        raise _Reject("forbidden-name", f"{where} '{name}' is host/file/network/process access, not kernel code")
+        raise _Reject("forbidden-name", f"{where} is host/file/network/process access, not kernel code")
 
 
 def _call_root(func: ast.expr) -> ast.expr:
@@ -609,40 +643,71 @@ def _check_block_assignment(stmt: ast.Assign | ast.AnnAssign, scope: _Scope) -> 
 
 
 def _check_body(fn: ast.FunctionDef, scope: _Scope) -> None:
-    """Walk the kernel body: device API and locals only, no host access, no state."""
-    for stmt in fn.body:
-        for node in ast.walk(stmt):
-            if isinstance(node, (ast.Global, ast.Nonlocal)):
-                kw = "global" if isinstance(node, ast.Global) else "nonlocal"
-                raise _Reject("kernel-body", f"'{kw}' statement in the kernel: module-level state is not allowed")
-            if isinstance(node, (ast.Import, ast.ImportFrom)):
-                raise _Reject("kernel-body", f"'{_describe(node)}' inside the kernel: imports belong at module "
-                                             "level and are limited to triton and the Inductor runtime")
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
-                raise _Reject("kernel-body", "nested functions, lambdas and classes are not allowed in the kernel")
-            if isinstance(node, (ast.Yield, ast.YieldFrom, ast.Await)):
-                raise _Reject("kernel-body", "generators and await are not kernel code")
-            if isinstance(node, ast.Constant) and isinstance(node.value, str):
-                if "stream" in node.value.lower():
-                    raise _Reject("streams", f"string {node.value!r} mentions a stream")
-                if "inline_asm" in node.value.lower() and not scope.allow_inline_asm:
-                    raise _Reject("inline-asm", f"string {node.value!r} mentions inline_asm")
-            if isinstance(node, ast.Name):
-                _check_name(node, scope)
-            elif isinstance(node, ast.Attribute):
-                _check_identifier(node.attr, "attribute", scope, attribute=True)
-                if isinstance(node.value, ast.Name) and scope.bindings.get(node.value.id) == "triton" and (
-                    node.value.id not in scope.locals
-                ) and node.attr not in _TRITON_BODY_ATTRS:
-                    raise _Reject("kernel-body", f"'{ast.unparse(node)}' is host-side triton API, not device code")
-            elif isinstance(node, ast.Call):
-                _check_call(node, scope)
-            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
-                _check_block_assignment(node, scope)
+    """Walk the kernel body: device API and locals only, no host access, no state.
+
+    Two passes, so the most specific reason wins: forbidden identifiers (``open``, ``os``,
+    streams, ``inline_asm``) and forbidden statements first, then whether every name and call
+    resolves to a local or the device API.
+    """
+    nodes = [node for stmt in fn.body for node in ast.walk(stmt)]
+    for node in nodes:
+        if isinstance(node, (ast.Global, ast.Nonlocal)):
+            kw = "global" if isinstance(node, ast.Global) else "nonlocal"
+            raise _Reject("kernel-body", f"'{kw}' statement in the kernel: module-level state is not allowed")
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            raise _Reject("kernel-body", f"'{_describe(node)}' inside the kernel: imports belong at module "
+                                         "level and are limited to triton and the Inductor runtime")
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            raise _Reject("kernel-body", "nested functions, lambdas and classes are not allowed in the kernel")
+        if isinstance(node, (ast.Yield, ast.YieldFrom, ast.Await)):
+            raise _Reject("kernel-body", "generators and await are not kernel code")
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if "stream" in node.value.lower():
+                raise _Reject("streams", f"string {node.value!r} mentions a stream")
+            if "inline_asm" in node.value.lower() and not scope.allow_inline_asm:
+                raise _Reject("inline-asm", f"string {node.value!r} mentions inline_asm")
+        if isinstance(node, ast.Name):
+            _check_identifier(node.id, scope, attribute=False)
+        elif isinstance(node, ast.Attribute):
+            _check_identifier(node.attr, scope, attribute=True, context=_describe(node))
+    parents = {child: node for node in nodes for child in ast.iter_child_nodes(node)}
+    for node in nodes:
+        if isinstance(node, ast.Name):
+            _check_name(node, scope)
+            parent = parents.get(node)
+            if scope.module_root(node) and not (isinstance(parent, ast.Attribute) and parent.value is node):
+                raise _Reject("kernel-body", f"module '{node.id}' used as a value; only '{node.id}.<function>' "
+                                             "is kernel code")
+        elif isinstance(node, ast.Attribute):
+            parent = parents.get(node)
+            if not (isinstance(parent, ast.Attribute) and parent.value is node):
+                _check_module_chain(node, scope)
+        elif isinstance(node, ast.Call):
+            _check_call(node, scope)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            _check_block_assignment(node, scope)
+
+
+def _check_module_chain(node: ast.Attribute, scope: _Scope) -> None:
+    """``tl.x``, ``tl.math.x``, ``triton.language.x``: through device submodules to a non-module."""
+    segments: list[str] = []
+    root: ast.expr = node
+    while isinstance(root, ast.Attribute):
+        segments.append(root.attr)
+        root = root.value
+    if not scope.module_root(root):
+        return
+    assert isinstance(root, ast.Name)
+    segments.reverse()
+    text = ast.unparse(node)
+    if scope.bindings.get(root.id) == "triton" and segments[0] not in _TRITON_BODY_ATTRS:
+        raise _Reject("kernel-body", f"'{text}' is host-side triton API, not device code")
+    if any(seg not in _DEVICE_SUBMODULES for seg in segments[:-1]) or segments[-1] in _MODULE_ATTRS:
+        raise _Reject("kernel-body", f"'{text}' is not a device function or value of "
+                                     "triton/tl/tl_math/libdevice/triton_helpers")
 
 
 def _check_name(node: ast.Name, scope: _Scope) -> None:
-    _check_identifier(node.id, "name", scope, attribute=False)
     if not isinstance(node.ctx, ast.Load) or node.id in scope.locals:
         return
     if node.id in scope.constants or node.id in scope.functions or node.id in _ALLOWED_BUILTINS:
@@ -719,9 +784,13 @@ def check_source(original: TritonKernel, candidate: str, *, allow_inline_asm: bo
             tree = ast.parse(candidate)
         except SyntaxError as exc:
             raise _Reject("syntax", f"candidate does not parse: line {exc.lineno}: {exc.msg}") from None
+        except (MemoryError, RecursionError) as exc:
+            raise _Reject("syntax", f"candidate is too deeply nested to parse ({type(exc).__name__})") from None
         _check_source_tree(tree, orig_mod, orig_fn, allow_inline_asm)
     except _Reject as exc:
         return _fail(exc, lines)
+    except Exception as exc:  # noqa: BLE001 - hostile input must be a rejection, never a crash of the tool
+        return _fail(_Reject("internal", f"candidate could not be checked ({type(exc).__name__}: {exc})"), lines)
     return GateResult.ok(GATE, "passed static checks", lines=lines)
 
 
@@ -774,6 +843,7 @@ def _check_source_tree(tree: ast.Module, orig_mod: _Module, orig_fn: ast.Functio
             constants=set(cand.constants),
             functions=set(names),
             allow_inline_asm=allow_inline_asm,
+            modules=cand.module_names,
         )
         _check_body(body_fn, scope)
 
@@ -810,9 +880,24 @@ def check_config(original: TritonKernel, config: LaunchConfig, limits: DeviceLim
     return GateResult.ok(GATE, "launch config passed static checks", tile=tile)
 
 
+def _wrapper_constants(original: TritonKernel) -> set[str]:
+    """Constexpr parameters the wrapper passes itself (``triton_meta['constants']``, e.g. an
+    ``xnumel`` of 1): a launch config must not set them too."""
+    try:
+        dec = read_decorator(original.source)
+    except (SyntaxError, KernelSourceError):
+        return set()
+    constants = dec.triton_meta.get("constants") if dec else None
+    return {str(k) for k in constants} if isinstance(constants, dict) else set()
+
+
 def _check_config(original: TritonKernel, config: LaunchConfig, limits: DeviceLimits) -> int:
-    constexprs = original.constexprs
+    fixed = _wrapper_constants(original)
+    constexprs = [c for c in original.constexprs if c not in fixed]
     for key, value in config.kwargs.items():
+        if key in fixed:
+            raise _Reject("config-key", f"{key} is a constant the wrapper passes to {original.name} "
+                                        "(triton_meta constants), not a launch-config knob")
         if key not in constexprs:
             hint = ""
             if key in BLOCK_CONSTEXPRS and original.kind == "persistent_reduction":

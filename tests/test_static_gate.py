@@ -1,0 +1,482 @@
+"""Gate 1 (static) on real Inductor kernels: honest rewrites pass, every cheat names its rule.
+
+The originals are compiled from the examples on the CPU interpreter (tiny sizes), once per module:
+a persistent reduction (softmax, sum over the middle dim), a pointwise kernel (gelu) and a looped
+reduction (sum over the middle dim with persistent reductions turned off, so ``R0_BLOCK`` is a
+launch-config constexpr). Cheating candidates are made by editing the original text, so each one
+differs from an accepted kernel by exactly the trick under test.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from kernelopt_bot.compile.artifact import TritonKernel
+from kernelopt_bot.stitch.pack import LaunchConfig
+from kernelopt_bot.verify.result import GateResult
+from kernelopt_bot.verify.static import DeviceLimits, check_config, check_source
+
+# --------------------------------------------------------------------------------------------
+# Fixtures and helpers
+
+
+def _compile(example: str, options: dict[str, object] | None = None) -> TritonKernel:
+    from kernelopt_bot.compile.capture import capture
+    from kernelopt_bot.targets import load_target
+
+    cap = capture(load_target(f"examples/{example}.py", "cpu"), record=False, options=options)
+    kernels = cap.artifact.kernels
+    assert len(kernels) == 1, [k.name for k in kernels]
+    return kernels[0]
+
+
+@pytest.fixture(scope="module")
+def kernels() -> dict[str, TritonKernel]:
+    """Each example compiles once for the whole module."""
+    return {
+        "softmax": _compile("softmax"),
+        "gelu": _compile("gelu"),
+        "sum": _compile("sum_middle_dim"),
+        "sum_looped": _compile("sum_middle_dim", {"triton.persistent_reductions": False}),
+    }
+
+
+@pytest.fixture(scope="module")
+def softmax(kernels: dict[str, TritonKernel]) -> TritonKernel:
+    return kernels["softmax"]
+
+
+@pytest.fixture(scope="module")
+def gelu(kernels: dict[str, TritonKernel]) -> TritonKernel:
+    return kernels["gelu"]
+
+
+@pytest.fixture(scope="module")
+def looped(kernels: dict[str, TritonKernel]) -> TritonKernel:
+    return kernels["sum_looped"]
+
+
+def edit(source: str, old: str, new: str, count: int = 1) -> str:
+    """Replace text that must be there: a cheat that silently did not apply would pass for the
+    wrong reason."""
+    assert old in source, f"{old!r} not in kernel source"
+    return source.replace(old, new, count)
+
+
+def add_body_line(kernel: TritonKernel, line: str) -> str:
+    """Insert ``line`` as the first statement of the kernel body."""
+    header_end = kernel.source.index(f"def {kernel.name}(")
+    colon = kernel.source.index(":\n", kernel.source.index(")", header_end))
+    return kernel.source[: colon + 2] + f"    {line}\n" + kernel.source[colon + 2 :]
+
+
+def add_import(source: str, line: str) -> str:
+    return edit(source, "import triton\n", f"import triton\n{line}\n")
+
+
+def assert_passed(result: GateResult) -> None:
+    assert result.name == "static"
+    assert result.passed is True, result.reason
+
+
+def assert_rejected(result: GateResult, rule: str, *words: str) -> None:
+    """Rejected by ``rule``, and the reason says so (and mentions ``words``)."""
+    assert result.name == "static"
+    assert result.passed is False, f"expected a '{rule}' rejection, got a pass"
+    assert result.reason.startswith(f"{rule}:"), result.reason
+    assert result.numbers.get("rule") == rule
+    for word in words:
+        assert word in result.reason, (word, result.reason)
+
+
+# --------------------------------------------------------------------------------------------
+# check_source: honest candidates pass
+
+
+@pytest.mark.parametrize("which", ["softmax", "gelu", "sum", "sum_looped"])
+def test_original_passes(kernels: dict[str, TritonKernel], which: str) -> None:
+    kernel = kernels[which]
+    result = check_source(kernel, kernel.source)
+    assert_passed(result)
+    assert result.numbers["lines"] == len(kernel.source.splitlines())
+
+
+def test_comments_and_blank_lines_pass(softmax: TritonKernel) -> None:
+    src = edit(softmax.source, "    tmp5 = tmp0 - tmp4\n", "\n    # subtract the row max\n\n    tmp5 = tmp0 - tmp4  # stable\n")
+    src = "# a rewritten softmax\n\n" + src.replace("\n\n", "\n\n\n")
+    assert_passed(check_source(softmax, src))
+
+
+def test_equivalent_rewrite_passes(gelu: TritonKernel) -> None:
+    src = edit(gelu.source, "tmp2 = tmp0 * tmp1", "tmp2 = tmp1 * tmp0")
+    assert_passed(check_source(gelu, src))
+
+
+def test_restructured_body_passes(softmax: TritonKernel) -> None:
+    """A real rewrite: the exp and the division folded into one expression, local renamed."""
+    src = edit(softmax.source, "    tmp11 = (tmp6 / tmp10)\n    tl.store(in_out_ptr0 + (r0_1 + 128*x0), tmp11, xmask)",
+               "    result = libdevice.exp(tmp5) / tmp10\n    tl.store(in_out_ptr0 + (r0_1 + 128*x0), result, xmask)")
+    assert_passed(check_source(softmax, src))
+
+
+def test_device_print_is_allowed(gelu: TritonKernel) -> None:
+    assert_passed(check_source(gelu, add_body_line(gelu, 'tl.device_print("pid", tl.program_id(0))')))
+
+
+def test_power_of_two_hardcoded_block_passes(softmax: TritonKernel) -> None:
+    src = edit(softmax.source, "R0_BLOCK: tl.constexpr = 128", "R0_BLOCK: tl.constexpr = 256")
+    assert_passed(check_source(softmax, src))
+
+
+def test_size_hints_values_may_change(gelu: TritonKernel) -> None:
+    assert_passed(check_source(gelu, edit(gelu.source, "size_hints={'x': 512}", "size_hints={'x': 1024}")))
+
+
+def test_module_constant_literal_passes(gelu: TritonKernel) -> None:
+    src = edit(gelu.source, "\n@triton_heuristics", "\nHALF: tl.constexpr = tl.constexpr(0.5)\nSCALE = 2\n@triton_heuristics")
+    src = edit(src, "tl.full([1], 0.5, tl.float32)", "tl.full([1], HALF, tl.float32)")
+    assert_passed(check_source(gelu, src))
+
+
+def test_helper_jit_function_allowed_when_original_has_it(softmax: TritonKernel) -> None:
+    """Inductor emits module-level @triton.jit combine helpers for some scans (cummax)."""
+    helper = "@triton.jit\ndef _triton_helper_fn_add0(arg0_0, arg1_0):\n    return arg0_0 + arg1_0\n\n"
+    with_helper = dataclasses.replace(softmax, source=edit(softmax.source, "@triton_heuristics", helper + "@triton_heuristics"))
+    assert_passed(check_source(with_helper, with_helper.source))
+    renamed = edit(with_helper.source, "_triton_helper_fn_add0", "_my_helper")
+    assert_rejected(check_source(with_helper, renamed), "single-kernel", "_my_helper")
+
+
+def test_inline_asm_allowed_with_opt_in(gelu: TritonKernel) -> None:
+    src = add_body_line(gelu, 'y = tl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [xnumel], '
+                              "dtype=tl.int32, is_pure=True, pack=1)")
+    assert_rejected(check_source(gelu, src), "inline-asm", "allow_inline_asm")
+    assert_passed(check_source(gelu, src, allow_inline_asm=True))
+
+
+# --------------------------------------------------------------------------------------------
+# check_source: cheats and broken candidates are rejected by the rule responsible
+
+
+def test_syntax_error(gelu: TritonKernel) -> None:
+    assert_rejected(check_source(gelu, edit(gelu.source, "tmp2 = tmp0 * tmp1", "tmp2 = tmp0 * (tmp1")),
+                    "syntax", "does not parse")
+
+
+@pytest.mark.parametrize("text", ["x = 1\x00", "y = " + "-" * 100000 + "1", "z = " + "(" * 300 + ")" * 300])
+def test_hostile_text_is_rejected_not_raised(gelu: TritonKernel, text: str) -> None:
+    """Null bytes and pathological nesting make the parser fail; the gate must still answer."""
+    assert_rejected(check_source(gelu, text), "syntax")
+
+
+def test_wrong_name(gelu: TritonKernel) -> None:
+    src = edit(gelu.source, f"def {gelu.name}(", "def triton_poi_fused_gelu_fast(")
+    assert_rejected(check_source(gelu, src), "single-kernel", gelu.name)
+
+
+def test_two_jit_functions(gelu: TritonKernel) -> None:
+    src = gelu.source + "\n@triton.jit\ndef another_kernel(in_ptr0, XBLOCK: tl.constexpr):\n    pass\n"
+    assert_rejected(check_source(gelu, src), "single-kernel", "another_kernel")
+
+
+def test_no_jit_function(gelu: TritonKernel) -> None:
+    src = "import triton\nimport triton.language as tl\n"
+    assert_rejected(check_source(gelu, src), "single-kernel", "no @triton.jit")
+
+
+def test_reordered_params(softmax: TritonKernel) -> None:
+    src = edit(softmax.source, "(in_out_ptr0, in_ptr0, xnumel", "(in_ptr0, in_out_ptr0, xnumel")
+    assert_rejected(check_source(softmax, src), "parameters", "order")
+
+
+def test_extra_param(gelu: TritonKernel) -> None:
+    src = edit(gelu.source, "XBLOCK : tl.constexpr):", "XBLOCK : tl.constexpr, scratch_ptr):")
+    assert_rejected(check_source(gelu, src), "parameters", "extra", "scratch_ptr")
+
+
+def test_missing_param(gelu: TritonKernel) -> None:
+    src = edit(gelu.source, "(in_ptr0, out_ptr0, xnumel, XBLOCK", "(in_ptr0, out_ptr0, XBLOCK")
+    assert_rejected(check_source(gelu, src), "parameters", "missing", "xnumel")
+
+
+def test_constexpr_annotation_dropped(gelu: TritonKernel) -> None:
+    src = edit(gelu.source, "XBLOCK : tl.constexpr):", "XBLOCK):")
+    assert_rejected(check_source(gelu, src), "parameters", "XBLOCK", "constexpr")
+
+
+def test_param_default_value(gelu: TritonKernel) -> None:
+    src = edit(gelu.source, "XBLOCK : tl.constexpr):", "XBLOCK : tl.constexpr = 1024):")
+    assert_rejected(check_source(gelu, src), "parameters", "default")
+
+
+def test_import_os_and_getenv(gelu: TritonKernel) -> None:
+    src = add_body_line(gelu, 'flag = os.getenv("KERNELOPT_CHEAT")')
+    assert_rejected(check_source(gelu, add_import(src, "import os")), "imports", "import os")
+
+
+def test_getenv_without_import(gelu: TritonKernel) -> None:
+    src = add_body_line(gelu, 'flag = os.getenv("KERNELOPT_CHEAT")')
+    assert_rejected(check_source(gelu, src), "forbidden-name", "os.getenv")
+
+
+def test_import_torch(gelu: TritonKernel) -> None:
+    assert_rejected(check_source(gelu, add_import(gelu.source, "import torch")), "imports", "import torch")
+
+
+@pytest.mark.parametrize("line", ["import subprocess", "import ctypes", "from importlib import import_module",
+                                  "import numpy as np", "from os import path"])
+def test_host_module_imports(gelu: TritonKernel, line: str) -> None:
+    assert_rejected(check_source(gelu, add_import(gelu.source, line)), "imports", "not allowed")
+
+
+def test_allowed_import_not_in_original(gelu: TritonKernel) -> None:
+    src = add_import(gelu.source, "from triton.language.extra import libdevice as ld")
+    assert_rejected(check_source(gelu, src), "imports", "not imported by the original")
+
+
+def test_import_inside_kernel(gelu: TritonKernel) -> None:
+    assert_rejected(check_source(gelu, add_body_line(gelu, "import math")), "kernel-body", "import")
+
+
+def test_module_level_cache_dict(gelu: TritonKernel) -> None:
+    src = edit(gelu.source, "\n@triton_heuristics", "\n_RESULTS = {}\n@triton_heuristics")
+    assert_rejected(check_source(gelu, src), "module-level", "_RESULTS", "mutable")
+
+
+def test_module_level_helper_function(gelu: TritonKernel) -> None:
+    src = edit(gelu.source, "\n@triton_heuristics", "\ndef helper(x):\n    return x\n\n@triton_heuristics")
+    assert_rejected(check_source(gelu, src), "module-level", "helper", "host code")
+
+
+def test_module_level_call(gelu: TritonKernel) -> None:
+    src = edit(gelu.source, "triton_helpers.set_driver_to_cpu()\n",
+               "triton_helpers.set_driver_to_cpu()\ntl.static_print('loaded')\n")
+    assert_rejected(check_source(gelu, src), "module-level", "call")
+
+
+def test_module_level_class(gelu: TritonKernel) -> None:
+    src = edit(gelu.source, "\n@triton_heuristics", "\nclass State:\n    hits = 0\n\n@triton_heuristics")
+    assert_rejected(check_source(gelu, src), "module-level", "class State")
+
+
+def test_module_level_dunder_assignment(gelu: TritonKernel) -> None:
+    src = edit(gelu.source, "\n@triton_heuristics", "\n__builtins__ = 0\n@triton_heuristics")
+    assert_rejected(check_source(gelu, src), "module-level", "__builtins__")
+
+
+def test_module_level_if(gelu: TritonKernel) -> None:
+    src = edit(gelu.source, "\n@triton_heuristics", "\nif triton.__version__:\n    XB = 2\n@triton_heuristics")
+    assert_rejected(check_source(gelu, src), "module-level", "If")
+
+
+def test_driver_call_not_in_original(gelu: TritonKernel) -> None:
+    src = edit(gelu.source, "triton_helpers.set_driver_to_cpu()", "triton_helpers.set_driver_to_gpu()")
+    assert_rejected(check_source(gelu, src), "module-level", "set_driver_to_gpu", "not in the original")
+
+
+def test_builtin_open(gelu: TritonKernel) -> None:
+    src = add_body_line(gelu, 'cached = open("/tmp/reference.bin", "rb")')
+    assert_rejected(check_source(gelu, src), "forbidden-name", "open")
+
+
+def test_builtin_print(gelu: TritonKernel) -> None:
+    assert_rejected(check_source(gelu, add_body_line(gelu, 'print("hello")')), "forbidden-name", "print")
+
+
+def test_getattr_escape(gelu: TritonKernel) -> None:
+    src = add_body_line(gelu, 'g = getattr(tl, "load")')
+    assert_rejected(check_source(gelu, src), "forbidden-name", "getattr")
+
+
+def test_dunder_attribute(gelu: TritonKernel) -> None:
+    src = add_body_line(gelu, "g = tl.load.__globals__")
+    assert_rejected(check_source(gelu, src), "forbidden-name", "__globals__")
+
+
+def test_triton_runtime_in_body(gelu: TritonKernel) -> None:
+    src = add_body_line(gelu, "d = triton.runtime.driver.active")
+    assert_rejected(check_source(gelu, src), "forbidden-name", "runtime")
+
+
+def test_stream_in_body(gelu: TritonKernel) -> None:
+    src = add_body_line(gelu, "side_stream = tl.program_id(0)")
+    assert_rejected(check_source(gelu, src), "streams", "side_stream")
+
+
+def test_module_aliased_into_local(gelu: TritonKernel) -> None:
+    """A module object in a local is a path to host modules (``m.core.inspect.os``)."""
+    assert_rejected(check_source(gelu, add_body_line(gelu, "m = tl")), "kernel-body", "module 'tl'")
+
+
+def test_submodule_aliased_into_local(gelu: TritonKernel) -> None:
+    assert_rejected(check_source(gelu, add_body_line(gelu, "m = tl.standard")), "kernel-body", "tl.standard")
+
+
+def test_interpreter_tensor_handle(gelu: TritonKernel) -> None:
+    """Under TRITON_INTERPRET=1 a tensor's ``.handle`` is host memory (numpy: ``.tofile``)."""
+    src = edit(gelu.source, "    tmp2 = tmp0 * tmp1\n", "    tmp2 = tmp0 * tmp1\n    tmp0.handle.data.tofile('/tmp/x')\n")
+    assert_rejected(check_source(gelu, src), "forbidden-name", "handle")
+
+
+def test_global_statement(gelu: TritonKernel) -> None:
+    assert_rejected(check_source(gelu, add_body_line(gelu, "global SEEN")), "kernel-body", "global")
+
+
+def test_call_outside_allowed_namespaces(gelu: TritonKernel) -> None:
+    src = add_body_line(gelu, "tmp99 = fast_gelu(xnumel)")
+    assert_rejected(check_source(gelu, src), "kernel-body", "fast_gelu")
+
+
+def test_non_power_of_two_r0_block(softmax: TritonKernel) -> None:
+    src = edit(softmax.source, "R0_BLOCK: tl.constexpr = 128", "R0_BLOCK: tl.constexpr = 96")
+    assert_rejected(check_source(softmax, src), "block-size", "R0_BLOCK", "96")
+
+
+def test_non_power_of_two_xblock_in_body(gelu: TritonKernel) -> None:
+    src = add_body_line(gelu, "XBLOCK: tl.constexpr = 100")
+    assert_rejected(check_source(gelu, src), "block-size", "XBLOCK", "100")
+
+
+def test_non_power_of_two_arange(gelu: TritonKernel) -> None:
+    src = edit(gelu.source, "tl.arange(0, XBLOCK)", "tl.arange(0, 48)")
+    assert_rejected(check_source(gelu, src), "block-size", "48")
+
+
+def test_changed_mutated_arg_names(softmax: TritonKernel) -> None:
+    src = edit(softmax.source, "'mutated_arg_names': ['in_out_ptr0']", "'mutated_arg_names': []")
+    assert_rejected(check_source(softmax, src), "decorator", "mutated_arg_names")
+
+
+def test_changed_grid_type(gelu: TritonKernel) -> None:
+    src = edit(gelu.source, "'grid_type': 'Grid1D'", "'grid_type': 'Grid2D'")
+    assert_rejected(check_source(gelu, src), "decorator", "grid_type")
+
+
+def test_changed_heuristic(softmax: TritonKernel) -> None:
+    src = edit(softmax.source, "@triton_heuristics.persistent_reduction(", "@triton_heuristics.reduction(")
+    assert_rejected(check_source(softmax, src), "decorator", "heuristic changed")
+
+
+def test_unknown_heuristic(gelu: TritonKernel) -> None:
+    src = edit(gelu.source, "@triton_heuristics.pointwise(", "@triton_heuristics.user_autotune(")
+    assert_rejected(check_source(gelu, src), "decorator", "user_autotune")
+
+
+def test_decorator_removed(gelu: TritonKernel) -> None:
+    start = gelu.source.index("@triton_heuristics")
+    end = gelu.source.index("@triton.jit")
+    src = gelu.source[:start] + gelu.source[end:]
+    assert_rejected(check_source(gelu, src), "decorator", "missing")
+
+
+def test_host_code_in_decorator_argument(gelu: TritonKernel) -> None:
+    src = edit(gelu.source, "filename=__file__", "filename=__import__('os').getcwd()")
+    assert_rejected(check_source(gelu, src), "decorator", "host code")
+
+
+def test_host_method_in_decorator_argument(gelu: TritonKernel) -> None:
+    src = edit(gelu.source, "'device': DeviceProperties(", "'device': DeviceProperties.create(0), 'old': DeviceProperties(")
+    assert_rejected(check_source(gelu, src), "decorator", "DeviceProperties.create")
+
+
+def test_specialized_constants_changed(gelu: TritonKernel) -> None:
+    src = edit(gelu.source, "'constants': {}", "'constants': {'xnumel': 512}")
+    assert_rejected(check_source(gelu, src), "decorator", "constants")
+
+
+def test_size_hints_keys_changed(gelu: TritonKernel) -> None:
+    src = edit(gelu.source, "size_hints={'x': 512}", "size_hints={'x': 512, 'y': 2}")
+    assert_rejected(check_source(gelu, src), "decorator", "size_hints")
+
+
+def test_signature_changed(gelu: TritonKernel) -> None:
+    src = edit(gelu.source, "'out_ptr0': '*fp32'", "'out_ptr0': '*fp16'")
+    assert_rejected(check_source(gelu, src), "decorator", "signature")
+
+
+# --------------------------------------------------------------------------------------------
+# check_config
+
+LIMITS = DeviceLimits()
+
+
+def test_config_doubled_xblock_passes(softmax: TritonKernel, gelu: TritonKernel) -> None:
+    assert_passed(check_config(softmax, LaunchConfig({"XBLOCK": 2}, num_warps=4, num_stages=1), LIMITS))
+    assert_passed(check_config(gelu, LaunchConfig({"XBLOCK": 1024}, num_warps=8, num_stages=1), LIMITS))
+
+
+def test_config_looped_reduction_passes(looped: TritonKernel) -> None:
+    result = check_config(looped, LaunchConfig({"XBLOCK": 2, "R0_BLOCK": 64}, num_warps=2, num_stages=2), LIMITS)
+    assert_passed(result)
+    assert result.numbers["tile"] == 128
+
+
+def test_config_r0_block_on_persistent_reduction(softmax: TritonKernel) -> None:
+    result = check_config(softmax, LaunchConfig({"XBLOCK": 1, "R0_BLOCK": 128}), LIMITS)
+    assert_rejected(result, "config-key", "R0_BLOCK", "persistent reduction")
+
+
+def test_config_unknown_kwarg(gelu: TritonKernel) -> None:
+    assert_rejected(check_config(gelu, LaunchConfig({"XBLOCK": 256, "SPLIT": 2}), LIMITS), "config-key", "SPLIT")
+
+
+def test_config_non_power_of_two_block(gelu: TritonKernel) -> None:
+    assert_rejected(check_config(gelu, LaunchConfig({"XBLOCK": 48}), LIMITS), "config-value", "XBLOCK=48")
+
+
+def test_config_bool_is_not_a_block_size(gelu: TritonKernel) -> None:
+    assert_rejected(check_config(gelu, LaunchConfig({"XBLOCK": True}), LIMITS), "config-value", "XBLOCK")
+
+
+def test_config_missing_block(looped: TritonKernel) -> None:
+    assert_rejected(check_config(looped, LaunchConfig({"XBLOCK": 2}), LIMITS), "config-missing", "R0_BLOCK")
+
+
+def test_config_num_warps_not_power_of_two(gelu: TritonKernel) -> None:
+    assert_rejected(check_config(gelu, LaunchConfig({"XBLOCK": 256}, num_warps=3), LIMITS), "num_warps", "num_warps=3")
+
+
+def test_config_num_warps_too_many_threads(gelu: TritonKernel) -> None:
+    result = check_config(gelu, LaunchConfig({"XBLOCK": 256}, num_warps=64), LIMITS)
+    assert_rejected(result, "num_warps", "2048", "1024")
+
+
+def test_config_num_warps_respects_wavefront_size(gelu: TritonKernel) -> None:
+    """On a 64-wide wavefront device, 16 warps already fill 1024 threads; 32 does not fit."""
+    amd = DeviceLimits(max_threads_per_block=1024, warp_size=64)
+    assert_passed(check_config(gelu, LaunchConfig({"XBLOCK": 256}, num_warps=16), amd))
+    assert_rejected(check_config(gelu, LaunchConfig({"XBLOCK": 256}, num_warps=32), amd), "num_warps", "64")
+
+
+@pytest.mark.parametrize("stages", [0, 9])
+def test_config_num_stages_range(gelu: TritonKernel, stages: int) -> None:
+    result = check_config(gelu, LaunchConfig({"XBLOCK": 256}, num_stages=stages), LIMITS)
+    assert_rejected(result, "num_stages", f"num_stages={stages}")
+
+
+def test_config_tile_too_large_counts_hardcoded_r0_block(softmax: TritonKernel) -> None:
+    """Softmax fixes R0_BLOCK=128 in its body: XBLOCK=16384 makes a 2**21-element tile."""
+    result = check_config(softmax, LaunchConfig({"XBLOCK": 2**14}), LIMITS)
+    assert_rejected(result, "tile-size", "R0_BLOCK=128", str(2**21))
+
+
+def test_config_wrapper_constant_is_not_a_knob(gelu: TritonKernel) -> None:
+    """A constexpr the wrapper passes itself (triton_meta constants) must not be set by a config."""
+    src = edit(gelu.source, "'xnumel': 'i32'", "'xnumel': 'constexpr'")
+    src = edit(src, "'constants': {}", "'constants': {'xnumel': 512}")
+    fixed = dataclasses.replace(gelu, source=src, signature={**gelu.signature, "xnumel": "constexpr"})
+    result = check_config(fixed, LaunchConfig({"XBLOCK": 256, "xnumel": 512}), LIMITS)
+    assert_rejected(result, "config-key", "xnumel", "constant")
+
+
+def test_device_limits_default_without_cuda() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        limits = DeviceLimits.from_current_device()
+        assert limits.warp_size in (32, 64) and limits.max_threads_per_block >= 256
+    else:
+        assert DeviceLimits.from_current_device() == DeviceLimits()
+        assert DeviceLimits().max_shared_memory == 232448
