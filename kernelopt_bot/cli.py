@@ -214,6 +214,66 @@ def bench(target: str, pack_path: str, device: str | None, dtype: str, rounds: i
 @main.command()
 @click.argument("target")
 @click.option("--kernel", "kernel_name", required=True, help="Kernel name (or g<graph>:name).")
+@click.option("--candidate", "candidate_path", required=True, type=click.Path(dir_okay=False),
+              help="Triton kernel source, or a JSON launch config.")
+@DEVICE
+@DTYPE
+@click.option("--gamma", default=1.03, show_default=True, type=click.FloatRange(min=1.0),
+              help="Required end-to-end speedup.")
+@click.option("--f64-factor", default=10.0, show_default=True, type=click.FloatRange(min=1.0),
+              help="Gate 3: allowed error against float64, as a multiple of the compiler's.")
+@click.option("--timeout", "timeout_s", default=300.0, show_default=True, type=click.FloatRange(min=1.0),
+              help="Wall-clock limit for each sandboxed candidate run (seconds).")
+@click.option("--allow-inline-asm", is_flag=True, help="Let gate 1 accept inline assembly.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
+@handle_errors
+def verify(target: str, kernel_name: str, candidate_path: str, device: str | None, dtype: str, gamma: float,
+           f64_factor: float, timeout_s: float, allow_inline_asm: bool, as_json: bool) -> None:
+    """Run one candidate for one kernel of TARGET through the four gates.
+
+    Exit code 0 whenever the cascade ran, whatever the verdict; 2 on bad input.
+    """
+    from kernelopt_bot.compile.capture import capture
+    from kernelopt_bot.targets import load_target
+    from kernelopt_bot.verify.cascade import Candidate, CandidateError, Cascade, VerifyOptions
+    from kernelopt_bot.verify.sandbox import SandboxLimits
+
+    try:
+        candidate = Candidate.from_file(candidate_path)
+    except CandidateError as exc:
+        raise BadInputError(str(exc)) from exc
+    tgt = load_target(target, device, dtype)
+    cap = capture(tgt)
+    try:
+        kernel = cap.artifact.kernel(kernel_name)
+    except KeyError as exc:
+        raise BadInputError(str(exc.args[0])) from exc
+    options = VerifyOptions(gamma=gamma, f64_factor=f64_factor, allow_inline_asm=allow_inline_asm,
+                            sandbox=SandboxLimits(timeout_s=timeout_s))
+    with Cascade(cap, options) as cascade:
+        verdict = cascade.verify(kernel, candidate)
+    if as_json:
+        click.echo(json.dumps({
+            "kernel": verdict.kernel, "candidate": verdict.candidate, "accepted": verdict.accepted,
+            "status": verdict.status,
+            "gates": [{"name": g.name, "passed": g.passed, "reason": g.reason, "numbers": g.numbers}
+                      for g in verdict.gates],
+        }, default=str))
+        return
+    from rich.table import Table
+
+    table = Table(title=escape(f"{verdict.kernel} <- {verdict.candidate}: {verdict.status}"))
+    table.add_column("gate")
+    table.add_column("result")
+    table.add_column("reason")
+    for g in verdict.gates:
+        table.add_row(g.name, {True: "pass", False: "FAIL", None: "-"}[g.passed], escape(g.reason))
+    _console().print(table)
+
+
+@main.command()
+@click.argument("target")
+@click.option("--kernel", "kernel_name", required=True, help="Kernel name (or g<graph>:name).")
 @click.option("--config", "config_json", default=None,
               help='Launch config to pin, e.g. \'{"kwargs": {"XBLOCK": 64}, "num_warps": 4, "num_stages": 1}\'.')
 @click.option("--source", "source_file", default=None, type=click.Path(exists=True, dir_okay=False),

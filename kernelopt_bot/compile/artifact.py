@@ -86,6 +86,12 @@ class TritonKernel:
         data["qualified_name"] = self.qualified_name
         return data
 
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TritonKernel:
+        fields = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        fields["launches"] = [LaunchSite(**site) for site in data.get("launches", [])]
+        return cls(**fields)
+
 
 @dataclass
 class ExternCall:

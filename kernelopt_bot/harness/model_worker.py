@@ -41,15 +41,16 @@ class WorkerSpec:
     config: dict[str, Any] = field(default_factory=dict)
 
 
-def _flatten(out: Any) -> list[Any]:
+def flatten_outputs(out: Any) -> list[Any]:
+    """A model's output tensors (nested tuples, lists, dicts) as one flat list, on the CPU."""
     import torch
 
     if isinstance(out, torch.Tensor):
         return [out.detach().to("cpu")]
     if isinstance(out, (list, tuple)):
-        return [t for o in out for t in _flatten(o)]
+        return [t for o in out for t in flatten_outputs(o)]
     if isinstance(out, dict):
-        return [t for k in sorted(out) for t in _flatten(out[k])]
+        return [t for k in sorted(out) for t in flatten_outputs(out[k])]
     return []
 
 
@@ -87,7 +88,7 @@ def _serve(spec: WorkerSpec, conn: Connection) -> None:
                 conn.send(("ok", timing.median_ms))
             elif op == "outputs":
                 (seed,) = args
-                conn.send(("ok", _flatten(compiled(*target.make_inputs(seed)))))
+                conn.send(("ok", flatten_outputs(compiled(*target.make_inputs(seed)))))
             else:
                 conn.send(("error", f"unknown request {op!r}"))
 

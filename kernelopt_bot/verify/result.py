@@ -50,6 +50,15 @@ class Verdict:
     def rejected_by(self) -> GateName | None:
         return next((g.name for g in self.gates if g.passed is False), None)
 
+    @property
+    def status(self) -> str:
+        """One phrase for tables: accepted, rejected by a gate, or unmeasured after gates 1-3."""
+        if self.accepted:
+            return "accepted"
+        if self.rejected_by:
+            return f"rejected by {self.rejected_by}"
+        return "passed gates 1-3; performance not measured"
+
     def gate(self, name: GateName) -> GateResult | None:
         return next((g for g in self.gates if g.name == name), None)
 
@@ -59,5 +68,6 @@ class Verdict:
             "candidate": self.candidate,
             "accepted": self.accepted,
             "rejected_by": self.rejected_by,
+            "status": self.status,
             "gates": [g.to_json() for g in self.gates],
         }

@@ -1,0 +1,1 @@
+"""Search: proposing candidates for the kernels the profile ranks worth it."""

@@ -1,0 +1,207 @@
+"""The cascade: cheap gates first, every candidate gets a Verdict, nothing passes by default.
+
+static (no GPU time, in this process: the candidate is only parsed) -> compile + correctness (in
+the sandbox) -> model (packed and baseline models in their own processes, float64 referee in this
+one) -> performance (the end-to-end harness). A gate that fails stops the cascade; the gates after
+it are recorded as not run. If no candidate for a kernel is accepted, the compiler's kernel stays.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from kernelopt_bot.compile.artifact import TritonKernel
+from kernelopt_bot.compile.capture import Capture
+from kernelopt_bot.stitch.pack import KernelPack, LaunchConfig, PackEntry, PackError
+from kernelopt_bot.stitch.runtime import running_environment
+from kernelopt_bot.targets import dtype_name
+from kernelopt_bot.verify.correctness import DEFAULT_SEEDS, DISTRIBUTIONS
+from kernelopt_bot.verify.model import DEFAULT_MODEL_SEEDS, check_model
+from kernelopt_bot.verify.perf import DEFAULT_GAMMA, check_performance
+from kernelopt_bot.verify.result import GATE_ORDER, GateResult, Verdict
+from kernelopt_bot.verify.sandbox import SandboxLimits, run_sandboxed
+from kernelopt_bot.verify.static import DeviceLimits, check_config, check_source
+
+
+class CandidateError(ValueError):
+    """A candidate file that is neither Triton source nor a launch-config JSON."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """New source for a kernel, a launch config for it, or both."""
+
+    label: str
+    source: str | None = None
+    config: LaunchConfig | None = None
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> Candidate:
+        path = Path(path)
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise CandidateError(f"cannot read candidate {path}: {exc.strerror or exc}") from exc
+        stripped = text.lstrip()
+        if stripped.startswith("{"):
+            try:
+                return cls(path.name, config=LaunchConfig.from_json(json.loads(text)))
+            except (json.JSONDecodeError, PackError) as exc:
+                raise CandidateError(f"candidate {path} looks like JSON but is not a launch config: {exc}") from exc
+        if not stripped:
+            raise CandidateError(f"candidate {path} is empty")
+        return cls(path.name, source=text)
+
+
+@dataclass(frozen=True)
+class VerifyOptions:
+    gamma: float = DEFAULT_GAMMA
+    f64_factor: float = 10.0
+    seeds: tuple[int, ...] = DEFAULT_SEEDS
+    distributions: tuple[str, ...] = DISTRIBUTIONS
+    model_seeds: tuple[int, ...] = DEFAULT_MODEL_SEEDS
+    rounds: int = 10
+    reps: int = 20
+    allow_inline_asm: bool = False
+    sandbox: SandboxLimits = field(default_factory=SandboxLimits)
+
+
+def candidate_pack(capture: Capture, kernel: TritonKernel, candidate: Candidate,
+                   measured: dict[str, Any] | None = None) -> KernelPack:
+    """A one-entry pack that installs ``candidate`` for ``kernel`` on this machine."""
+    pack = KernelPack(target=capture.target.spec, created_by="kernelopt verify")
+    pack.add(PackEntry(kernel.key, kernel.name, source=candidate.source, config=candidate.config,
+                       guard=running_environment(capture.target.device), measured=measured or {},
+                       note=candidate.label))
+    return pack
+
+
+class Cascade:
+    """Verifies candidates for the kernels of one captured model."""
+
+    def __init__(self, capture: Capture, options: VerifyOptions | None = None) -> None:
+        self.capture = capture
+        self.options = options or VerifyOptions()
+        self._workdir = tempfile.TemporaryDirectory(prefix="kernelopt-verify-")
+        self._args_paths: dict[tuple[int, str], str] = {}
+        self._copy_gbps: float | None = None
+
+    @property
+    def device(self) -> str:
+        return self.capture.target.device
+
+    def close(self) -> None:
+        self._workdir.cleanup()
+
+    def __enter__(self) -> Cascade:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _args_path(self, kernel: TritonKernel) -> str:
+        """The kernel's recorded arguments, saved once for the sandboxes to load."""
+        key = (kernel.graph, kernel.name)
+        if key not in self._args_paths:
+            path = Path(self._workdir.name) / f"g{kernel.graph}_{kernel.name}.pt"
+            torch.save(list(self.capture.recording(*key).args), path)
+            self._args_paths[key] = str(path)
+        return self._args_paths[key]
+
+    def _static(self, kernel: TritonKernel, candidate: Candidate) -> GateResult:
+        if candidate.source is None and candidate.config is None:
+            return GateResult.fail("static", "candidate has neither source nor config")
+        if candidate.source is not None:
+            result = check_source(kernel, candidate.source, allow_inline_asm=self.options.allow_inline_asm)
+            if not result.passed:
+                return result
+        if candidate.config is not None:
+            limits = DeviceLimits.from_current_device() if self.device == "cuda" else DeviceLimits()
+            result = check_config(kernel, candidate.config, limits)
+            if not result.passed:
+                return result
+        return GateResult.ok("static", "passed static checks")
+
+    def verify(self, kernel: TritonKernel, candidate: Candidate) -> Verdict:
+        verdict = Verdict(kernel.qualified_name, candidate.label)
+        gates = verdict.gates
+        static = self._static(kernel, candidate)
+        if not static.passed:
+            gates.append(static)
+            return _finish(verdict)
+        opts = self.options
+        recording = self.capture.recording(kernel.graph, kernel.name)
+        payload = {
+            "device": self.device, "kernel": kernel.to_json(), "args_path": self._args_path(kernel),
+            "kwargs": recording.kwargs, "source": candidate.source,
+            "config": candidate.config.to_json() if candidate.config else None,
+            "seeds": list(opts.seeds), "distributions": list(opts.distributions),
+            "time": self.device == "cuda",
+        }
+        outcome = run_sandboxed("kernelopt_bot.verify.jobs.kernel_job", payload, device=self.device,
+                                limits=opts.sandbox)
+        if outcome.ok and not outcome.value.get("compiled"):
+            gates.append(GateResult.fail("static", outcome.value.get("reason", "does not compile")))
+            return _finish(verdict)
+        gates.append(GateResult.ok("static", f"{static.reason}; compiles for {self.device}"))
+        if not outcome.ok:
+            gates.append(GateResult.fail("correctness", f"candidate run failed: {outcome.reason}"))
+            return _finish(verdict)
+        job = outcome.value
+        correctness = GateResult(**job["correctness"])
+        gates.append(correctness)
+        if not correctness.passed:
+            return _finish(verdict)
+
+        target = self.capture.target
+        pack = candidate_pack(self.capture, kernel, candidate)
+        model = check_model(target.spec, self.device, dtype_name(target.dtype), pack, kernel.name,
+                            seeds=opts.model_seeds, factor=opts.f64_factor)
+        gates.append(model)
+        if not model.passed:
+            return _finish(verdict)
+        gates.append(check_performance(
+            target.spec, self.device, dtype_name(target.dtype), pack, kernel.name, gamma=opts.gamma,
+            rounds=opts.rounds, reps=opts.reps, kernel_timing=job, copy_gbps=self._roofline_gbps(),
+        ))
+        return _finish(verdict)
+
+    def _roofline_gbps(self) -> float | None:
+        if self.device != "cuda":
+            return None
+        if self._copy_gbps is None:
+            from kernelopt_bot.harness.roofline import device_roofline
+
+            roof = device_roofline()
+            self._copy_gbps = roof.copy_gbps if roof else None
+        return self._copy_gbps
+
+
+def _finish(verdict: Verdict) -> Verdict:
+    """Record every gate after the last one that ran as not run."""
+    ran = {g.name for g in verdict.gates}
+    failed = verdict.rejected_by
+    for name in GATE_ORDER:
+        if name not in ran:
+            reason = f"not run: rejected by the {failed} gate" if failed else "not run"
+            verdict.gates.append(GateResult.not_run(name, reason))
+    return verdict
+
+
+def best_accepted(verdicts: list[Verdict]) -> Verdict | None:
+    """The fastest accepted candidate, or None: then the compiler's kernel stays."""
+    accepted = [v for v in verdicts if v.accepted]
+    if not accepted:
+        return None
+
+    def speedup(v: Verdict) -> float:
+        perf = v.gate("performance")
+        return float(perf.numbers.get("speedup") or 0.0) if perf else 0.0
+
+    return max(accepted, key=speedup)

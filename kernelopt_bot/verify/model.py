@@ -1,0 +1,102 @@
+"""Gate 3: the re-stitched model against the eager model, with a float64 referee.
+
+The packed model (candidate installed) and the compiler baseline each run in their own process
+(:class:`~kernelopt_bot.harness.model_worker.ModelWorker`) on fresh inputs. The packed outputs are
+first held to a tight tolerance against eager. If that fails, a float64 eager run decides: the
+candidate may reorder floating-point work, so it is accepted when its error against float64 is
+within ``factor`` times the compiler baseline's own error against float64 (never below the dtype's
+rounding unit). Both errors are recorded either way.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+
+from kernelopt_bot.harness.model_worker import ModelWorker, WorkerError, WorkerSpec, flatten_outputs
+from kernelopt_bot.stitch.pack import KernelPack
+from kernelopt_bot.targets import Target, load_target
+from kernelopt_bot.verify.result import GateResult
+from kernelopt_bot.verify.tolerance import MODEL_TIGHT_TOLERANCE, UNIT_ROUNDOFF, compare, relative_error
+
+DEFAULT_MODEL_SEEDS = (101, 102)
+
+
+def _float64_outputs(target: Target, inputs: tuple[Any, ...]) -> list[torch.Tensor]:
+    model64 = copy.deepcopy(target.model).double()
+    args64 = tuple(x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs)
+    with torch.no_grad():
+        return flatten_outputs(model64(*args64))
+
+
+def check_model(target_spec: str, device: str, dtype: str, pack: KernelPack, kernel_name: str, *,
+                seeds: tuple[int, ...] = DEFAULT_MODEL_SEEDS, factor: float = 10.0,
+                timeout_s: float = 600.0) -> GateResult:
+    target = load_target(target_spec, device, dtype)
+    specs = [WorkerSpec("baseline", target_spec, device, dtype),
+             WorkerSpec("candidate", target_spec, device, dtype, pack=pack.to_json())]
+    workers = [ModelWorker(s, start_timeout_s=timeout_s) for s in specs]
+    numbers: dict[str, Any] = {"err_candidate_f64": None, "err_baseline_f64": None, "tight": True}
+    try:
+        for w in workers:
+            w.wait_ready()
+        baseline, candidate = workers
+        if kernel_name not in candidate.info.get("applied", []):
+            return GateResult.fail("model", f"the pack did not apply to {kernel_name} in the compiled model "
+                                            f"(applied: {candidate.info.get('applied') or 'none'})")
+        for seed in seeds:
+            packed = candidate.request("outputs", seed, timeout_s=timeout_s)
+            inputs = target.make_inputs(seed)
+            eager = [t.cpu() for t in flatten_outputs(target.eager(*inputs))]
+            verdict = _check_seed(target, inputs, seed, packed, eager,
+                                  lambda s=seed: baseline.request("outputs", s, timeout_s=timeout_s),
+                                  factor, numbers)
+            if verdict is not None:
+                return verdict
+    except WorkerError as exc:
+        return GateResult.fail("model", f"model run failed: {exc}")
+    finally:
+        for w in workers:
+            w.close()
+    how = "matched eager at tight tolerance" if numbers["tight"] else (
+        f"float64 fallback: candidate error {numbers['err_candidate_f64']:.3g} <= {factor:g} x "
+        f"baseline error {numbers['err_baseline_f64']:.3g}")
+    return GateResult.ok("model", f"{how} on {len(seeds)} fresh input sets", **numbers)
+
+
+def _check_seed(target: Target, inputs: tuple[Any, ...], seed: int, packed: list[torch.Tensor],
+                eager: list[torch.Tensor], baseline_outputs: Any, factor: float,
+                numbers: dict[str, Any]) -> GateResult | None:
+    """None when this seed passes; otherwise the failing result. Updates ``numbers``."""
+    if len(packed) != len(eager):
+        return GateResult.fail("model", f"{len(packed)} outputs, eager has {len(eager)}")
+    for i, (p, e) in enumerate(zip(packed, eager)):
+        if p.dtype != e.dtype or p.shape != e.shape:
+            return GateResult.fail("model", f"output {i}: {p.dtype}{tuple(p.shape)} but eager gives "
+                                            f"{e.dtype}{tuple(e.shape)}")
+    if all(compare(p, e, MODEL_TIGHT_TOLERANCE, f"output {i}").ok for i, (p, e) in enumerate(zip(packed, eager))):
+        return None
+    numbers["tight"] = False
+    base = baseline_outputs()
+    try:
+        ref64 = [t.cpu() for t in _float64_outputs(target, inputs)]
+    except Exception as exc:  # noqa: BLE001 - no referee means no acceptance
+        return GateResult.fail("model", f"tight tolerance failed and the float64 reference could not run: {exc}")
+    floor = UNIT_ROUNDOFF.get(target.dtype, UNIT_ROUNDOFF[torch.float32])
+    for i, (p, b, r) in enumerate(zip(packed, base, ref64)):
+        if not p.is_floating_point():
+            if not torch.equal(p, b):
+                return GateResult.fail("model", f"output {i}: integer results differ from the compiler's")
+            continue
+        if not torch.equal(torch.isnan(p), torch.isnan(b)):
+            return GateResult.fail("model", f"output {i}: NaN where the compiler's model has none (seed {seed})")
+        err_c, err_b = relative_error(p, r), relative_error(b, r)
+        numbers["err_candidate_f64"] = max(err_c, numbers["err_candidate_f64"] or 0.0)
+        numbers["err_baseline_f64"] = max(err_b, numbers["err_baseline_f64"] or 0.0)
+        if not err_c <= factor * max(err_b, floor):
+            return GateResult.fail(
+                "model", f"output {i}: error against float64 {err_c:.3g} > {factor:g} x compiler's "
+                         f"{max(err_b, floor):.3g} (seed {seed}): less accurate in substance", **numbers)
+    return None

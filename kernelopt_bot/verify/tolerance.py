@@ -1,0 +1,116 @@
+"""Comparing a candidate's tensors with the reference's: dtype-aware, elementwise and on the norm.
+
+Elementwise checks alone let a kernel that is slightly wrong everywhere through; norm checks alone
+let a kernel that is badly wrong in a few places through. We do both, and NaN/inf must sit exactly
+where the reference has them (an output pre-filled with NaN that the candidate never wrote shows up
+here).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    rtol: float
+    atol: float  # relative to the largest finite |reference| value
+    norm: float  # bound on ||candidate - reference|| / ||reference||
+
+
+# Kernel level (gate 2): loose enough for reordered floating-point sums, tight enough that zeros,
+# constants and a 1% scale error fail. Lower precision in substance is gate 3's job (float64).
+KERNEL_TOLERANCE = {
+    torch.float32: Tolerance(rtol=1e-3, atol=1e-4, norm=1e-3),
+    torch.float64: Tolerance(rtol=1e-7, atol=1e-9, norm=1e-7),
+    torch.bfloat16: Tolerance(rtol=2e-2, atol=1e-2, norm=1e-2),
+    torch.float16: Tolerance(rtol=5e-3, atol=1e-3, norm=5e-3),
+}
+
+# Model level (gate 3), before the float64 fallback decides.
+MODEL_TIGHT_TOLERANCE = {
+    torch.float32: Tolerance(rtol=1e-5, atol=1e-6, norm=1e-6),
+    torch.float64: Tolerance(rtol=1e-10, atol=1e-12, norm=1e-10),
+    torch.bfloat16: Tolerance(rtol=1.6e-2, atol=1e-3, norm=4e-3),
+    torch.float16: Tolerance(rtol=1e-3, atol=1e-4, norm=5e-4),
+}
+
+# Rounding unit per dtype: the smallest baseline error the float64 comparison assumes.
+UNIT_ROUNDOFF = {
+    torch.float32: 2.0**-24,
+    torch.float64: 2.0**-53,
+    torch.bfloat16: 2.0**-8,
+    torch.float16: 2.0**-11,
+}
+
+
+@dataclass
+class Comparison:
+    ok: bool
+    reason: str
+    numbers: dict[str, Any]
+
+
+def _scale(ref: torch.Tensor) -> float:
+    finite = ref[torch.isfinite(ref)]
+    return float(finite.abs().max()) if finite.numel() else 0.0
+
+
+def compare(candidate: torch.Tensor, reference: torch.Tensor,
+            table: dict[torch.dtype, Tolerance] | None = None, what: str = "output") -> Comparison:
+    """Is ``candidate`` the same tensor as ``reference`` within the dtype's tolerance?"""
+    if candidate.shape != reference.shape:
+        return Comparison(False, f"{what}: shape {tuple(candidate.shape)} != {tuple(reference.shape)}", {})
+    if candidate.dtype != reference.dtype:
+        return Comparison(False, f"{what}: dtype {candidate.dtype} != {reference.dtype}", {})
+    n = reference.numel()
+    if n == 0:
+        return Comparison(True, "empty", {})
+    if not reference.is_floating_point():
+        wrong = int((candidate != reference).sum())
+        return Comparison(wrong == 0, f"{what}: {wrong} of {n} elements differ" if wrong else "exact",
+                          {"mismatches": wrong})
+    tol = (table or KERNEL_TOLERANCE).get(reference.dtype, KERNEL_TOLERANCE[torch.float32])
+    c, r = candidate.double(), reference.double()
+    nan_c, nan_r = torch.isnan(c), torch.isnan(r)
+    if not torch.equal(nan_c, nan_r):
+        stray = int((nan_c & ~nan_r).sum())
+        missing = int((nan_r & ~nan_c).sum())
+        return Comparison(False, f"{what}: NaN pattern differs ({stray} NaN where the reference has "
+                                 f"values, e.g. unwritten elements; {missing} missing)",
+                          {"stray_nan": stray, "missing_nan": missing})
+    inf_c, inf_r = torch.isinf(c), torch.isinf(r)
+    if not torch.equal(inf_c, inf_r) or not torch.equal(c[inf_c], r[inf_r]):
+        return Comparison(False, f"{what}: infinities differ", {})
+    finite = ~(nan_r | inf_r)
+    c, r = c[finite], r[finite]
+    scale = _scale(reference)
+    err = (c - r).abs()
+    bound = tol.atol * scale + tol.rtol * r.abs()
+    mismatches = int((err > bound).sum())
+    ref_norm = float(r.norm())
+    rel_norm = float((c - r).norm()) / ref_norm if ref_norm > 0 else float((c - r).norm())
+    numbers = {"max_abs_err": float(err.max()) if err.numel() else 0.0, "rel_norm_err": rel_norm,
+               "mismatches": mismatches, "elements": n}
+    if mismatches:
+        return Comparison(False, f"{what}: {mismatches} of {n} elements outside rtol={tol.rtol:g}, "
+                                 f"atol={tol.atol:g}*max|ref| (max abs err {numbers['max_abs_err']:.3g})", numbers)
+    if rel_norm > tol.norm:
+        return Comparison(False, f"{what}: relative norm error {rel_norm:.3g} > {tol.norm:g}", numbers)
+    return Comparison(True, "within tolerance", numbers)
+
+
+def relative_error(value: torch.Tensor, reference: torch.Tensor) -> float:
+    """||value - reference|| / ||reference|| over the reference's finite elements, in float64."""
+    r = reference.double()
+    v = value.double()
+    finite = torch.isfinite(r)
+    r, v = r[finite], v[finite]
+    denom = float(r.norm())
+    diff = float((v - r).norm())
+    if not torch.isfinite(torch.tensor(diff)):
+        return float("inf")
+    return diff / denom if denom > 0 else diff
