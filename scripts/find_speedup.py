@@ -46,7 +46,7 @@ def main() -> None:
     results.sort(key=lambda r: r[0])
     for ms, cfg in results[:5]:
         print(f"  {cfg.describe():60} {ms:.4f} ms  ({base / ms:.3f}x kernel)")
-    best_ms, best = results[0]
+    best = results[0][1]
     with Cascade(cap, VerifyOptions(rounds=10, reps=20)) as cascade:
         verdict = cascade.verify(kernel, Candidate(f"sweep best {best.describe()}", config=best))
     perf = verdict.gate("performance")
