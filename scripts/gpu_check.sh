@@ -32,8 +32,8 @@ if [[ "$part" == redteam || "$part" == all ]]; then
   run_tests redteam tests/redteam -k "cheater or covers"
 fi
 if [[ "$part" == honest || "$part" == all ]]; then
-  run_tests honest tests/redteam -k "honest"
-  python3 scripts/find_speedup.py softmax.py bf16 24 2>&1 | tee "$OUT/speedup.log" | grep -vi warn | tail -12
+  run_tests honest tests/redteam -k "${HONEST_K:-honest}"
+  python3 scripts/find_speedup.py softmax.py bf16 ${SWEEP_N:-24} 2>&1 | tee "$OUT/speedup.log" | grep -vi warn | tail -12
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi
 exit $status

@@ -49,7 +49,13 @@ def other_config(kernel: TritonKernel, chosen: dict | None) -> Candidate:
     return Candidate("config", config=LaunchConfig(blocks, num_warps=warps, num_stages=1))
 
 
-SPIN = ("kernelopt_spin = 0", "while kernelopt_spin < 1:", "    tl.atomic_add(out_ptr0 + 0, 0.0)")
+def spin(source: str) -> str:
+    """A loop of 2**40 floating-point adds (not foldable without reassociation) feeding the output."""
+    hung = cheats.after_first_load(source, "kernelopt_acc = {var} * 0.0\n"
+                                   "    for kernelopt_i in range(0, 1099511627776):\n"
+                                   "        kernelopt_acc += {var}")
+    return cheats.map_store(hung, "{v} + kernelopt_acc * 0.0")
+
 
 CASES = [
     # output left unwritten
@@ -87,7 +93,7 @@ CASES = [
         cheats.module_level(s, "import os", before_kernel=True), "kernelopt_flag = os.environ.get('X')")),
          "static", "host code"),
     # hung or crashing candidate
-    Case("hangs", "gelu.py", src(lambda s: cheats.in_body(s, *SPIN)), "correctness", "hung candidate"),
+    Case("hangs", "gelu.py", src(spin), "correctness", "hung candidate"),
     Case("out_of_bounds_crash", "gelu.py", src(lambda s: cheats.offset_first_load(s, "1099511627776")),
          "correctness", "crashing candidate"),
     # static contract
