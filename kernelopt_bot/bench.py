@@ -17,7 +17,8 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from kernelopt_bot.harness.model_worker import ModelWorker, WorkerSpec
+from kernelopt_bot.harness.arena import Arena
+from kernelopt_bot.harness.model_worker import ModelWorker
 from kernelopt_bot.stitch.pack import KernelPack
 
 SEED_BASE = 1000
@@ -87,44 +88,41 @@ def bench(target: str, pack: KernelPack, *, device: str, dtype: str = "fp32", ro
 
     ``mode`` and ``config`` (Inductor config settings) apply to every arm alike.
     """
-    common = {"target": target, "device": device, "dtype": dtype, "mode": mode, "config": config or {}}
-    specs = [
-        WorkerSpec("baseline", **common),
-        WorkerSpec("packed", pack=pack.to_json(), **common),
-    ]
-    if device == "cuda":
-        specs.append(WorkerSpec("baseline-repeat", **common))
-    workers = [ModelWorker(s, start_timeout_s=timeout_s) for s in specs]
-    try:
-        for w in workers:
-            w.wait_ready()
-        base, packed = workers[0], workers[1]
-        diff = _max_abs_diff(base.request("outputs", SEED_BASE - 1, timeout_s=timeout_s),
-                             packed.request("outputs", SEED_BASE - 1, timeout_s=timeout_s))
-        result = BenchResult(target, device, dtype, None, None, None, None,
-                             applied=list(packed.info.get("applied", [])),
-                             skipped=list(packed.info.get("skipped", [])),
-                             max_abs_diff=diff)
-        if device != "cuda":
-            result.reason = "not measured: no CUDA device (interpreter mode)"
-            return result
-        for r in range(rounds):
-            seed = SEED_BASE + r
-            times: dict[str, float] = {}
-            order = workers[r % len(workers):] + workers[: r % len(workers)]
-            for w in order:
-                times[w.spec.label] = w.request("time", seed, reps, timeout_s=timeout_s)
-            result.rounds.append(RoundResult(seed, times["baseline"], times["packed"],
-                                             times["baseline-repeat"]))
-        # Re-check on inputs that were timed: a result cached or left behind by timing shows here.
-        last = SEED_BASE + rounds - 1
-        result.max_abs_diff_after_timing = _max_abs_diff(base.request("outputs", last, timeout_s=timeout_s),
-                                                         packed.request("outputs", last, timeout_s=timeout_s))
-        _summarize(result)
+    with Arena(target, device, dtype, timeout_s=timeout_s, mode=mode, config=config) as arena:
+        base, repeat = arena.baselines()
+        with arena.candidate(pack, label="packed") as packed:
+            return compare_arms(base, packed, repeat, target=target, device=device, dtype=dtype,
+                                rounds=rounds, reps=reps, timeout_s=timeout_s)
+
+
+def compare_arms(base: ModelWorker, packed: ModelWorker, repeat: ModelWorker | None, *, target: str,
+                 device: str, dtype: str, rounds: int = 10, reps: int = 20,
+                 timeout_s: float = 600.0) -> BenchResult:
+    """The measurement itself, on arms that are already compiled (see :class:`~.harness.arena.Arena`)."""
+    diff = _max_abs_diff(base.request("outputs", SEED_BASE - 1, timeout_s=timeout_s),
+                         packed.request("outputs", SEED_BASE - 1, timeout_s=timeout_s))
+    result = BenchResult(target, device, dtype, None, None, None, None,
+                         applied=list(packed.info.get("applied", [])),
+                         skipped=list(packed.info.get("skipped", [])),
+                         max_abs_diff=diff)
+    if device != "cuda" or repeat is None:
+        result.reason = "not measured: no CUDA device (interpreter mode)"
         return result
-    finally:
-        for w in workers:
-            w.close()
+    labels = {id(base): "baseline", id(packed): "packed", id(repeat): "baseline-repeat"}
+    workers = [base, packed, repeat]
+    for r in range(rounds):
+        seed = SEED_BASE + r
+        times: dict[str, float] = {}
+        order = workers[r % len(workers):] + workers[: r % len(workers)]
+        for w in order:
+            times[labels[id(w)]] = w.request("time", seed, reps, timeout_s=timeout_s)
+        result.rounds.append(RoundResult(seed, times["baseline"], times["packed"], times["baseline-repeat"]))
+    # Re-check on inputs that were timed: a result cached or left behind by timing shows here.
+    last = SEED_BASE + rounds - 1
+    result.max_abs_diff_after_timing = _max_abs_diff(base.request("outputs", last, timeout_s=timeout_s),
+                                                     packed.request("outputs", last, timeout_s=timeout_s))
+    _summarize(result)
+    return result
 
 
 def _summarize(result: BenchResult) -> None:

@@ -211,6 +211,94 @@ def bench(target: str, pack_path: str, device: str | None, dtype: str, rounds: i
     console.print(f"max |baseline - packed| on fresh inputs: {result.max_abs_diff:.3g}")
 
 
+def _parse_budget(items: tuple[str, ...]) -> dict[str, Any]:
+    """``--budget N`` (candidates) or ``--budget KEY=VALUE`` (see pipeline.DEFAULT_BUDGET)."""
+    from kernelopt_bot.pipeline import DEFAULT_BUDGET
+
+    budget: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep:
+            key, raw = "candidates", item
+        if key not in DEFAULT_BUDGET:
+            raise BadInputError(f"--budget {item!r}: unknown key {key!r} (known: {', '.join(DEFAULT_BUDGET)})")
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise BadInputError(f"--budget {item!r}: value is not a number or true/false") from exc
+        if not (value is None or isinstance(value, (int, float, bool))) or (
+                isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0):
+            raise BadInputError(f"--budget {item!r}: value must be a non-negative number, true/false or null")
+        budget[key] = value
+    return budget
+
+
+@main.command()
+@click.argument("target")
+@click.option("--out", "out_dir", default=None, type=click.Path(file_okay=False),
+              help="Where report.md, result.json and pack.json go (default: kernelopt-out/<target>).")
+@DEVICE
+@DTYPE
+@click.option("--budget", "budget_items", multiple=True, metavar="N|KEY=VALUE",
+              help="Candidates to verify (N), or KEY=VALUE: candidates, kernels, candidates_per_kernel, "
+                   "wall_seconds, gpu_seconds, tokens, cost, compile_options, rounds (repeatable).")
+@click.option("--gamma", default=1.03, show_default=True, type=click.FloatRange(min=1.0),
+              help="Required end-to-end speedup for a replacement.")
+@click.option("--llm-base-url", default=None, envvar="KERNELOPT_LLM_BASE_URL",
+              help="OpenAI-compatible endpoint for the LLM agents (key from KERNELOPT_LLM_API_KEY or OPENAI_API_KEY).")
+@click.option("--llm-model", default=None, envvar="KERNELOPT_LLM_MODEL", help="Model name for the LLM agents.")
+@click.option("--store", "store_path", default=None, type=click.Path(dir_okay=False),
+              help="SQLite store (default .kernelopt/kernelopt.db or $KERNELOPT_DB).")
+@handle_errors
+def optimize(target: str, out_dir: str | None, device: str | None, dtype: str, budget_items: tuple[str, ...],
+             gamma: float, llm_base_url: str | None, llm_model: str | None, store_path: str | None) -> None:
+    """Capture, profile, search, verify, pack and benchmark TARGET; write a report.
+
+    Exit code 0 when the run completed, whatever it found; 2 on bad input; 1 if the run failed.
+    """
+    from kernelopt_bot.pipeline import run_pipeline
+    from kernelopt_bot.targets import load_target
+
+    budget = _parse_budget(budget_items)
+    load_target(target, device, dtype)  # bad input fails here, with exit code 2
+    name = Path(target).stem if target.endswith(".py") else target.rpartition(":")[2]
+    out = Path(out_dir) if out_dir else Path("kernelopt-out") / name
+    llm = {"base_url": llm_base_url, "model": llm_model} if llm_base_url else None
+    console = _console()
+    with console.status("starting") as status:
+        def log(message: str) -> None:
+            status.update(escape(message))
+            if message.startswith(("  ", "warning")):
+                console.print(escape(message))
+
+        result = run_pipeline(target, device=device, dtype=dtype, out_dir=out, budget=budget, gamma=gamma,
+                              llm=llm, store_path=store_path, log=log)
+    _print_result(console, result, out)
+    if result.status != "ok":
+        _fail(f"run failed: {result.error}", 1)
+
+
+def _print_result(console: Any, result: Any, out: Path) -> None:
+    from rich.table import Table
+
+    table = Table(title=escape(f"{result.name} [{result.device}, {result.dtype}]: {result.status}"))
+    for col in ("kernel", "kind", "share", "candidates", "verdict", "speedup"):
+        table.add_column(col)
+    for k in result.kernels:
+        table.add_row(escape(k.name), k.kind, _fmt(k.share, ".1%", "-"), str(k.candidates), escape(k.status),
+                      _fmt(k.speedup, ".3f", "-"))
+    console.print(table)
+    if result.measured:
+        console.print(f"end to end: {result.baseline_ms:.4f} ms -> {result.optimized_ms:.4f} ms, "
+                      f"speedup {result.speedup:.3f}x ({result.pack_entries} kernels replaced)")
+    else:
+        console.print("end to end: not measured (no CUDA device)")
+    for rec in result.recommendations:
+        console.print(escape(f"option {rec.option}: {_fmt(rec.speedup, '.3f', '-')}x "
+                             f"{'(verified)' if rec.verified else ''} {rec.detail}"))
+    console.print(escape(f"wrote {out}/report.md, result.json, pack.json"))
+
+
 @main.command()
 @click.argument("target")
 @click.option("--kernel", "kernel_name", required=True, help="Kernel name (or g<graph>:name).")

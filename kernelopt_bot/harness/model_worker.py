@@ -151,6 +151,10 @@ class ModelWorker:
             raise WorkerError(f"{self.spec.label}: {payload}")
         return kind, payload
 
+    @property
+    def alive(self) -> bool:
+        return self._proc.is_alive()
+
     def kill(self) -> None:
         if self._proc.is_alive():
             self._proc.kill()

@@ -2,7 +2,8 @@
 
 static (no GPU time, in this process: the candidate is only parsed) -> compile + correctness (in
 the sandbox) -> model (packed and baseline models in their own processes, float64 referee in this
-one) -> performance (the end-to-end harness). A gate that fails stops the cascade; the gates after
+one) -> performance (the end-to-end harness). The baseline arms live as long as the cascade, so
+verifying several candidates for one target compiles the baseline once. A gate that fails stops the cascade; the gates after
 it are recorded as not run. If no candidate for a kernel is accepted, the compiler's kernel stays.
 """
 
@@ -18,6 +19,8 @@ import torch
 
 from kernelopt_bot.compile.artifact import TritonKernel
 from kernelopt_bot.compile.capture import Capture
+from kernelopt_bot.harness.arena import Arena
+from kernelopt_bot.harness.model_worker import WorkerError
 from kernelopt_bot.stitch.pack import KernelPack, LaunchConfig, PackEntry, PackError
 from kernelopt_bot.stitch.runtime import running_environment
 from kernelopt_bot.targets import dtype_name
@@ -91,12 +94,15 @@ class Cascade:
         self._workdir = tempfile.TemporaryDirectory(prefix="kernelopt-verify-")
         self._args_paths: dict[tuple[int, str], str] = {}
         self._copy_gbps: float | None = None
+        target = capture.target
+        self.arena = Arena(target.spec, target.device, dtype_name(target.dtype))
 
     @property
     def device(self) -> str:
         return self.capture.target.device
 
     def close(self) -> None:
+        self.arena.close()
         self._workdir.cleanup()
 
     def __enter__(self) -> Cascade:
@@ -128,7 +134,9 @@ class Cascade:
                 return result
         return GateResult.ok("static", "passed static checks")
 
-    def verify(self, kernel: TritonKernel, candidate: Candidate) -> Verdict:
+    def verify(self, kernel: TritonKernel, candidate: Candidate, *,
+               sandbox: SandboxLimits | None = None) -> Verdict:
+        """Run ``candidate`` through the gates (``sandbox`` overrides the options' limits)."""
         verdict = Verdict(kernel.qualified_name, candidate.label)
         gates = verdict.gates
         static = self._static(kernel, candidate)
@@ -145,7 +153,7 @@ class Cascade:
             "time": self.device == "cuda",
         }
         outcome = run_sandboxed("kernelopt_bot.verify.jobs.kernel_job", payload, device=self.device,
-                                limits=opts.sandbox)
+                                limits=sandbox or opts.sandbox)
         if outcome.ok and not outcome.value.get("compiled"):
             gates.append(GateResult.fail("static", outcome.value.get("reason", "does not compile")))
             return _finish(verdict)
@@ -159,18 +167,49 @@ class Cascade:
         if not correctness.passed:
             return _finish(verdict)
 
-        target = self.capture.target
-        pack = candidate_pack(self.capture, kernel, candidate)
-        model = check_model(target.spec, self.device, dtype_name(target.dtype), pack, kernel.name,
-                            seeds=opts.model_seeds, factor=opts.f64_factor)
-        gates.append(model)
-        if not model.passed:
-            return _finish(verdict)
-        gates.append(check_performance(
-            target.spec, self.device, dtype_name(target.dtype), pack, kernel.name, gamma=opts.gamma,
-            rounds=opts.rounds, reps=opts.reps, kernel_timing=job, copy_gbps=self._roofline_gbps(),
-        ))
+        gates.extend(self._model_and_performance(kernel, candidate, job))
         return _finish(verdict)
+
+    def _model_and_performance(self, kernel: TritonKernel, candidate: Candidate,
+                               job: dict[str, Any]) -> list[GateResult]:
+        """Gates 3 and 4 on one candidate arm, against the arena's long-lived baselines."""
+        opts, target = self.options, self.capture.target
+        try:
+            baseline, repeat = self.arena.baselines()
+            arm = self.arena.candidate(candidate_pack(self.capture, kernel, candidate))
+        except WorkerError as exc:
+            return [GateResult.fail("model", f"the packed model did not compile or run: {exc}")]
+        with arm:
+            model = check_model(target, baseline, arm, kernel.name, seeds=opts.model_seeds,
+                                factor=opts.f64_factor)
+            if not model.passed:
+                return [model]
+            return [model, check_performance(
+                baseline, arm, repeat, kernel.name, target=target.spec, device=self.device,
+                dtype=dtype_name(target.dtype), gamma=opts.gamma, rounds=opts.rounds, reps=opts.reps,
+                kernel_timing=job, copy_gbps=self._roofline_gbps(),
+            )]
+
+    def time_variants(self, kernel: TritonKernel, candidates: list[Candidate], *, reps: int = 50
+                      ) -> tuple[float | None, list[float | str | None]]:
+        """Kernel-level times of the compiler's kernel and of each candidate, in the sandbox.
+
+        Without CUDA nothing is timed: ``(None, [None, ...])``. A failed job times nothing.
+        """
+        if self.device != "cuda":
+            return None, [None] * len(candidates)
+        recording = self.capture.recording(kernel.graph, kernel.name)
+        payload = {
+            "device": self.device, "kernel": kernel.to_json(), "args_path": self._args_path(kernel),
+            "kwargs": recording.kwargs, "reps": reps,
+            "variants": [{"source": c.source, "config": c.config.to_json() if c.config else None}
+                         for c in candidates],
+        }
+        outcome = run_sandboxed("kernelopt_bot.verify.jobs.timing_job", payload, device=self.device,
+                                limits=self.options.sandbox)
+        if not outcome.ok:
+            return None, [outcome.reason] * len(candidates)
+        return outcome.value["original_ms"], list(outcome.value["times"])
 
     def _roofline_gbps(self) -> float | None:
         if self.device != "cuda":

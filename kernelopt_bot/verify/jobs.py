@@ -61,3 +61,38 @@ def kernel_job(payload: dict[str, Any]) -> dict[str, Any]:
                                               config=config, reps=reps).median_ms
         result["original_ms"] = harness.time(source=kernel.source, reps=reps).median_ms
     return result
+
+
+def timing_job(payload: dict[str, Any]) -> dict[str, Any]:
+    """Time the compiler's kernel and a batch of variants alone (kernel level, CUDA only).
+
+    Payload: ``device``, ``kernel``, ``args_path``, ``kwargs``, ``variants`` (a list of
+    ``{"source": str | None, "config": LaunchConfig JSON | None}``), ``reps``. Variants are loaded
+    (compiled) first, then timed one at a time; a variant that fails to compile or run gets an
+    error string instead of a time. Results: ``original_ms``, ``times`` (list of float | str).
+    """
+    device = payload["device"]
+    from kernelopt_bot.compile.capture import KernelRecording, prepare_device
+
+    prepare_device(device)
+    import torch
+
+    from kernelopt_bot.compile.artifact import TritonKernel
+    from kernelopt_bot.harness.kernel import KernelHarness
+    from kernelopt_bot.stitch.pack import LaunchConfig
+
+    kernel = TritonKernel.from_json(payload["kernel"])
+    args = tuple(torch.load(payload["args_path"], map_location=device, weights_only=True))
+    harness = KernelHarness(kernel, KernelRecording(kernel.graph, kernel.name, args,
+                                                    dict(payload.get("kwargs") or {})), device)
+    reps = int(payload.get("reps") or 50)
+    original = harness.time(source=kernel.source, reps=reps).median_ms
+    times: list[float | str | None] = []
+    for variant in payload.get("variants") or []:
+        config = LaunchConfig.from_json(variant["config"]) if variant.get("config") else None
+        source = variant.get("source") or kernel.source
+        try:
+            times.append(harness.time(source=source, config=config, reps=reps).median_ms)
+        except Exception as exc:  # noqa: BLE001 - a failing variant is a result, not a crash
+            times.append(f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}")
+    return {"original_ms": original, "times": times}

@@ -1,7 +1,7 @@
 """Gate 3: the re-stitched model against the eager model, with a float64 referee.
 
 The packed model (candidate installed) and the compiler baseline each run in their own process
-(:class:`~kernelopt_bot.harness.model_worker.ModelWorker`) on fresh inputs. The packed outputs are
+(arms of an :class:`~kernelopt_bot.harness.arena.Arena`) on fresh inputs. The packed outputs are
 first held to a tight tolerance against eager. If that fails, a float64 eager run decides: the
 candidate may reorder floating-point work, so it is accepted when its error against float64 is
 within ``factor`` times the compiler baseline's own error against float64 (never below the dtype's
@@ -15,9 +15,8 @@ from typing import Any
 
 import torch
 
-from kernelopt_bot.harness.model_worker import ModelWorker, WorkerError, WorkerSpec, flatten_outputs
-from kernelopt_bot.stitch.pack import KernelPack
-from kernelopt_bot.targets import Target, load_target
+from kernelopt_bot.harness.model_worker import ModelWorker, WorkerError, flatten_outputs
+from kernelopt_bot.targets import Target
 from kernelopt_bot.verify.result import GateResult
 from kernelopt_bot.verify.tolerance import MODEL_TIGHT_TOLERANCE, UNIT_ROUNDOFF, compare, relative_error
 
@@ -31,21 +30,16 @@ def _float64_outputs(target: Target, inputs: tuple[Any, ...]) -> list[torch.Tens
         return flatten_outputs(model64(*args64))
 
 
-def check_model(target_spec: str, device: str, dtype: str, pack: KernelPack, kernel_name: str, *,
+def check_model(target: Target, baseline: ModelWorker, candidate: ModelWorker, kernel_name: str | None, *,
                 seeds: tuple[int, ...] = DEFAULT_MODEL_SEEDS, factor: float = 10.0,
                 timeout_s: float = 600.0) -> GateResult:
-    target = load_target(target_spec, device, dtype)
-    specs = [WorkerSpec("baseline", target_spec, device, dtype),
-             WorkerSpec("candidate", target_spec, device, dtype, pack=pack.to_json())]
-    workers = [ModelWorker(s, start_timeout_s=timeout_s) for s in specs]
+    """Gate 3 on arms that are already compiled: ``candidate`` has the pack installed (or, with
+    ``kernel_name`` None, is a whole-model variant such as another compile mode)."""
     numbers: dict[str, Any] = {"err_candidate_f64": None, "err_baseline_f64": None, "tight": True}
+    if kernel_name is not None and kernel_name not in candidate.info.get("applied", []):
+        return GateResult.fail("model", f"the pack did not apply to {kernel_name} in the compiled model "
+                                        f"(applied: {candidate.info.get('applied') or 'none'})")
     try:
-        for w in workers:
-            w.wait_ready()
-        baseline, candidate = workers
-        if kernel_name not in candidate.info.get("applied", []):
-            return GateResult.fail("model", f"the pack did not apply to {kernel_name} in the compiled model "
-                                            f"(applied: {candidate.info.get('applied') or 'none'})")
         for seed in seeds:
             packed = candidate.request("outputs", seed, timeout_s=timeout_s)
             inputs = target.make_inputs(seed)
@@ -57,9 +51,6 @@ def check_model(target_spec: str, device: str, dtype: str, pack: KernelPack, ker
                 return verdict
     except WorkerError as exc:
         return GateResult.fail("model", f"model run failed: {exc}")
-    finally:
-        for w in workers:
-            w.close()
     how = "matched eager at tight tolerance" if numbers["tight"] else (
         f"float64 fallback: candidate error {numbers['err_candidate_f64']:.3g} <= {factor:g} x "
         f"baseline error {numbers['err_baseline_f64']:.3g}")

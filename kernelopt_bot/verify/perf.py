@@ -1,6 +1,6 @@
 """Gate 4: the re-stitched model must beat the compiler baseline by gamma, end to end.
 
-Measured only with the project's own harness (:func:`kernelopt_bot.bench.bench`): interleaved
+Measured only with the project's own harness (:func:`kernelopt_bot.bench.compare_arms`): interleaved
 rounds, fresh inputs per round, L2 flushed, median. A win counts only if
 
 * the median speedup is at least ``gamma``;
@@ -17,10 +17,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from kernelopt_bot.bench import bench
-from kernelopt_bot.harness.model_worker import WorkerError
+from kernelopt_bot.bench import compare_arms
+from kernelopt_bot.harness.model_worker import ModelWorker, WorkerError
 from kernelopt_bot.harness.timing import NOT_MEASURED
-from kernelopt_bot.stitch.pack import KernelPack
 from kernelopt_bot.verify.result import GateResult
 
 DEFAULT_GAMMA = 1.03
@@ -36,11 +35,13 @@ def physically_possible(bytes_moved: int, kernel_ms: float, copy_gbps: float,
     return kernel_ms >= floor_ms, floor_ms
 
 
-def check_performance(target_spec: str, device: str, dtype: str, pack: KernelPack, kernel_name: str, *,
+def check_performance(baseline: ModelWorker, candidate: ModelWorker, repeat: ModelWorker | None,
+                      kernel_name: str, *, target: str, device: str, dtype: str,
                       gamma: float = DEFAULT_GAMMA, rounds: int = 10, reps: int = 20,
                       kernel_timing: dict[str, Any] | None = None, copy_gbps: float | None = None,
                       timeout_s: float = 600.0) -> GateResult:
-    if device != "cuda":
+    """Gate 4 on compiled arms (``candidate`` has the pack installed, ``repeat`` is a second baseline)."""
+    if device != "cuda" or repeat is None:
         return GateResult.not_run("performance", NOT_MEASURED)
     numbers: dict[str, Any] = {"gamma": gamma}
     timing = kernel_timing or {}
@@ -52,7 +53,8 @@ def check_performance(target_spec: str, device: str, dtype: str, pack: KernelPac
             return GateResult.fail("performance", f"kernel time {timing['candidate_ms']:.4g} ms is below the "
                                                   f"physical floor {floor_ms:.4g} ms: it skipped work", **numbers)
     try:
-        result = bench(target_spec, pack, device=device, dtype=dtype, rounds=rounds, reps=reps, timeout_s=timeout_s)
+        result = compare_arms(baseline, candidate, repeat, target=target, device=device, dtype=dtype,
+                              rounds=rounds, reps=reps, timeout_s=timeout_s)
     except WorkerError as exc:
         return GateResult.fail("performance", f"benchmark failed: {exc}", **numbers)
     numbers.update(baseline_ms=result.baseline_ms, packed_ms=result.packed_ms, speedup=result.speedup,
@@ -61,9 +63,10 @@ def check_performance(target_spec: str, device: str, dtype: str, pack: KernelPac
     return judge(result, kernel_name, gamma, numbers)
 
 
-def judge(result: Any, kernel_name: str, gamma: float, numbers: dict[str, Any]) -> GateResult:
-    """Apply the gate's rules to a :class:`~kernelopt_bot.bench.BenchResult`."""
-    if kernel_name not in result.applied:
+def judge(result: Any, kernel_name: str | None, gamma: float, numbers: dict[str, Any]) -> GateResult:
+    """Apply the gate's rules to a :class:`~kernelopt_bot.bench.BenchResult` (``kernel_name`` None:
+    a whole-model variant, nothing to have applied)."""
+    if kernel_name is not None and kernel_name not in result.applied:
         return GateResult.fail("performance", f"the pack did not apply to {kernel_name}", **numbers)
     if result.speedup is None:
         return GateResult.fail("performance", f"not measured: {result.reason}", **numbers)

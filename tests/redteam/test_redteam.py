@@ -6,7 +6,7 @@ Runs in CI on the CPU interpreter at tiny shapes and on the H200 at full shapes 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import pytest
@@ -120,17 +120,27 @@ CASES = [
 ]
 
 
-def _options(case: Case) -> VerifyOptions:
-    timeout = HANG_TIMEOUT_S if case.id == "hangs" else 600.0
-    return VerifyOptions(rounds=6 if ON_GPU else 1, reps=20, sandbox=SandboxLimits(timeout_s=timeout))
+_CASCADES: dict[str, Cascade] = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _close_cascades() -> Iterator[None]:
+    yield
+    for cascade in _CASCADES.values():
+        cascade.close()
+    _CASCADES.clear()
 
 
 def _verify(case: Case) -> Verdict:
+    """One cascade per example, so its baseline arms are compiled once for all its cases."""
     cap = captured(case.example)
+    if case.example not in _CASCADES:
+        _CASCADES[case.example] = Cascade(cap, VerifyOptions(rounds=6 if ON_GPU else 1, reps=20))
     kernel = cap.artifact.kernels[-1] if case.example != "gelu.py" else cap.artifact.kernels[0]
     chosen = cap.recording(kernel.graph, kernel.name).config
-    with Cascade(cap, _options(case)) as cascade:
-        return cascade.verify(kernel, case.make(kernel, chosen))
+    timeout = HANG_TIMEOUT_S if case.id == "hangs" else 600.0
+    return _CASCADES[case.example].verify(kernel, case.make(kernel, chosen),
+                                          sandbox=SandboxLimits(timeout_s=timeout))
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.gate is not None], ids=lambda c: c.id)

@@ -1,0 +1,47 @@
+"""The search's one base class: a strategy proposes candidates for one kernel; the gates decide.
+
+Strategies know nothing about each other, the store or GitHub. The orchestrator asks each
+strategy for candidates within the budget, sends the best to the cascade, and records what happened.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+from kernelopt_bot.compile.artifact import TritonKernel
+from kernelopt_bot.profile import KernelProfile
+from kernelopt_bot.verify.cascade import Candidate
+
+
+@dataclass
+class Proposal:
+    """A candidate plus what its strategy knows about it (kernel-level time, why it was made)."""
+
+    candidate: Candidate
+    strategy: str
+    kernel_ms: float | None = None
+    note: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class SearchContext:
+    """What a strategy may use: the kernel, its profile row, its recorded launch config, memory."""
+
+    kernel: TritonKernel
+    profile: KernelProfile | None
+    chosen_config: dict[str, Any] | None
+    device: str
+    memory: list[dict[str, Any]] = field(default_factory=list)
+
+
+class SearchStrategy(ABC):
+    """Proposes candidates for one kernel. Subclasses live one per file in this package."""
+
+    name: str = "strategy"
+
+    @abstractmethod
+    def propose(self, ctx: SearchContext, limit: int) -> list[Proposal]:
+        """At most ``limit`` proposals, best first."""

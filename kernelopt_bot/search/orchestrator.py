@@ -1,0 +1,186 @@
+"""The orchestrator: which kernels to search, which proposals reach the gates, what is kept.
+
+For each kernel the profile ranks worth it (largest share of model time first): reuse the
+verified-kernel cache when this kernel, GPU and compiler versions were searched before; otherwise
+ask every strategy for proposals, send the best to the cascade while the budget lasts, record
+every verdict in the store and in the experience memory, and keep the fastest accepted candidate.
+A kernel where nothing passes keeps the compiler's code.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from kernelopt_bot.compile.artifact import TritonKernel
+from kernelopt_bot.compile.capture import Capture
+from kernelopt_bot.profile import KernelProfile, Profile
+from kernelopt_bot.result import KernelOutcome
+from kernelopt_bot.search.base import Proposal, SearchContext, SearchStrategy
+from kernelopt_bot.search.llm.budget import Budget, BudgetExceeded
+from kernelopt_bot.stitch.pack import Guard, KernelPack, PackEntry
+from kernelopt_bot.stitch.runtime import running_environment
+from kernelopt_bot.store import Store
+from kernelopt_bot.verify.cascade import Cascade, candidate_pack
+from kernelopt_bot.verify.result import Verdict
+
+
+class FeedbackSearch(Protocol):
+    """A search that needs the gates' answers as it goes (the LLM agents' plan-code-repair loop)."""
+
+    name: str
+
+    def search(self, ctx: SearchContext, verify: Callable[[Proposal], Verdict], budget: Budget
+               ) -> list[tuple[Proposal, Verdict]]: ...
+
+
+@dataclass
+class SearchLimits:
+    max_kernels: int = 3
+    candidates_per_kernel: int = 3
+    min_share: float = 0.02  # kernels below this share of model time are not worth a search
+
+
+def _speedup(verdict: Verdict) -> float | None:
+    perf = verdict.gate("performance")
+    value = perf.numbers.get("speedup") if perf else None
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+class Orchestrator:
+    def __init__(self, capture: Capture, profile: Profile, cascade: Cascade, budget: Budget, *,
+                 strategies: list[SearchStrategy], feedback: list[FeedbackSearch] | None = None,
+                 store: Store | None = None, run_id: int | None = None,
+                 limits: SearchLimits | None = None, log: Callable[[str], None] = lambda _m: None) -> None:
+        self.capture, self.profile, self.cascade, self.budget = capture, profile, cascade, budget
+        self.strategies, self.feedback = strategies, list(feedback or [])
+        self.store, self.run_id = store, run_id
+        self.limits = limits or SearchLimits()
+        self.log = log
+        self.env: Guard = running_environment(capture.target.device)
+
+    @property
+    def device(self) -> str:
+        return self.capture.target.device
+
+    def worth_searching(self) -> list[KernelProfile]:
+        ranked = self.profile.ranked()
+        if self.profile.measured:
+            ranked = [k for k in ranked if (k.share or 0.0) >= self.limits.min_share]
+        return ranked[: self.limits.max_kernels]
+
+    def run(self) -> tuple[list[KernelOutcome], KernelPack]:
+        pack = KernelPack(target=self.capture.target.spec, created_by="kernelopt optimize")
+        chosen = {(k.graph, k.name) for k in self.worth_searching()}
+        outcomes: list[KernelOutcome] = []
+        for row in self.profile.ranked():
+            outcome = KernelOutcome(row.name, row.kind, row.share, row.time_ms)
+            if (row.graph, row.name) in chosen:
+                kernel = self.capture.artifact.kernel(f"g{row.graph}:{row.name}")
+                self._search_kernel(kernel, row, outcome, pack)
+            else:
+                outcome.status = "not searched (below the share threshold or the kernel limit)"
+            outcomes.append(outcome)
+        return outcomes, pack
+
+    def _cache_key(self, kernel: TritonKernel) -> tuple[str, str, str | None, str, str]:
+        env = self.env
+        return (kernel.key, env.gpu or self.device, env.compute_capability, env.torch or "", env.triton or "")
+
+    def _search_kernel(self, kernel: TritonKernel, row: KernelProfile, outcome: KernelOutcome,
+                       pack: KernelPack) -> None:
+        if self.store is not None:
+            hit = self.store.lookup(*self._cache_key(kernel))
+            if hit is not None and hit.verified and hit.entry is not None:
+                entry = PackEntry.from_json({**hit.entry, "kernel_name": kernel.name})
+                pack.add(entry)
+                outcome.status, outcome.speedup = "cached (verified)", hit.speedup
+                outcome.replacement = _replacement_kind(entry)
+                outcome.detail = f"verified in run {hit.run_id}; not searched again"
+                return
+            if hit is not None:
+                outcome.status = "cached (nothing passed)"
+                outcome.detail = hit.reason
+                return
+        reason = self.budget.exhausted()
+        if reason:
+            outcome.status, outcome.detail = "not searched (budget)", reason
+            return
+        recording = self.capture.recording(kernel.graph, kernel.name)
+        memory = self.store.recall(kernel.kind, self.env.gpu) if self.store is not None else []
+        ctx = SearchContext(kernel, row, recording.config, self.device, memory)
+        self.log(f"searching {kernel.qualified_name} ({kernel.kind})")
+        tried: list[tuple[Proposal, Verdict]] = []
+        proposals: list[Proposal] = []
+        for strategy in self.strategies:
+            start = time.monotonic()
+            proposals += strategy.propose(ctx, self.limits.candidates_per_kernel)
+            if self.device == "cuda":
+                self.budget.charge_gpu(time.monotonic() - start)
+        for proposal in proposals[: self.limits.candidates_per_kernel]:
+            try:
+                self.budget.acquire_candidate(what=proposal.candidate.label)
+            except BudgetExceeded as exc:
+                outcome.detail = exc.reason
+                break
+            tried.append((proposal, self._verify(kernel, proposal)))
+        for search in self.feedback:
+            tried += search.search(ctx, lambda p, k=kernel: self._verify(k, p), self.budget)
+        self._conclude(kernel, tried, outcome, pack)
+
+    def _verify(self, kernel: TritonKernel, proposal: Proposal) -> Verdict:
+        start = time.monotonic()
+        verdict = self.cascade.verify(kernel, proposal.candidate)
+        if self.device == "cuda":
+            self.budget.charge_gpu(time.monotonic() - start)
+        self.log(f"  {proposal.candidate.label}: {verdict.status}")
+        if self.store is not None and self.run_id is not None:
+            cand = proposal.candidate
+            self.store.record_candidate(self.run_id, kernel.key, proposal.strategy, cand.label, cand.source,
+                                        cand.config.to_json() if cand.config else None, verdict,
+                                        _speedup(verdict), tokens=int(proposal.extra.get("tokens", 0)))
+            self.store.remember(kernel.kind, self.env.gpu or self.device, proposal.note or proposal.strategy,
+                                verdict.status, _speedup(verdict), cand.label[:300], kernel_key=kernel.key)
+        return verdict
+
+    def _conclude(self, kernel: TritonKernel, tried: list[tuple[Proposal, Verdict]],
+                  outcome: KernelOutcome, pack: KernelPack) -> None:
+        outcome.candidates = len(tried)
+        accepted = [(p, v) for p, v in tried if v.accepted]
+        if accepted:
+            proposal, verdict = max(accepted, key=lambda pv: _speedup(pv[1]) or 0.0)
+            speedup = _speedup(verdict)
+            measured: dict[str, Any] = {"speedup": speedup, "kernel_ms": proposal.kernel_ms,
+                                        "gates": [g.to_json() for g in verdict.gates]}
+            entry = next(iter(candidate_pack(self.capture, kernel, proposal.candidate, measured).entries.values()))
+            pack.add(entry)
+            outcome.status, outcome.speedup = "accepted", speedup
+            outcome.replacement = _replacement_kind(entry)
+            outcome.detail = proposal.candidate.label
+            if self.store is not None:
+                self.store.cache_verified(*self._cache_key(kernel), entry, speedup, self.run_id)
+            return
+        if not tried:
+            if outcome.detail:  # the budget ran out before the first candidate
+                outcome.status = "not searched (budget)"
+                return
+            outcome.status = "no proposal"
+            outcome.detail = "no strategy found a candidate faster than the compiler's kernel"
+            if self.store is not None and self.device == "cuda":
+                self.store.cache_negative(*self._cache_key(kernel), outcome.detail, self.run_id)
+            return
+        statuses = Counter(v.status for _, v in tried)
+        outcome.status = "no candidate accepted"
+        outcome.detail = "; ".join(f"{n} {s}" for s, n in statuses.most_common())
+        # Only a GPU verdict is final: without one, performance was never measured.
+        if self.store is not None and self.device == "cuda":
+            self.store.cache_negative(*self._cache_key(kernel), outcome.detail, self.run_id)
+
+
+def _replacement_kind(entry: PackEntry) -> str:
+    if entry.source is not None and entry.config is not None:
+        return "config+source"
+    return "source" if entry.source is not None else "config"

@@ -1,0 +1,95 @@
+"""`kernelopt optimize` end to end on the CPU interpreter: files, store, cache, budgets, errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kernelopt_bot.pipeline import run_pipeline
+from kernelopt_bot.result import RunResult
+from kernelopt_bot.stitch.pack import KernelPack, LaunchConfig, PackEntry
+from kernelopt_bot.stitch.runtime import running_environment
+from kernelopt_bot.store import Store
+from tests.helpers import EXAMPLES, captured, run_cli
+
+GELU = str(EXAMPLES / "gelu.py")
+
+
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("optimize")
+    out, db = root / "out", root / "store.db"
+    result = run_cli("optimize", GELU, "--out", str(out), "--store", str(db), "--budget", "candidates=2")
+    assert result.returncode == 0, result.stderr + result.stdout
+    return out, db
+
+
+def test_writes_report_result_and_pack(first_run: tuple[Path, Path]) -> None:
+    out, _ = first_run
+    result = RunResult.load(out / "result.json")
+    assert result.status == "ok" and result.error is None
+    assert result.kernels and result.kernels[0].name.startswith("triton_poi_fused_gelu")
+    assert result.kernels[0].candidates >= 1
+    assert KernelPack.load(out / "pack.json") is not None
+    report = (out / "report.md").read_text()
+    assert "## Kernels" in report and "kernelopt optimize" in report
+    if result.device == "cpu":
+        assert result.speedup is None and "not measured" in report
+        assert len(KernelPack.load(out / "pack.json")) == 0  # nothing passes gate 4 without a GPU
+
+
+def test_store_records_runs_and_candidates(first_run: tuple[Path, Path]) -> None:
+    _, db = first_run
+    with Store(db) as store:
+        runs = store.runs()
+        assert runs and runs[0]["status"] == "ok"
+        candidates = store.candidates(runs[0]["id"])
+        assert candidates and all("status" in c for c in candidates)
+        assert store.recall("pointwise")
+
+
+def test_verified_cache_is_reused_by_the_next_run(first_run: tuple[Path, Path], tmp_path: Path) -> None:
+    """A kernel verified before (same key, GPU, versions) is not searched again; its entry is packed."""
+    _, db = first_run
+    cap = captured("gelu.py")
+    kernel = cap.artifact.kernels[0]
+    env = running_environment(cap.target.device)
+    entry = PackEntry(kernel.key, kernel.name, config=LaunchConfig({"XBLOCK": 64}, 4, 1), guard=env,
+                      measured={"speedup": 1.2})
+    with Store(db) as store:
+        store.cache_verified(kernel.key, env.gpu, env.compute_capability, env.torch, env.triton, entry, 1.2, None)
+    result = run_pipeline(GELU, dtype="fp32", out_dir=tmp_path, store_path=db)
+    outcome = result.kernels[0]
+    assert outcome.status == "cached (verified)" and outcome.candidates == 0
+    pack = KernelPack.load(tmp_path / "pack.json")
+    assert kernel.key in pack.entries
+    with Store(db) as store:
+        assert store.invalidate(kernel.key) >= 1
+
+
+def test_budget_zero_searches_nothing(tmp_path: Path) -> None:
+    result = run_pipeline(GELU, out_dir=tmp_path, store_path=tmp_path / "db", budget={"candidates": 0})
+    assert result.status == "ok"
+    assert result.kernels[0].status == "not searched (budget)"
+    assert result.usage["used"]["candidates"] == 0
+
+
+def test_failing_target_is_a_result_not_a_crash(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text("import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x\n")
+    result = run_pipeline(str(bad), out_dir=tmp_path / "out", store_path=tmp_path / "db")
+    assert result.status == "failed" and "missing get_inputs" in (result.error or "")
+    assert (tmp_path / "out" / "report.md").read_text().count("failed") >= 1
+    assert json.loads((tmp_path / "out" / "result.json").read_text())["status"] == "failed"
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["optimize", GELU, "--budget", "nope=1"], "unknown key"),
+    (["optimize", GELU, "--budget", "candidates=-1"], "non-negative"),
+    (["optimize", "missing.py"], "no such file"),
+])
+def test_bad_input_exits_2(args: list[str], message: str) -> None:
+    result = run_cli(*args)
+    assert result.returncode == 2 and message in result.stderr
