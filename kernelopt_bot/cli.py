@@ -300,6 +300,48 @@ def _print_result(console: Any, result: Any, out: Path) -> None:
 
 
 @main.command()
+@click.argument("suite_dir", type=click.Path(file_okay=False))
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False))
+@click.option("--shard", default="0/1", show_default=True, help="Run only shard I of N (I/N, 0-based).")
+@DEVICE
+@click.option("--dtype", "dtypes", multiple=True, type=click.Choice(["fp32", "bf16", "fp16"]),
+              help="Only these dtypes (default: each problem's dtypes from suite.json).")
+@click.option("--budget", "budget_items", multiple=True, metavar="N|KEY=VALUE", help="As for optimize.")
+@click.option("--gamma", default=1.03, show_default=True, type=click.FloatRange(min=1.0))
+@click.option("--timeout", "timeout_s", default=900.0, show_default=True, type=click.FloatRange(min=1.0),
+              help="Deadline for each problem (seconds).")
+@handle_errors
+def suite(suite_dir: str, out_dir: str, shard: str, device: str | None, dtypes: tuple[str, ...],
+          budget_items: tuple[str, ...], gamma: float, timeout_s: float) -> None:
+    """Run `kernelopt optimize` on every problem of SUITE_DIR, each in its own process."""
+    from kernelopt_bot.suite import parse_shard, run_suite
+
+    _parse_budget(budget_items)  # validate before starting anything
+    console = _console()
+    result = run_suite(Path(suite_dir), Path(out_dir), shard=parse_shard(shard), device=device,
+                       dtypes=dtypes or None, budget=list(budget_items), gamma=gamma, timeout_s=timeout_s,
+                       log=lambda m: console.print(escape(m)))
+    for level, row in result.levels().items():
+        console.print(f"level {level}: {row['problems']} problems, geomean vs default "
+                      f"{_fmt(row['geomean_vs_default'], '.3f', 'not measured')}, vs max-autotune-no-cudagraphs "
+                      f"{_fmt(row['geomean_vs_max_autotune_no_cudagraphs'], '.3f', 'not measured')}")
+    console.print(escape(f"wrote {out_dir}/suite.md and suite.json"))
+
+
+@main.command("suite-merge")
+@click.argument("shard_dirs", nargs=-1, required=True, type=click.Path(file_okay=False))
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False))
+@handle_errors
+def suite_merge(shard_dirs: tuple[str, ...], out_dir: str) -> None:
+    """Merge the results of suite shards into one report."""
+    from kernelopt_bot.suite import merge, write_report
+
+    merged = merge([Path(d) for d in shard_dirs])
+    write_report(merged, Path(out_dir))
+    click.echo(f"merged {len(merged.problems)} problems into {out_dir}/suite.md")
+
+
+@main.command()
 @click.argument("target")
 @click.option("--kernel", "kernel_name", required=True, help="Kernel name (or g<graph>:name).")
 @click.option("--candidate", "candidate_path", required=True, type=click.Path(dir_okay=False),

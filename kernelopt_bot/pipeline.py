@@ -97,8 +97,8 @@ def _run(target: str, device: str | None, dtype: str, plan: dict[str, Any], gamm
          log: Callable[[str], None]) -> KernelPack:
     from kernelopt_bot.compile.capture import capture, versions
     from kernelopt_bot.profile import profile
+    from kernelopt_bot.search.budget import Budget
     from kernelopt_bot.search.compile_options import recommend
-    from kernelopt_bot.search.llm.budget import Budget
     from kernelopt_bot.search.orchestrator import Orchestrator, SearchLimits
     from kernelopt_bot.search.tuner import OfflineTuner
     from kernelopt_bot.stitch.runtime import running_environment

@@ -20,7 +20,7 @@ from kernelopt_bot.compile.capture import Capture
 from kernelopt_bot.profile import KernelProfile, Profile
 from kernelopt_bot.result import KernelOutcome
 from kernelopt_bot.search.base import Proposal, SearchContext, SearchStrategy
-from kernelopt_bot.search.llm.budget import Budget, BudgetExceeded
+from kernelopt_bot.search.budget import Budget, BudgetExceeded
 from kernelopt_bot.stitch.pack import Guard, KernelPack, PackEntry
 from kernelopt_bot.stitch.runtime import running_environment
 from kernelopt_bot.store import Store

@@ -1,0 +1,93 @@
+"""The LLM agents' search: plan, write, verify, repair, summarize, per kernel.
+
+For each attempt the planner picks a strategy from the profile and the experience memory; a
+launch-config plan goes straight to the gates, any other plan goes to the coder, and a candidate a
+gate rejected (other than for speed) goes back to the repairer with the gate's reason and numbers,
+a bounded number of times. Every verdict is summarized into the memory. The beam is the set of
+verified candidates; the orchestrator keeps the fastest.
+
+The endpoint is never trusted to be up: an unreachable or misbehaving one stops this search with a
+warning, and the offline tuner's results stand. The LLM decides nothing that matters: the gates do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import Any
+
+from kernelopt_bot.errors import BadInputError
+from kernelopt_bot.search.base import Proposal, SearchContext
+from kernelopt_bot.search.budget import Budget, BudgetExceeded
+from kernelopt_bot.search.llm.agents import make_agents
+from kernelopt_bot.search.llm.client import LLMUnavailable
+from kernelopt_bot.search.llm.config import LLMSettings
+from kernelopt_bot.verify.cascade import Candidate
+from kernelopt_bot.verify.result import Verdict
+
+
+class LLMSearch:
+    name = "llm"
+
+    def __init__(self, settings: LLMSettings, *, attempts: int = 2, repairs: int = 2,
+                 log: Callable[[str], None] = lambda _m: None) -> None:
+        self.settings = settings
+        self.attempts = attempts
+        self.repairs = repairs
+        self.log = log
+        self.disabled: str | None = None
+
+    @classmethod
+    def connect(cls, llm: dict[str, Any], *, log: Callable[[str], None] = lambda _m: None) -> LLMSearch | None:
+        """Settings from the run's options and the environment; bad settings mean offline only."""
+        try:
+            settings = LLMSettings.from_env(base_url=llm.get("base_url"), model=llm.get("model"))
+        except BadInputError as exc:
+            log(f"warning: LLM agents disabled ({exc}); using the offline tuner only")
+            return None
+        return cls(settings, log=log)
+
+    def search(self, ctx: SearchContext, verify: Callable[[Proposal], Verdict], budget: Budget
+               ) -> list[tuple[Proposal, Verdict]]:
+        if self.disabled:
+            return []
+        agents = make_agents(self.settings, budget)
+        kernel = ctx.kernel
+        row = asdict(ctx.profile) if ctx.profile is not None else {}
+        memory = list(ctx.memory)
+        tried: list[tuple[Proposal, Verdict]] = []
+
+        def judge(candidate: Candidate, plan: Any) -> Verdict:
+            budget.acquire_candidate(what=candidate.label)
+            proposal = Proposal(candidate, self.name, note=f"llm:{plan.strategy}",
+                                extra={"rationale": plan.rationale})
+            verdict = verify(proposal)
+            tried.append((proposal, verdict))
+            perf = verdict.gate("performance")
+            speedup = perf.numbers.get("speedup") if perf else None
+            memory.append(agents.summarizer.summarize(kernel.kind, plan, verdict.to_json(), speedup))
+            return verdict
+
+        try:
+            for attempt in range(self.attempts):
+                plan = agents.planner.plan(kernel, row, memory)
+                if not plan.needs_source:
+                    config = plan.launch_config(kernel)
+                    if config is not None:
+                        judge(Candidate(f"llm plan #{attempt}: {config.describe()}", config=config), plan)
+                    continue
+                source = agents.coder.write(kernel, plan, memory)
+                for repair in range(self.repairs + 1):
+                    if source is None:
+                        break
+                    verdict = judge(Candidate(f"llm {plan.strategy} #{attempt}.{repair}", source=source), plan)
+                    failing = next((g for g in verdict.gates if g.passed is False), None)
+                    if failing is None or failing.name == "performance" or repair == self.repairs:
+                        break
+                    source = agents.repairer.repair(kernel, source, failing, repair + 1, self.repairs)
+        except LLMUnavailable as exc:
+            self.disabled = str(exc)
+            self.log(f"warning: LLM endpoint unavailable ({exc}); continuing with the offline tuner only")
+        except BudgetExceeded as exc:
+            self.log(f"  LLM search stopped: {exc.reason}")
+        return tried

@@ -1,0 +1,60 @@
+"""The LLM agents inside `kernelopt optimize`, against a loopback OpenAI-compatible server."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+
+import pytest
+
+from kernelopt_bot.pipeline import run_pipeline
+from kernelopt_bot.store import Store
+from tests.helpers import EXAMPLES, captured
+from tests.llm_server import LLMTestServer, reply
+from tests.redteam import cheats
+
+GELU = str(EXAMPLES / "gelu.py")
+
+
+@pytest.fixture()
+def no_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KERNELOPT_LLM_MAX_RETRIES", "0")
+    monkeypatch.setenv("KERNELOPT_LLM_TIMEOUT_S", "10")
+
+
+def test_llm_candidate_goes_through_the_gates(tmp_path: Path, no_retries: None) -> None:
+    source = cheats.commute_first_product(captured("gelu.py").artifact.kernels[0].source)
+    with LLMTestServer() as server:
+        server.script(
+            reply(json.dumps({"strategy": "other", "rationale": "reorder the product"}), prompt_tokens=900,
+                  completion_tokens=40),
+            reply(f"Here is the kernel:\n```python\n{source}\n```\n", prompt_tokens=1500, completion_tokens=600),
+            reply(json.dumps({"strategy": "other", "outcome": "passed gates 1-3", "note": "commuted product"})),
+        )  # the next planner call finds the script exhausted (HTTP 500): the search must stop cleanly
+        result = run_pipeline(GELU, out_dir=tmp_path / "out", store_path=tmp_path / "db",
+                              budget={"candidates_per_kernel": 0},
+                              llm={"base_url": server.base_url, "model": "test-model"})
+        assert server.request_count >= 3
+    assert result.status == "ok", result.error
+    assert result.usage["used"]["llm_calls"] >= 3 and result.usage["used"]["tokens"] >= 3000
+    with Store(tmp_path / "db") as store:
+        run_id = store.runs()[0]["id"]
+        llm = [c for c in store.candidates(run_id) if c["agent"] == "llm"]
+    assert len(llm) == 1
+    verdict = llm[0]["verdict"]
+    gates = {g["name"]: g["passed"] for g in verdict["gates"]}
+    assert gates["static"] and gates["correctness"] and gates["model"]
+
+
+def test_unreachable_endpoint_degrades_to_the_tuner(tmp_path: Path, no_retries: None) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # closed again when the block ends: nothing listens there
+    messages: list[str] = []
+    result = run_pipeline(GELU, out_dir=tmp_path / "out", store_path=tmp_path / "db",
+                          budget={"candidates_per_kernel": 1},
+                          llm={"base_url": f"http://127.0.0.1:{port}/v1", "model": "m"}, log=messages.append)
+    assert result.status == "ok"
+    assert any("LLM endpoint unavailable" in m for m in messages)
+    assert result.kernels[0].candidates == 1  # the tuner's candidate still ran
