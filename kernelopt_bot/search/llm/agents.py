@@ -23,7 +23,7 @@ from kernelopt_bot.search.budget import CANDIDATE_RESOURCES, LLM_RESOURCES, Budg
 from kernelopt_bot.search.llm.client import LLMClient, LLMReply, Message
 from kernelopt_bot.search.llm.config import LLMSettings
 from kernelopt_bot.search.llm.parse import clean_code as _clean_body
-from kernelopt_bot.search.llm.parse import extract_code, extract_json, fenced_blocks
+from kernelopt_bot.search.llm.parse import extract_code, extract_json, fenced_blocks, parses
 from kernelopt_bot.search.llm.prompts import PromptTemplates
 from kernelopt_bot.stitch.pack import LaunchConfig
 from kernelopt_bot.verify.result import GateResult
@@ -261,7 +261,7 @@ class _SourceAgent(Agent):
         # closing fence as a stop sequence) and it parses; a reply cut at the output limit
         # mid-block is dropped rather than sent to the gates.
         complete = any(b.complete and _clean_body(b.body) == code for b in fenced_blocks(reply.text))
-        if not complete and (reply.truncated or not _parses(code)):
+        if not complete and (reply.truncated or not parses(code)):
             self._fell_back("reply was cut off mid-code (output limit); nothing usable" if reply.truncated
                             else "reply's code is unterminated and does not parse")
             return None
@@ -345,14 +345,6 @@ def _import_lines(kernel: TritonKernel) -> list[str]:
     except SyntaxError:
         return []
     return [ast.unparse(n) for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
-
-
-def _parses(code: str) -> bool:
-    try:
-        ast.parse(code)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return False
-    return True
 
 
 # -- summarizer -------------------------------------------------------------------------------

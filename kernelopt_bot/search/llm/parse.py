@@ -147,11 +147,11 @@ def _unfenced_python(text: str) -> str | None:
         return None
     code = stripped[m.start():]
     if m.start() == 0 and not _defines_jit(code):
-        return clean_code(code) if _parses(code) or code.lstrip().startswith(("import", "from", "@")) else None
+        return clean_code(code) if parses(code) or code.lstrip().startswith(("import", "from", "@")) else None
     # Prose before (and maybe after) the code: keep what parses, dropping trailing paragraphs.
     candidate = code
     for _ in range(6):
-        if _parses(candidate):
+        if parses(candidate):
             return clean_code(candidate)
         cut = candidate.rstrip().rfind("\n\n")
         if cut <= 0:
@@ -160,7 +160,8 @@ def _unfenced_python(text: str) -> str | None:
     return clean_code(code) if _defines_jit(code) else None
 
 
-def _parses(code: str) -> bool:
+def parses(code: str) -> bool:
+    """Does ``code`` parse as Python? (Never raises, whatever the model sent.)"""
     try:
         ast.parse(code)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
