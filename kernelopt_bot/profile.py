@@ -112,6 +112,9 @@ def profile(cap: Capture, *, iters: int = 10) -> Profile:
     for k in kernels:
         per_name_launches[k.name] += calls.get((k.graph, k.name), 0)
     vendor_ms = sum(ms for name, ms in device_ms.items() if name not in names)
+    # Shares are of the model's time; the profiler's busy time can exceed the flushed wall median
+    # slightly, and a share must never exceed 100%.
+    denominator = max(model_ms, sum(device_ms.values()))
     out: list[KernelProfile] = []
     for k in kernels:
         n = calls.get((k.graph, k.name), 0)
@@ -122,7 +125,7 @@ def profile(cap: Capture, *, iters: int = 10) -> Profile:
         gbps = nbytes * max(n, 1) / (t * 1e-3) / 1e9 if t else None
         frac = gbps / roof.copy_gbps if gbps and roof else None
         out.append(KernelProfile(
-            k.name, k.graph, k.kind, n, t, t / model_ms if t is not None and model_ms else None,
+            k.name, k.graph, k.kind, n, t, t / denominator if t is not None and denominator else None,
             nbytes, gbps, frac, classify(k.kind, k.source, t / max(n, 1) if t else t, frac),
         ))
     return Profile(cap.target.spec, "cuda", model_ms, vendor_ms, roof, out)

@@ -206,11 +206,13 @@ def _accepted_kwargs(fn: Callable[..., Any]) -> set[str]:
 
 
 def _redraw(x: Any, gen: torch.Generator) -> Any:
-    """Fresh values with the shape, dtype and layout of an example input (floats only)."""
+    """Fresh values with the shape, dtype, strides and device of an example input (floats only;
+    integer inputs are indices or labels whose valid range only the factory knows, so they stay)."""
     if not _is_float(x):
         return x.clone() if isinstance(x, torch.Tensor) else x
-    fresh = torch.randn(x.shape, generator=gen, dtype=torch.float32).to(x.dtype)
-    return fresh.to(x.device).as_strided(x.shape, x.stride()) if x.is_contiguous() else fresh.to(x.device)
+    fresh = torch.empty_like(x)  # keeps strides for dense layouts
+    fresh.copy_(torch.randn(x.shape, generator=gen, dtype=torch.float32))
+    return fresh
 
 
 def _is_float(x: Any) -> bool:
