@@ -302,7 +302,7 @@ def _print_result(console: Any, result: Any, out: Path) -> None:
 @main.command()
 @click.argument("suite_dir", type=click.Path(file_okay=False))
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False))
-@click.option("--shard", default="0/1", show_default=True, help="Run only shard I of N (I/N, 0-based).")
+@click.option("--shard", default="1/1", show_default=True, help="Run only shard I of N (I/N, 1-based).")
 @DEVICE
 @click.option("--dtype", "dtypes", multiple=True, type=click.Choice(["fp32", "bf16", "fp16"]),
               help="Only these dtypes (default: each problem's dtypes from suite.json).")
@@ -449,6 +449,11 @@ def pin(target: str, kernel_name: str, config_json: str | None, source_file: str
     click.echo(f"wrote {out_path}: {kernel.qualified_name} -> "
                f"{config.describe() if config else 'new source'}")
 
+
+from kernelopt_bot.github.cli import bot, sweep  # noqa: E402 - the GitHub front door's commands
+
+main.add_command(bot)
+main.add_command(sweep)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -14,9 +14,9 @@ from typing import Any
 
 import jinja2
 
+from kernelopt_bot.resources import templates_dir
 from kernelopt_bot.result import RunResult
 
-TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+!|~>])")
 
 
@@ -44,8 +44,8 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.1%}"
 
 
-def environment(root: Path = TEMPLATES) -> jinja2.Environment:
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(root)), autoescape=False,
+def environment(root: Path | None = None) -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(root or templates_dir())), autoescape=False,
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
     env.filters.update(md=md, code=code, ms=_ms, x=_x, pct=_pct)
     return env

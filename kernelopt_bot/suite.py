@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -82,8 +83,9 @@ class SuiteResult:
         return out
 
 
-def geomean(values: list[float]) -> float | None:
-    values = [v for v in values if v and v > 0]
+def geomean(values: Iterable[float | None]) -> float | None:
+    """Geometric mean of the positive, finite values (None when there are none)."""
+    values = [v for v in values if v is not None and v > 0 and math.isfinite(v)]
     if not values:
         return None
     return math.exp(sum(math.log(v) for v in values) / len(values))
@@ -120,13 +122,14 @@ def load_problems(root: Path, dtypes: tuple[str, ...] | None = None) -> list[Pro
 
 
 def parse_shard(text: str) -> tuple[int, int]:
+    """``I/N`` (1-based, as ``kernelopt sweep run --shard``) as a 0-based index and a count."""
     try:
         index, total = (int(x) for x in text.split("/"))
     except ValueError as exc:
-        raise BadInputError(f"--shard {text!r}: expected I/N, e.g. 0/4") from exc
-    if total < 1 or not 0 <= index < total:
-        raise BadInputError(f"--shard {text!r}: need 0 <= I < N")
-    return index, total
+        raise BadInputError(f"--shard {text!r}: expected I/N, e.g. 1/4") from exc
+    if total < 1 or not 1 <= index <= total:
+        raise BadInputError(f"--shard {text!r}: need 1 <= I <= N")
+    return index - 1, total
 
 
 def run_problem(root: Path, problem: Problem, out: Path, *, device: str | None, budget: list[str],

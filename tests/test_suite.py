@@ -36,7 +36,7 @@ def _suite(root: Path) -> Path:
 def test_shards_run_each_problem_in_its_own_process_and_merge(tmp_path: Path) -> None:
     root = _suite(tmp_path / "suite")
     outs = []
-    for shard in ("0/2", "1/2"):
+    for shard in ("1/2", "2/2"):
         out = tmp_path / f"out-{shard[0]}"
         result = run_cli("suite", str(root), "--out", str(out), "--shard", shard, "--budget", "candidates=1")
         assert result.returncode == 0, result.stderr
@@ -71,6 +71,8 @@ def test_geomean_counts_fallbacks_as_one_on_a_gpu() -> None:
 def test_bad_suite_input() -> None:
     with pytest.raises(BadInputError):
         parse_shard("3/2")
+    with pytest.raises(BadInputError):
+        parse_shard("0/2")
     with pytest.raises(BadInputError):
         parse_shard("x")
     with pytest.raises(BadInputError, match="not a directory"):

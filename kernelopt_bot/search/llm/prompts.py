@@ -23,7 +23,8 @@ from typing import Any
 
 import jinja2
 
-TEMPLATES_DIR = Path(__file__).resolve().parents[3] / "templates"
+from kernelopt_bot import resources
+
 PROMPT_PREFIX = "prompts/"
 QUOTE_BAR = "│ "
 QUOTE_LIMIT = 4000
@@ -90,7 +91,7 @@ class PromptTemplates:
     """The jinja2 environment for ``templates/prompts``; ``render("planner.j2", ...)``."""
 
     def __init__(self, templates_dir: str | Path | None = None) -> None:
-        self.templates_dir = Path(templates_dir) if templates_dir is not None else TEMPLATES_DIR
+        self.templates_dir = Path(templates_dir) if templates_dir is not None else resources.templates_dir()
         if not (self.templates_dir / PROMPT_PREFIX).is_dir():
             raise FileNotFoundError(f"prompt templates not found in {self.templates_dir / PROMPT_PREFIX}")
         self.env = jinja2.Environment(

@@ -1,0 +1,313 @@
+"""``kernelopt bot`` and ``kernelopt sweep``: the GitHub front doors as click commands.
+
+The Action and the workflows call these, and so can a person: ``--dry-run --out DIR`` needs no
+token or network and writes everything that would be published into DIR. Without ``--dry-run``
+the bot publishes through PyGithub with ``GITHUB_TOKEN`` on ``GITHUB_REPOSITORY`` at
+``GITHUB_API_URL``. Outputs, the job summary and annotations go to the files and stream the
+runner reads (``GITHUB_OUTPUT``, ``GITHUB_STEP_SUMMARY``, stdout).
+
+Exit codes: 0 done (target failures are reported, not fatal), 1 GitHub API or internal error,
+2 bad input (config, payload, flags).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from kernelopt_bot.config import DEFAULT_CONFIG, KerneloptConfig, load_config
+from kernelopt_bot.errors import BadInputError, KerneloptError
+from kernelopt_bot.github import actions_io
+from kernelopt_bot.github.commands import CommandError
+from kernelopt_bot.github.events import SUPPORTED, IssueCommentEvent, PullRequestEvent, load_event
+from kernelopt_bot.github.gateway import Gateway, GitHubAPIError, GitHubGateway, PullInfo, connect
+from kernelopt_bot.github.runner import DefaultRunner, PipelineRunner
+
+# Tests replace this to hand the bot RunResults they built; the real one imports the engine lazily.
+RUNNER_FACTORY: Callable[[Path], PipelineRunner] = DefaultRunner
+
+
+def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """One line on stderr and the documented exit code, as ``kernelopt_bot.cli`` does.
+
+    Kept here rather than imported so that ``kernelopt_bot.cli`` can import this module to
+    register the commands without an import cycle.
+    """
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except KerneloptError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(exc.exit_code)
+        except (click.exceptions.Exit, click.ClickException, click.Abort):
+            raise
+        except Exception as exc:  # noqa: BLE001 - the last line of defence
+            click.echo(f"error: internal error: {type(exc).__name__}: {exc}", err=True)
+            sys.exit(1)
+
+    return wrapper
+
+
+def _log(msg: str) -> None:
+    click.echo(msg, err=True)
+
+
+def _config(config: str, root: Path) -> tuple[KerneloptConfig, str]:
+    path = Path(config)
+    if not path.is_absolute() and not path.exists() and (root / path).exists():
+        path = root / path
+    cfg = load_config(path)
+    try:
+        rel = str(path.resolve().relative_to(root.resolve()))
+    except ValueError:
+        rel = str(path)
+    return cfg, rel
+
+
+def _env_int(name: str, default: int) -> int:
+    try:
+        return int(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+def github_gateway(repository: str) -> GitHubGateway:
+    token = os.environ.get("GITHUB_TOKEN") or os.environ.get("INPUT_GITHUB_TOKEN")
+    if not token:
+        raise BadInputError("GITHUB_TOKEN is not set (or use --dry-run to publish into a folder)")
+    repo = connect(token, repository, os.environ.get("GITHUB_API_URL") or None,
+                   retries=_env_int("KERNELOPT_GITHUB_RETRIES", 3),
+                   throttle=os.environ.get("KERNELOPT_GITHUB_THROTTLE", "1") != "0")
+    return GitHubGateway(repo, bot_login=os.environ.get("KERNELOPT_BOT_LOGIN") or None)
+
+
+def _run_url() -> str:
+    server, repo, run = (os.environ.get(k) for k in ("GITHUB_SERVER_URL", "GITHUB_REPOSITORY", "GITHUB_RUN_ID"))
+    return f"{server}/{repo}/actions/runs/{run}" if server and repo and run else ""
+
+
+def _emit(outcome: Any, *, summary_title: str = "") -> None:
+    """Outputs, summary and annotations for the runner (no-ops outside Actions)."""
+    if outcome.outputs:
+        actions_io.set_outputs(outcome.outputs)
+    if outcome.summary:
+        actions_io.append_summary(outcome.summary)
+    for f in outcome.failures:
+        actions_io.report_failure(f.message, file=f.file, line=f.line, detail=f.detail)
+
+
+def _api_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """An API error also becomes an annotation and a summary line before the one-line exit."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except GitHubAPIError as exc:
+            actions_io.report_failure(str(exc), title="kernelopt: GitHub API")
+            from kernelopt_bot.github.render import md
+
+            actions_io.append_summary(f"## kernelopt: publishing failed\n\n{md(str(exc), 1000)}\n")
+            raise
+        except CommandError as exc:
+            raise BadInputError(str(exc)) from exc
+
+    return wrapper
+
+
+@click.command()
+@click.option("--event-name", default=lambda: os.environ.get("GITHUB_EVENT_NAME", ""),
+              help=f"The triggering event ({', '.join(SUPPORTED)}); default $GITHUB_EVENT_NAME.")
+@click.option("--event-path", default=lambda: os.environ.get("GITHUB_EVENT_PATH", ""),
+              help="The event payload JSON; default $GITHUB_EVENT_PATH.")
+@click.option("--config", "config", default=DEFAULT_CONFIG, show_default=True, help="The bot's config file.")
+@click.option("--repo-root", default=".", show_default=True, type=click.Path(file_okay=False),
+              help="The checked-out repository (entries, import graph, local git).")
+@click.option("--dry-run", is_flag=True, help="Publish nothing; write what would be published into --out.")
+@click.option("--out", "out", default="kernelopt-out", show_default=True, type=click.Path(file_okay=False),
+              help="Where results, reports (and in a dry run, everything to publish) go.")
+@click.option("--stage", type=click.Choice(["all", "ack", "run", "publish"]), default="all", show_default=True,
+              help="For /kernelopt commands: run one stage (ack, run, publish) of a split workflow.")
+@click.option("--pinned-sha", default=None, help="Run stage: the PR head SHA recorded by the ack stage.")
+@click.option("--results", default=None, type=click.Path(file_okay=False),
+              help="Publish stage: the results folder written by the run stage (default OUT/results).")
+@click.option("--permission", default="write", show_default=True,
+              help="Dry run only: the commenter's repository permission to assume.")
+@handle_errors
+@_api_errors
+def bot(event_name: str, event_path: str, config: str, repo_root: str, dry_run: bool, out: str, stage: str,
+        pinned_sha: str | None, results: str | None, permission: str) -> None:
+    """React to a GitHub event: a PR push, a /kernelopt comment, a schedule or a dispatch."""
+    from kernelopt_bot.github.dryrun import DryRunGateway
+    from kernelopt_bot.github.flows import BotContext, run_issue_comment, run_pull_request
+
+    if not event_name or not event_path:
+        raise BadInputError("give --event-name and --event-path (or run inside Actions)")
+    root = Path(repo_root).resolve()
+    out_dir = Path(out).resolve()
+    event = load_event(event_name, event_path, os.environ.get("GITHUB_REPOSITORY"))
+    cfg, config_rel = _config(config, root)
+    gateway: Gateway
+    if dry_run:
+        pull = None
+        if isinstance(event, PullRequestEvent):
+            pull = PullInfo(event.number, event.head_sha, event.head_ref, event.head_repo, event.base_ref,
+                            event.repo.full_name)
+        gateway = DryRunGateway(root, event.repo.full_name, default_branch=event.repo.default_branch,
+                                permission=permission, pull=pull)
+    else:
+        gateway = github_gateway(os.environ.get("GITHUB_REPOSITORY") or event.repo.full_name)
+    ctx = BotContext(cfg=cfg, config_path=config_rel, repo_root=root, out_dir=out_dir, gateway=gateway,
+                     runner=RUNNER_FACTORY(root), run_url=_run_url(), log=_log)
+    try:
+        if isinstance(event, PullRequestEvent):
+            outcome = run_pull_request(ctx, event)
+        elif isinstance(event, IssueCommentEvent):
+            outcome = run_issue_comment(ctx, event, stage=stage, pinned_sha=pinned_sha,
+                                        results=Path(results).resolve() if results else None)
+        else:
+            outcome = _sweep_all(ctx, cfg)
+    finally:
+        if isinstance(gateway, DryRunGateway):
+            gateway.finish(out_dir, {"event": event_name, "stage": stage})
+    _emit(outcome)
+    if outcome.message:
+        _log(outcome.message)
+    if outcome.exit_code:
+        sys.exit(outcome.exit_code)
+
+
+def _sweep_all(ctx: Any, cfg: KerneloptConfig) -> Any:
+    """schedule / workflow_dispatch through ``kernelopt bot``: every target in one job, then merge."""
+    from kernelopt_bot.github.runner import run_jobs
+    from kernelopt_bot.github.sweep import sweep_jobs
+
+    run_jobs(ctx.runner, sweep_jobs(cfg), ctx.results_dir, log=ctx.log)
+    return _merge_and_publish(cfg, ctx.gateway, [ctx.results_dir], ctx.out_dir, None, ctx.repo_root,
+                              ctx.config_path)
+
+
+def _merge_and_publish(cfg: KerneloptConfig, gateway: Gateway, dirs: list[Path], out_dir: Path,
+                       history_file: Path | None, root: Path, config_rel: str) -> Any:
+    from kernelopt_bot.github.flows import BotOutcome, Failure
+    from kernelopt_bot.github.render import base_context, render
+    from kernelopt_bot.github.sweep import default_head, merge, publish_merge, read_history
+
+    head = default_head(gateway, root)
+    result = merge(cfg, dirs, gateway, history_text=read_history(gateway, history_file), head_sha=head)
+    ref = publish_merge(cfg, gateway, result, head)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "sweep.md").write_text(result.report, encoding="utf-8")
+    (out_dir / "history.json").write_text(json.dumps(result.history, indent=2) + "\n", encoding="utf-8")
+    failures = []
+    for o in result.outcomes:
+        if o.failed:
+            tb = o.out_dir / "traceback.txt"
+            failures.append(Failure(f"target {o.job.name} ({o.job.dtype}) failed: {o.result.error or 'unknown'}",
+                                    file=config_rel, line=cfg.target_lines.get(o.job.name),
+                                    detail=tb.read_text() if tb.is_file() else o.result.error))
+    ctx = base_context(result.rows)
+    url = ref.url if ref is not None and ref.action in ("created", "updated") else ""
+    outputs = {"speedup": "" if ctx["geomean"] is None else f"{ctx['geomean']:.4f}",
+               "verified-kernels": str(ctx["verified_total"]), "pr-url": url or "",
+               "report-path": str(out_dir / "sweep.md")}
+    links = [("sweep PR", ref.url)] if ref is not None and ref.url else []
+    summary = render("summary.md.j2", **base_context(
+        result.rows, title=f"nightly sweep at {head[:12]}", links=links,
+        note=f"{len(result.changes)} pack change(s); {len(result.regressions)} regression(s) against history"))
+    return BotOutcome(outputs=outputs, summary=summary, failures=failures,
+                      message=f"sweep: {len(result.outcomes)} run(s), {len(result.changes)} pack change(s)")
+
+
+@click.group()
+def sweep() -> None:
+    """Nightly sweeps over every target, sharded across GPU runners."""
+
+
+@sweep.command("plan")
+@click.option("--config", "config", default=DEFAULT_CONFIG, show_default=True)
+@click.option("--shards", default=1, show_default=True, type=click.IntRange(1, 256))
+@click.option("--output-name", default=None, help="Also write the matrix to $GITHUB_OUTPUT under this name.")
+@handle_errors
+def sweep_plan(config: str, shards: int, output_name: str | None) -> None:
+    """Print the shard matrix as one line of JSON (for strategy.matrix via fromJSON)."""
+    from kernelopt_bot.github.sweep import plan
+
+    cfg = load_config(config)
+    matrix = json.dumps(plan(cfg, shards), separators=(",", ":"))
+    if output_name:
+        actions_io.set_output(output_name, matrix)
+    click.echo(matrix)
+
+
+@sweep.command("run")
+@click.option("--config", "config", default=DEFAULT_CONFIG, show_default=True)
+@click.option("--shard", "shard", required=True, help="I/N: which shard of N to run (1-based).")
+@click.option("--out", "out", required=True, type=click.Path(file_okay=False))
+@click.option("--repo-root", default=".", show_default=True, type=click.Path(file_okay=False))
+@handle_errors
+def sweep_run(config: str, shard: str, out: str, repo_root: str) -> None:
+    """Run one shard's targets into OUT. A failing target is reported and the shard goes on."""
+    from kernelopt_bot.github.flows import BotOutcome, Failure
+    from kernelopt_bot.github.render import base_context, render, result_row
+    from kernelopt_bot.github.sweep import parse_shard, run_shard
+
+    index, total = parse_shard(shard)
+    root = Path(repo_root).resolve()
+    cfg, config_rel = _config(config, root)
+    outcomes = run_shard(cfg, RUNNER_FACTORY(root), index, total, Path(out), log=_log)
+    failures = [Failure(f"target {o.job.name} ({o.job.dtype}) failed: {o.result.error or 'unknown'}",
+                        file=config_rel, line=cfg.target_lines.get(o.job.name), detail=o.result.error)
+                for o in outcomes if o.failed]
+    rows = [result_row(o.result) for o in outcomes]
+    summary = render("summary.md.j2", **base_context(rows, title=f"sweep shard {index}/{total}", links=[],
+                                                     note=""))
+    _emit(BotOutcome(summary=summary, failures=failures))
+    _log(f"shard {index}/{total}: {len(outcomes)} run(s), {len(failures)} failed")
+
+
+@sweep.command("merge")
+@click.argument("dirs", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False))
+@click.option("--out", "out", required=True, type=click.Path(file_okay=False))
+@click.option("--config", "config", default=DEFAULT_CONFIG, show_default=True)
+@click.option("--repo-root", default=".", show_default=True, type=click.Path(file_okay=False))
+@click.option("--history", "history", default=None, type=click.Path(dir_okay=False),
+              help="History JSON to compare with (default: history.json on the kernelopt/history branch).")
+@click.option("--dry-run", is_flag=True, help="Publish nothing; write the sweep PR into OUT.")
+@handle_errors
+@_api_errors
+def sweep_merge(dirs: tuple[str, ...], out: str, config: str, repo_root: str, history: str | None,
+                dry_run: bool) -> None:
+    """Merge shard results, compare with history, and publish one sweep PR."""
+    from kernelopt_bot.github.dryrun import DryRunGateway
+
+    root = Path(repo_root).resolve()
+    cfg, config_rel = _config(config, root)
+    repository = os.environ.get("GITHUB_REPOSITORY", "")
+    gateway: Gateway
+    if dry_run:
+        gateway = DryRunGateway(root, repository or "local/repository",
+                                default_branch=os.environ.get("KERNELOPT_DEFAULT_BRANCH", "main"))
+    else:
+        if not repository:
+            raise BadInputError("GITHUB_REPOSITORY is not set (or use --dry-run)")
+        gateway = github_gateway(repository)
+    out_dir = Path(out).resolve()
+    try:
+        outcome = _merge_and_publish(cfg, gateway, [Path(d) for d in dirs], out_dir,
+                                     Path(history) if history else None, root, config_rel)
+    finally:
+        if isinstance(gateway, DryRunGateway):
+            gateway.finish(out_dir, {"command": "sweep merge"})
+    _emit(outcome)
+    _log(outcome.message)

@@ -1,0 +1,162 @@
+"""Running the engine on targets, one job per (target, dtype), and reading the results back.
+
+The GitHub layer calls the engine only through :class:`PipelineRunner`, so tests can hand in
+RunResults they built and the engine can change without touching publishing. The default runner
+imports :func:`kernelopt_bot.pipeline.run_pipeline` lazily: this package imports without it.
+
+A job that fails (the runner raises, or returns ``status="failed"``) never stops the others; it
+is recorded as a failed :class:`~kernelopt_bot.result.RunResult` and reported.
+
+Results directory layout (the unit that travels between jobs as an artifact)::
+
+    DIR/<target>.<dtype>/result.json   RunResult
+    DIR/<target>.<dtype>/pack.json     KernelPack (may have 0 entries)
+    DIR/<target>.<dtype>/report.md
+    DIR/<target>.<dtype>/job.json      the job that produced it
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import traceback
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from kernelopt_bot.config import KerneloptConfig, TargetConfig
+from kernelopt_bot.result import RunResult
+
+
+@dataclass(frozen=True)
+class TargetJob:
+    """Everything the engine needs for one target in one dtype."""
+
+    name: str
+    entry: str
+    dtype: str
+    device: str | None
+    budget: dict[str, Any] = field(default_factory=dict)
+    gamma: float = 1.03
+    llm: dict[str, Any] | None = None
+
+    @property
+    def slug(self) -> str:
+        return f"{self.name}.{self.dtype}"
+
+    def public(self) -> dict[str, Any]:
+        """The job without secrets (the LLM key), safe to write next to results."""
+        data = asdict(self)
+        if data.get("llm"):
+            data["llm"] = {k: v for k, v in data["llm"].items() if k != "api_key"}
+        return data
+
+
+class PipelineRunner(Protocol):
+    def run(self, target_cfg: TargetJob, out_dir: Path) -> RunResult: ...
+
+
+class DefaultRunner:
+    """The real engine. Entries are resolved against the repository root."""
+
+    def __init__(self, repo_root: Path) -> None:
+        self.repo_root = repo_root.resolve()
+
+    def run(self, target_cfg: TargetJob, out_dir: Path) -> RunResult:
+        from kernelopt_bot.pipeline import run_pipeline  # lazy: the engine is optional to import this
+
+        if str(self.repo_root) not in sys.path:
+            sys.path.insert(0, str(self.repo_root))  # for pkg.mod:factory entries
+        entry = target_cfg.entry
+        if entry.endswith(".py"):
+            entry = str(self.repo_root / entry)
+        return run_pipeline(entry, device=target_cfg.device, dtype=target_cfg.dtype, out_dir=out_dir,
+                            budget=dict(target_cfg.budget), gamma=target_cfg.gamma, llm=target_cfg.llm)
+
+
+def make_jobs(cfg: KerneloptConfig, targets: Iterable[TargetConfig], *, budget: int | None = None,
+              gamma: float | None = None) -> list[TargetJob]:
+    """One job per target and dtype; command overrides (``--budget``, ``--gamma``) applied."""
+    budget_dict = cfg.budget.as_dict()
+    if budget is not None:
+        budget_dict["candidates"] = budget
+    llm = cfg.llm.as_dict() if cfg.llm else None
+    jobs = []
+    for t in sorted(targets, key=lambda t: t.name):
+        for dtype in t.dtypes:
+            jobs.append(TargetJob(name=t.name, entry=t.entry, dtype=dtype,
+                                  device=None if t.device == "auto" else t.device, budget=budget_dict,
+                                  gamma=gamma if gamma is not None else cfg.gamma, llm=llm))
+    return jobs
+
+
+@dataclass
+class JobOutcome:
+    job: TargetJob
+    result: RunResult
+    out_dir: Path
+
+    @property
+    def pack_path(self) -> Path | None:
+        p = self.out_dir / "pack.json"
+        return p if p.is_file() else None
+
+    @property
+    def failed(self) -> bool:
+        return self.result.status != "ok"
+
+
+def _failed(job: TargetJob, error: str) -> RunResult:
+    return RunResult(target=job.entry, name=job.name, device=job.device or "auto", dtype=job.dtype,
+                     status="failed", error=error)
+
+
+def run_jobs(runner: PipelineRunner, jobs: Iterable[TargetJob], results_dir: Path,
+             log: Any = None) -> list[JobOutcome]:
+    """Run every job; a job that raises is recorded as failed and the next one runs."""
+    outcomes = []
+    for job in jobs:
+        out = results_dir / job.slug
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "job.json").write_text(json.dumps(job.public(), indent=2) + "\n")
+        start = time.monotonic()
+        try:
+            result = runner.run(job, out)
+            if not isinstance(result, RunResult):
+                raise TypeError(f"runner returned {type(result).__name__}, not RunResult")
+        except Exception as exc:  # noqa: BLE001 - one target must never stop the others
+            detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+            result = _failed(job, detail)
+            (out / "traceback.txt").write_text(traceback.format_exc())
+        # The display name is the config's: the engine may call a target by its entry.
+        result.name = job.name
+        if result.seconds is None:
+            result.seconds = round(time.monotonic() - start, 3)
+        result.save(out / "result.json")
+        if log is not None:
+            log(f"{job.slug}: {result.status}" + (f" ({result.error})" if result.error else ""))
+        outcomes.append(JobOutcome(job, result, out))
+    return outcomes
+
+
+def load_outcomes(dirs: Iterable[Path]) -> list[JobOutcome]:
+    """Every result under the given directories (searched recursively), in a stable order."""
+    found: dict[str, JobOutcome] = {}
+    for d in dirs:
+        for rj in sorted(Path(d).rglob("result.json")):
+            out = rj.parent
+            try:
+                result = RunResult.load(rj)
+            except (ValueError, OSError, TypeError) as exc:
+                result = RunResult(target=str(out), name=out.name, device="?", dtype="?", status="failed",
+                                   error=f"unreadable result.json: {exc}")
+            job_file = out / "job.json"
+            job: TargetJob
+            try:
+                job = TargetJob(**json.loads(job_file.read_text()))
+            except (OSError, ValueError, TypeError):
+                job = TargetJob(name=result.name, entry=result.target, dtype=result.dtype, device=result.device)
+            found[job.slug] = JobOutcome(job, result, out)
+    return [found[k] for k in sorted(found)]

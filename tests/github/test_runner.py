@@ -1,0 +1,45 @@
+"""The default runner calls the real engine; a job that raises never stops the others."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from kernelopt_bot.config import parse_config
+from kernelopt_bot.github.runner import DefaultRunner, TargetJob, load_outcomes, make_jobs, run_jobs
+from kernelopt_bot.result import RunResult
+from tests.github.fakes import FakeRunner
+
+
+def test_default_runner_reaches_the_engine_without_raising(tmp_path: Path) -> None:
+    """A target that fails to import comes back as a failed RunResult (the engine's contract)."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "broken.py").write_text("raise ImportError('no such model here')\n")
+    job = TargetJob(name="broken", entry="broken.py", dtype="fp32", device="cpu", budget={"candidates": 1})
+    outcomes = run_jobs(DefaultRunner(repo), [job], tmp_path / "results")
+    result = outcomes[0].result
+    assert isinstance(result, RunResult) and result.status == "failed" and result.name == "broken"
+    assert "no such model here" in (result.error or "")
+    assert (tmp_path / "results" / "broken.fp32" / "result.json").is_file()
+
+
+def test_make_jobs_applies_command_overrides() -> None:
+    cfg = parse_config("targets:\n  - name: a\n    entry: a.py\n    dtypes: [bf16, fp32]\n    device: cuda\n"
+                       "budget: {candidates: 9, tokens: 5}\ngamma: 1.1\n")
+    jobs = make_jobs(cfg, cfg.targets, budget=3, gamma=1.2)
+    assert [j.slug for j in jobs] == ["a.bf16", "a.fp32"]
+    assert jobs[0].budget == {"candidates": 3, "tokens": 5} and jobs[0].gamma == 1.2 and jobs[0].device == "cuda"
+    assert make_jobs(cfg, cfg.targets)[0].gamma == 1.1
+
+
+def test_raising_runner_is_recorded_and_results_load_back(tmp_path: Path) -> None:
+    jobs = [TargetJob(name=n, entry=f"{n}.py", dtype="fp32", device=None) for n in ("a", "b", "c")]
+    runner = FakeRunner(plan={"b": "raise"})
+    outcomes = run_jobs(runner, jobs, tmp_path)
+    assert runner.calls == ["a.fp32", "b.fp32", "c.fp32"]
+    assert [o.failed for o in outcomes] == [False, True, False]
+    assert "RuntimeError: engine exploded on b" in (outcomes[1].result.error or "")
+    loaded = load_outcomes([tmp_path])
+    assert [o.job.slug for o in loaded] == ["a.fp32", "b.fp32", "c.fp32"]
+    assert json.loads((tmp_path / "b.fp32" / "job.json").read_text())["entry"] == "b.py"
