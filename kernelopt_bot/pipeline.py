@@ -24,7 +24,7 @@ DEFAULT_BUDGET: dict[str, Any] = {
     "candidates": 8,  # verified candidates in the whole run
     "kernels": 3,  # kernels searched, largest share first
     "candidates_per_kernel": 3,
-    "wall_seconds": 600,
+    "wall_seconds": 110,  # `kernelopt optimize` on one problem within two minutes by default
     "gpu_seconds": None,
     "tokens": 200_000,
     "cost": None,

@@ -86,7 +86,10 @@ class KernelHarness:
         Arguments the kernel mutates are restored from the recording before every call, outside
         the timed region, so every timed call sees the data the model gave it.
         """
-        kernel_obj = self.load(source, config)
+        return self.time_kernel(self.load(source, config), reps=reps, warmup=warmup)
+
+    def time_kernel(self, kernel_obj: Any, *, reps: int = 100, warmup: int = 5) -> Timing:
+        """:meth:`time` for a kernel object already loaded (and perhaps compiled) by :meth:`load`."""
         args = self.fresh_args()
         mutated = self._mutated_positions()
         pristine = {i: snapshot(args[i]) for i in mutated}
