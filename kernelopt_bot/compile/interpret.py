@@ -25,16 +25,6 @@ from typing import Any
 _ENABLED = False
 
 
-def cuda_available() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
-
-
-def interpreter_active() -> bool:
-    return _ENABLED
-
-
 def enable_interpreter_mode() -> None:
     """Idempotently switch this process to CPU-interpreter mode."""
     global _ENABLED

@@ -28,9 +28,6 @@ class KernelRun:
 
     args: tuple[Any, ...]
 
-    def tensors(self) -> dict[int, torch.Tensor]:
-        return {i: a for i, a in enumerate(self.args) if isinstance(a, torch.Tensor)}
-
 
 class KernelHarness:
     """One kernel, its recorded arguments, and ways to run or time variants of it."""

@@ -231,16 +231,3 @@ def _finish(verdict: Verdict) -> Verdict:
             reason = f"not run: rejected by the {failed} gate" if failed else "not run"
             verdict.gates.append(GateResult.not_run(name, reason))
     return verdict
-
-
-def best_accepted(verdicts: list[Verdict]) -> Verdict | None:
-    """The fastest accepted candidate, or None: then the compiler's kernel stays."""
-    accepted = [v for v in verdicts if v.accepted]
-    if not accepted:
-        return None
-
-    def speedup(v: Verdict) -> float:
-        perf = v.gate("performance")
-        return float(perf.numbers.get("speedup") or 0.0) if perf else 0.0
-
-    return max(accepted, key=speedup)

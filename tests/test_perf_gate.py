@@ -1,0 +1,43 @@
+"""Gate 4's rules on measured results: gamma, noise floor, every round, state after timing, physics."""
+
+from __future__ import annotations
+
+import pytest
+
+from kernelopt_bot.bench import BenchResult, RoundResult
+from kernelopt_bot.verify.perf import judge, physically_possible
+
+
+def _result(base: list[float], packed: list[float], repeat: list[float], *, applied: tuple[str, ...] = ("k",),
+            after: float = 0.0) -> BenchResult:
+    rounds = [RoundResult(1000 + i, b, p, r) for i, (b, p, r) in enumerate(zip(base, packed, repeat))]
+    result = BenchResult("t", "cuda", "fp32", None, None, None, None, rounds=rounds, applied=list(applied),
+                         max_abs_diff=0.0, max_abs_diff_after_timing=after)
+    from kernelopt_bot.bench import _summarize
+
+    _summarize(result)
+    return result
+
+
+def test_a_clear_win_passes() -> None:
+    verdict = judge(_result([1.0] * 5, [0.8] * 5, [1.001] * 5), "k", 1.03, {})
+    assert verdict.passed is True and "1.250x" in verdict.reason
+
+
+@pytest.mark.parametrize(("result", "reason"), [
+    (_result([1.0] * 5, [0.99] * 5, [1.0] * 5), "below gamma"),
+    (_result([1.0] * 5, [0.95] * 5, [0.94] * 5), "noise floor"),
+    (_result([1.0, 1.0, 1.0, 1.0, 0.9], [0.9, 0.9, 0.9, 0.9, 0.95], [1.0] * 5), "every round"),
+    (_result([1.0] * 5, [0.8] * 5, [1.0] * 5, after=0.5), "after timing"),
+    (_result([1.0] * 5, [0.8] * 5, [1.0] * 5, applied=()), "did not apply"),
+], ids=["below-gamma", "noise", "one-slow-round", "stateful", "not-applied"])
+def test_rules_reject(result: BenchResult, reason: str) -> None:
+    verdict = judge(result, "k", 1.03, {})
+    assert verdict.passed is False and reason in verdict.reason
+
+
+def test_faster_than_physics_is_skipped_work() -> None:
+    # 1 GiB moved at a measured 4000 GB/s takes at least ~0.27 ms; with 1.3x slack the floor is ~0.21 ms.
+    ok, floor = physically_possible(1 << 30, 0.05, 4000.0)
+    assert not ok and 0.2 < floor < 0.21
+    assert physically_possible(1 << 30, 0.30, 4000.0)[0]
