@@ -23,6 +23,7 @@ budget:
   candidates_per_kernel: 2
   compile_options: false
   rounds: 5
+  wall_seconds: 90
 gamma: 1.03
 publish:
   draft: true
