@@ -3,7 +3,9 @@
 #   bash scripts/gpu_check.sh engine     GPU engine tests + engine report (per-example times, roofline, noise)
 #   bash scripts/gpu_check.sh redteam    the red team's cheating candidates at full size
 #   bash scripts/gpu_check.sh honest     the honest candidates + gate 4 on a sweep-found speedup
-#   bash scripts/gpu_check.sh all        everything (longer than one 10-minute device call)
+#   bash scripts/gpu_check.sh prdry      the PR flow in dry-run mode on an example repository
+#   bash scripts/gpu_check.sh suite      `kernelopt suite benchmarks/` (SUITE_SHARD=I/N, SUITE_ARGS=...)
+#   bash scripts/gpu_check.sh all        engine, redteam and honest (longer than one 10-minute call)
 set -uo pipefail
 export PYTHONUNBUFFERED=1 OUT="${OUT:-$PWD/gpu_out}" KERNELOPT_EXAMPLE_SIZE=full
 export TORCHINDUCTOR_CACHE_DIR="${TORCHINDUCTOR_CACHE_DIR:-/tmp/kernelopt-inductor-cache}"
@@ -35,5 +37,20 @@ if [[ "$part" == honest || "$part" == all ]]; then
   run_tests honest tests/redteam -k "${HONEST_K:-honest}"
   python3 scripts/find_speedup.py softmax.py bf16 ${SWEEP_N:-24} 2>&1 | tee "$OUT/speedup.log" | grep -vi warn | tail -12
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+fi
+if [[ "$part" == prdry ]]; then
+  bash scripts/example_pr_dry_run.sh "$OUT/pr" cuda 2>&1 | tee "$OUT/prdry.log" | tail -20
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+  for f in comment.md pr_body.md publish.json report.md; do [ -f "$OUT/pr/dry/$f" ] && cp "$OUT/pr/dry/$f" "$OUT/prdry_$f"; done
+  cp "$OUT"/pr/dry/results/*/result.json "$OUT/prdry_result.json" 2>/dev/null || true
+  rm -rf "$OUT/pr"
+fi
+if [[ "$part" == suite ]]; then
+  # shellcheck disable=SC2086
+  python3 -m kernelopt_bot.cli suite benchmarks --out "$OUT/suite" --shard "${SUITE_SHARD:-1/1}" ${SUITE_ARGS:-} 2>&1 \
+    | tee "$OUT/suite.log" | grep -vi warn | tail -20
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+  cp "$OUT/suite/suite.json" "$OUT/suite/suite.md" "$OUT/" 2>/dev/null || true
+  (cd "$OUT" && tar czf suite_runs.tgz suite && rm -rf suite)
 fi
 exit $status
