@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-_LOOP = re.compile(r"^(?P<indent>\s*)for (?P<var>r\d_offset) in range\((?P<args>[^)]*)\):\s*$", re.M)
+_LOOP = re.compile(r"^(?P<indent>\s*)for (?P<var>r\d_offset) in (?:tl\.)?range\((?P<args>[^)=]*)\):\s*$", re.M)
 _EVICT = re.compile(r"eviction_policy='(evict_first|evict_last)'")
 
 
