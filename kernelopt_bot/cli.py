@@ -310,17 +310,24 @@ def _print_result(console: Any, result: Any, out: Path) -> None:
 @click.option("--gamma", default=1.03, show_default=True, type=click.FloatRange(min=1.0))
 @click.option("--timeout", "timeout_s", default=900.0, show_default=True, type=click.FloatRange(min=1.0),
               help="Deadline for each problem (seconds).")
+@click.option("--gpus", default=None, metavar="all|N|I,J,...",
+              help="Run problems on several GPUs at once, one worker per GPU: all, the first N, or these "
+                   "indices (default: one problem at a time on the default device).")
 @handle_errors
 def suite(suite_dir: str, out_dir: str, shard: str, device: str | None, dtypes: tuple[str, ...],
-          budget_items: tuple[str, ...], gamma: float, timeout_s: float) -> None:
+          budget_items: tuple[str, ...], gamma: float, timeout_s: float, gpus: str | None) -> None:
     """Run `kernelopt optimize` on every problem of SUITE_DIR, each in its own process."""
+    from kernelopt_bot.gpu_pool import cuda_device_count, select_gpus
     from kernelopt_bot.suite import parse_shard, run_suite
 
     _parse_budget(budget_items)  # validate before starting anything
+    if gpus is not None and device == "cpu":
+        raise BadInputError("--gpus runs on CUDA devices; not with --device cpu")
+    selected: list[int | None] | None = None if gpus is None else list(select_gpus(gpus, cuda_device_count()))
     console = _console()
     result = run_suite(Path(suite_dir), Path(out_dir), shard=parse_shard(shard), device=device,
                        dtypes=dtypes or None, budget=list(budget_items), gamma=gamma, timeout_s=timeout_s,
-                       log=lambda m: console.print(escape(m)))
+                       log=lambda m: console.print(escape(m)), gpus=selected)
     for level, row in result.levels().items():
         console.print(f"level {level}: {row['problems']} problems, geomean vs default "
                       f"{_fmt(row['geomean_vs_default'], '.3f', 'not measured')}, vs max-autotune-no-cudagraphs "

@@ -1,7 +1,8 @@
 """The benchmark suite runner: every problem in its own process, shardable, merged into one report.
 
 Each problem (and dtype) is one ``kernelopt optimize`` run in a fresh process with a deadline, so a
-problem that crashes or hangs costs only itself. Results are reported per problem and as
+problem that crashes or hangs costs only itself. With ``--gpus`` the problems run on several GPUs
+at once through :mod:`kernelopt_bot.gpu_pool` (one worker per GPU) into the same report. Results are reported per problem and as
 per-level geometric means of the end-to-end speedup over ``torch.compile`` default and over
 ``max-autotune-no-cudagraphs`` (from the run's own measurement of that mode); a problem where
 nothing was verified, or that failed, counts as 1.0 (the compiler's code stays).
@@ -21,9 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from kernelopt_bot.errors import BadInputError
+from kernelopt_bot.gpu_pool import GpuFailure, GpuPool, JobResult, looks_like_gpu_failure, resolve
 from kernelopt_bot.result import RunResult
 
 MANT = "mode=max-autotune-no-cudagraphs"
+TIMED_OUT = "timed out after"
+PROBLEM_JOB = "kernelopt_bot.suite.problem_job"  # what a pool worker runs for one problem
+POOL_GRACE_S = 120.0  # the pool's own deadline is the problem's plus this: a backstop for a stuck worker
 
 
 @dataclass(frozen=True)
@@ -48,6 +53,13 @@ class ProblemResult:
     verified_kernels: int
     seconds: float
     error: str | None = None
+    gpu: int | None = None  # which GPU ran it with --gpus (an index as the suite saw them); None: the default
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ProblemResult:
+        """A result as ``to_json`` / a pool job wrote it (extra keys such as ``slug`` are ignored)."""
+        fields = {k: v for k, v in data.items() if k in cls.__dataclass_fields__ and k != "problem"}
+        return cls(problem=Problem(**data["problem"]), **fields)
 
 
 @dataclass
@@ -149,7 +161,7 @@ def run_problem(root: Path, problem: Problem, out: Path, *, device: str | None, 
         if proc.returncode not in (0, 1):
             error = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
     except subprocess.TimeoutExpired:
-        error = f"timed out after {timeout_s:.0f} s"
+        error = f"{TIMED_OUT} {timeout_s:.0f} s"
     seconds = time.time() - start
     result_file = run_dir / "result.json"
     if error is None and result_file.is_file():
@@ -163,20 +175,80 @@ def run_problem(root: Path, problem: Problem, out: Path, *, device: str | None, 
     return ProblemResult(problem, "failed", None, None, None, None, 0, seconds, error or "no result.json")
 
 
+def problem_job(job: dict[str, Any]) -> dict[str, Any]:
+    """One problem as a pool job: :func:`run_problem` (a ``kernelopt optimize`` subprocess that
+    inherits the worker's ``CUDA_VISIBLE_DEVICES``), its result as a plain dict.
+
+    A run that failed the way a GPU fails (a CUDA error, out of memory, a hang past the deadline)
+    raises :class:`GpuFailure` carrying that result, so a pool retries it on another GPU.
+    """
+    res = run_problem(Path(job["root"]), Problem(**job["problem"]), Path(job["out"]), device=job["device"],
+                      budget=list(job["budget"]), gamma=job["gamma"], timeout_s=job["timeout_s"],
+                      store=Path(job["store"]))
+    data = asdict(res)
+    if res.status != "ok" and res.error and (res.error.startswith(TIMED_OUT) or looks_like_gpu_failure(res.error)):
+        raise GpuFailure(res.error, value=data)
+    return data
+
+
+def _pool_result(problem: Problem, job: JobResult) -> ProblemResult:
+    """A pool's answer for one problem: the job's own result, or a failed one with the pool's reason."""
+    if job.ok:
+        res = ProblemResult.from_json(job.value)
+    elif isinstance(job.value, dict):  # failed like a GPU on every attempt: its own last result
+        res = ProblemResult.from_json(job.value)
+        res.status, res.error = "failed", job.error
+    else:
+        res = ProblemResult(problem, "failed", None, None, None, None, 0, job.seconds, job.error)
+    res.gpu = job.gpu
+    return res
+
+
 def run_suite(root: Path, out: Path, *, shard: tuple[int, int] = (0, 1), device: str | None = None,
               dtypes: tuple[str, ...] | None = None, budget: list[str] | None = None, gamma: float = 1.03,
-              timeout_s: float = 900.0, log: Any = print) -> SuiteResult:
+              timeout_s: float = 900.0, log: Any = print, gpus: list[int | None] | None = None,
+              job_fn: str = PROBLEM_JOB, cores: int | None = None) -> SuiteResult:
+    """Run a shard's problems and write ``suite.json`` / ``suite.md`` into ``out`` as they finish.
+
+    ``gpus=None`` runs them one after another in this process's environment (the default). With
+    ``gpus`` they go through a :class:`GpuPool`, one worker per GPU; the report has the same form,
+    with the GPU of each problem in its ``gpu`` field. ``job_fn`` names the function that runs one
+    problem (tests put a fake there so nothing compiles).
+    """
     problems = load_problems(root, dtypes)
     index, total = shard
     mine = problems[index::total]
     out.mkdir(parents=True, exist_ok=True)
     suite = SuiteResult(device=device or ("cuda" if _has_cuda() else "cpu"))
-    for i, problem in enumerate(mine, 1):
-        log(f"[{i}/{len(mine)}] {problem.path} {problem.dtype}")
-        res = run_problem(root, problem, out, device=device, budget=list(budget or []), gamma=gamma,
-                          timeout_s=timeout_s, store=out / "store.db")
-        suite.problems.append(res)
-        write_report(suite, out)  # after every problem: a killed shard still leaves its results
+    jobs = [{"root": str(root.resolve()), "problem": asdict(p), "out": str(out.resolve()), "device": device,
+             "budget": list(budget or []), "gamma": gamma, "timeout_s": timeout_s,
+             "store": str((out / "store.db").resolve())} for p in mine]
+    if gpus is None:
+        run_one = resolve(job_fn)
+        for i, (problem, job) in enumerate(zip(mine, jobs), 1):
+            log(f"[{i}/{len(mine)}] {problem.path} {problem.dtype}")
+            try:
+                data = run_one(job)
+            except GpuFailure as exc:  # no other GPU to retry on: its own failed result
+                data = exc.value
+            suite.problems.append(ProblemResult.from_json(data))
+            write_report(suite, out)  # after every problem: a killed shard still leaves its results
+        return suite
+
+    done: list[ProblemResult | None] = [None] * len(mine)
+
+    def finished(job: JobResult) -> None:
+        done[job.job_index] = res = _pool_result(mine[job.job_index], job)
+        count = sum(r is not None for r in done)
+        retried = f" after {job.attempts} attempts" if job.attempts > 1 else ""
+        log(f"[{count}/{len(mine)}] {res.problem.path} {res.problem.dtype} on gpu {job.gpu}: {res.status}{retried}")
+        suite.problems = [r for r in done if r is not None]  # in problem order, as a sequential run
+        write_report(suite, out)
+
+    log(f"{len(mine)} problems on {len(gpus)} worker(s): gpus {', '.join(map(str, gpus))}")
+    GpuPool(gpus, job_timeout_s=timeout_s + POOL_GRACE_S, cores=cores, log=log).map(job_fn, jobs, on_result=finished)
+    suite.problems = [r for r in done if r is not None]
+    write_report(suite, out)
     return suite
 
 
@@ -197,9 +269,8 @@ def merge(dirs: list[Path]) -> SuiteResult:
         data = json.loads(path.read_text())
         device = device or data.get("device", "")
         for p in data["problems"]:
-            prob = Problem(**p["problem"])
-            fields = {k: v for k, v in p.items() if k in ProblemResult.__dataclass_fields__ and k != "problem"}
-            by_slug[prob.slug] = ProblemResult(problem=prob, **fields)
+            res = ProblemResult.from_json(p)
+            by_slug[res.problem.slug] = res
     return SuiteResult(sorted(by_slug.values(), key=lambda r: (r.problem.level, r.problem.path, r.problem.dtype)),
                        device)
 

@@ -255,8 +255,11 @@ def sweep_plan(config: str, shards: int, output_name: str | None) -> None:
 @click.option("--shard", "shard", required=True, help="I/N: which shard of N to run (1-based).")
 @click.option("--out", "out", required=True, type=click.Path(file_okay=False))
 @click.option("--repo-root", default=".", show_default=True, type=click.Path(file_okay=False))
+@click.option("--gpus", default=None, metavar="all|N|I,J,...",
+              help="Run the shard's targets on several GPUs at once, one worker per GPU: all, the first N, "
+                   "or these indices (default: one at a time on the default device).")
 @handle_errors
-def sweep_run(config: str, shard: str, out: str, repo_root: str) -> None:
+def sweep_run(config: str, shard: str, out: str, repo_root: str, gpus: str | None) -> None:
     """Run one shard's targets into OUT. A failing target is reported and the shard goes on."""
     from kernelopt_bot.github.flows import BotOutcome, Failure
     from kernelopt_bot.github.render import base_context, render, result_row
@@ -265,7 +268,14 @@ def sweep_run(config: str, shard: str, out: str, repo_root: str) -> None:
     index, total = parse_shard(shard)
     root = Path(repo_root).resolve()
     cfg, config_rel = _config(config, root)
-    outcomes = run_shard(cfg, RUNNER_FACTORY(root), index, total, Path(out), log=_log)
+    if gpus is None:
+        outcomes = run_shard(cfg, RUNNER_FACTORY(root), index, total, Path(out), log=_log)
+    else:
+        from kernelopt_bot.gpu_pool import cuda_device_count, select_gpus
+
+        selected: list[int | None] = list(select_gpus(gpus, cuda_device_count()))
+        outcomes = run_shard(cfg, None, index, total, Path(out), log=_log, gpus=selected,
+                             runner_path=_importable(RUNNER_FACTORY), repo_root=root)
     failures = [Failure(f"target {o.job.name} ({o.job.dtype}) failed: {o.result.error or 'unknown'}",
                         file=config_rel, line=cfg.target_lines.get(o.job.name), detail=o.result.error)
                 for o in outcomes if o.failed]
@@ -274,6 +284,14 @@ def sweep_run(config: str, shard: str, out: str, repo_root: str) -> None:
                                                      note=""))
     _emit(BotOutcome(summary=summary, failures=failures))
     _log(f"shard {index}/{total}: {len(outcomes)} run(s), {len(failures)} failed")
+
+
+def _importable(factory: Callable[..., Any]) -> str:
+    """The import path of a runner factory: GPU workers are fresh processes and build it by name."""
+    module, name = getattr(factory, "__module__", ""), getattr(factory, "__qualname__", "")
+    if not module or not name or "<" in name or "." in name:
+        raise BadInputError(f"--gpus: the engine runner {factory!r} cannot be imported by name in a GPU worker")
+    return f"{module}.{name}"
 
 
 @sweep.command("merge")

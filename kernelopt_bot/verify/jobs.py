@@ -103,7 +103,9 @@ def timing_job(payload: dict[str, Any]) -> dict[str, Any]:
             return _error_text(exc)
 
     # Compile on all CPU cores at once (Triton's compiler releases the GIL), time one at a time.
-    with ThreadPoolExecutor(max_workers=max(1, min(len(variants), os.cpu_count() or 1))) as pool:
+    # A multi-GPU pool gives each worker its share of the cores (KERNELOPT_COMPILE_THREADS).
+    cores = int(os.environ.get("KERNELOPT_COMPILE_THREADS") or os.cpu_count() or 1)
+    with ThreadPoolExecutor(max_workers=max(1, min(len(variants), cores))) as pool:
         compiled = list(pool.map(compile_variant, variants))
     times: list[float | str | None] = []
     for kernel_obj in compiled:
