@@ -58,3 +58,53 @@ def test_unreachable_endpoint_degrades_to_the_tuner(tmp_path: Path, no_retries: 
     assert result.status == "ok"
     assert any("LLM endpoint unavailable" in m for m in messages)
     assert result.kernels[0].candidates == 1  # the tuner's candidate still ran
+
+
+def test_repair_loop_sees_each_gate_and_respects_the_candidate_budget(tmp_path: Path, no_retries: None) -> None:
+    """coder -> static failure -> repairer -> correctness failure -> repairer -> passes gates 1-3."""
+    original = captured("gelu.py").artifact.kernels[0].source
+    static_fail = cheats.module_level(original, "import os", before_kernel=True)
+    wrong = cheats.map_store(original, "tl.zeros_like({v})")
+    good = cheats.commute_first_product(original)
+    summary = reply(json.dumps({"strategy": "other", "outcome": "x", "note": "y"}))
+    with LLMTestServer() as server:
+        server.script(
+            reply(json.dumps({"strategy": "other", "rationale": "try"})),
+            reply(f"```python\n{static_fail}\n```"), summary,
+            reply(f"```python\n{wrong}\n```"), summary,
+            reply(f"```python\n{good}\n```"), summary,
+        )
+        result = run_pipeline(GELU, out_dir=tmp_path / "out", store_path=tmp_path / "db",
+                              budget={"candidates_per_kernel": 0, "candidates": 3},
+                              llm={"base_url": server.base_url, "model": "test-model"})
+        prompts = [r.text_of("user") for r in server.chat_requests]
+    assert result.status == "ok", result.error
+    with Store(tmp_path / "db") as store:
+        llm = [c for c in store.candidates(store.runs()[0]["id"]) if c["agent"] == "llm"]
+    statuses = [c["verdict"]["status"] for c in llm]
+    assert statuses == ["rejected by static", "rejected by correctness", "passed gates 1-3; performance not measured"]
+    repair_prompts = [p for p in prompts if "import os" in p or "NaN" in p or "outside rtol" in p]
+    assert any("imports" in p for p in repair_prompts), "the static gate's reason reached the repairer"
+    assert any("outside rtol" in p for p in repair_prompts), "the correctness gate's reason reached the repairer"
+    assert result.usage["used"]["candidates"] == 3  # the budget of 3 candidates: no fourth was started
+
+
+def test_candidate_budget_stops_the_agents_before_the_request(tmp_path: Path, no_retries: None) -> None:
+    original = captured("gelu.py").artifact.kernels[0].source
+    static_fail = cheats.module_level(original, "import os", before_kernel=True)
+    summary = reply(json.dumps({"strategy": "other", "outcome": "x", "note": "y"}))
+    with LLMTestServer() as server:
+        server.script(
+            reply(json.dumps({"strategy": "other", "rationale": "try"})),
+            reply(f"```python\n{static_fail}\n```"), summary,
+            reply(f"```python\n{static_fail}\n```"), summary,
+            reply("```python\n# never requested\n```"),
+        )
+        result = run_pipeline(GELU, out_dir=tmp_path / "out", store_path=tmp_path / "db",
+                              budget={"candidates_per_kernel": 0, "candidates": 2},
+                              llm={"base_url": server.base_url, "model": "test-model"})
+        sent = server.request_count
+        left = server.pending
+    assert result.status == "ok", result.error
+    assert result.usage["used"]["candidates"] == 2
+    assert sent == 5 and left == 1  # the third write was refused before it was sent
