@@ -41,3 +41,19 @@ def test_faster_than_physics_is_skipped_work() -> None:
     ok, floor = physically_possible(1 << 30, 0.05, 4000.0)
     assert not ok and 0.2 < floor < 0.21
     assert physically_possible(1 << 30, 0.30, 4000.0)[0]
+
+
+def test_verdicts_with_infinite_errors_can_be_stored(tmp_path) -> None:
+    """A candidate whose error is infinite must not break the store (strict JSON)."""
+    from kernelopt_bot.result import RunResult
+    from kernelopt_bot.store import Store
+    from kernelopt_bot.verify.result import GateResult, Verdict
+
+    verdict = Verdict("g0:k", "c", [GateResult.fail("model", "NaN", err_candidate_f64=float("inf"),
+                                                    errs=[1.0, float("nan")])])
+    with Store(tmp_path / "db") as store:
+        run = store.start_run("t", "cuda", "fp32", {}, {}, {})
+        store.record_candidate(run, "k" * 64, "tuner", "c", None, None, verdict, None)
+        stored = store.candidates(run)[0]["verdict"]
+        store.finish_run(run, RunResult("t", "t", "cuda", "fp32"))
+    assert stored["gates"][0]["numbers"] == {"err_candidate_f64": "inf", "errs": [1.0, "nan"]}

@@ -2,11 +2,24 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 GateName = Literal["static", "correctness", "model", "performance"]
 GATE_ORDER: tuple[GateName, ...] = ("static", "correctness", "model", "performance")
+
+
+def _plain(value: Any) -> Any:
+    """Numbers as strict JSON can hold them: an infinite or NaN error (a candidate that produced
+    NaN, say) is kept as the text ``"inf"``/``"nan"`` rather than breaking the store or result.json."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
 
 
 @dataclass
@@ -31,7 +44,8 @@ class GateResult:
         return cls(name, None, reason, numbers)
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "passed": self.passed, "reason": self.reason, "numbers": self.numbers}
+        return {"name": self.name, "passed": self.passed, "reason": self.reason,
+                "numbers": _plain(self.numbers)}
 
 
 @dataclass
