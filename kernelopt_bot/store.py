@@ -36,7 +36,7 @@ from typing import Any
 
 from kernelopt_bot.errors import KerneloptError
 from kernelopt_bot.result import RunResult
-from kernelopt_bot.stitch.pack import PackEntry, PackError
+from kernelopt_bot.stitch.pack import PackEntry, PackError, base_version
 
 SCHEMA_VERSION = 1
 """The schema this code writes. Bump it and add a step to :data:`MIGRATIONS` together."""
@@ -151,16 +151,6 @@ CREATE INDEX memory_kind ON memory (kernel_kind, gpu);
 
 class StoreError(KerneloptError):
     """The store file cannot be used (corrupt, foreign, too new, locked) or input was refused."""
-
-
-def base_version(version: str | None) -> str:
-    """A version without its local build tag: ``2.11.0+cu130`` -> ``2.11.0``.
-
-    Cache keys use this so a verified kernel found with one CUDA build of torch is reused with
-    another build of the same release; the kernel key already pins the generated code. This is
-    the same rule as :class:`kernelopt_bot.stitch.pack.Guard` applies to packs.
-    """
-    return "" if version is None else str(version).split("+", 1)[0].strip()
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ class Guard:
 
     def matches(self, env: Guard) -> bool:
         return all(
-            want is None or _norm(want) == _norm(have)
+            want is None or base_version(want) == base_version(have)
             for want, have in (
                 (self.torch, env.torch),
                 (self.triton, env.triton),
@@ -50,13 +50,18 @@ class Guard:
         """Which field does not match, for logs and reports."""
         for name in ("torch", "triton", "gpu", "compute_capability"):
             want, have = getattr(self, name), getattr(env, name)
-            if want is not None and _norm(want) != _norm(have):
+            if want is not None and base_version(want) != base_version(have):
                 return f"{name}: pack has {want!r}, running {have!r}"
         return None
 
 
-def _norm(value: str | None) -> str | None:
-    return None if value is None else str(value).split("+", 1)[0].strip()
+def base_version(version: str | None) -> str:
+    """A version without its local build tag: ``2.11.0+cu130`` -> ``2.11.0`` (``None`` -> ``""``).
+
+    Guards and the store's cache keys both use this one rule: the kernel key already pins the
+    generated code, so another CUDA build of the same release may reuse a verified replacement.
+    """
+    return "" if version is None else str(version).split("+", 1)[0].strip()
 
 
 @dataclass(frozen=True)
