@@ -306,6 +306,9 @@ def _print_result(console: Any, result: Any, out: Path) -> None:
 @DEVICE
 @click.option("--dtype", "dtypes", multiple=True, type=click.Choice(["fp32", "bf16", "fp16"]),
               help="Only these dtypes (default: each problem's dtypes from suite.json).")
+@click.option("--only", "only", multiple=True, metavar="PATTERN",
+              help="Only problems whose path or slug matches this shell pattern (repeatable), "
+                   "e.g. 'level1/*' or 'l2_*_bf16'.")
 @click.option("--budget", "budget_items", multiple=True, metavar="N|KEY=VALUE", help="As for optimize.")
 @click.option("--gamma", default=1.03, show_default=True, type=click.FloatRange(min=1.0))
 @click.option("--timeout", "timeout_s", default=900.0, show_default=True, type=click.FloatRange(min=1.0),
@@ -315,7 +318,8 @@ def _print_result(console: Any, result: Any, out: Path) -> None:
                    "indices (default: one problem at a time on the default device).")
 @handle_errors
 def suite(suite_dir: str, out_dir: str, shard: str, device: str | None, dtypes: tuple[str, ...],
-          budget_items: tuple[str, ...], gamma: float, timeout_s: float, gpus: str | None) -> None:
+          only: tuple[str, ...], budget_items: tuple[str, ...], gamma: float, timeout_s: float,
+          gpus: str | None) -> None:
     """Run `kernelopt optimize` on every problem of SUITE_DIR, each in its own process."""
     from kernelopt_bot.gpu_pool import cuda_device_count, select_gpus
     from kernelopt_bot.suite import parse_shard, run_suite
@@ -327,7 +331,7 @@ def suite(suite_dir: str, out_dir: str, shard: str, device: str | None, dtypes: 
     console = _console()
     result = run_suite(Path(suite_dir), Path(out_dir), shard=parse_shard(shard), device=device,
                        dtypes=dtypes or None, budget=list(budget_items), gamma=gamma, timeout_s=timeout_s,
-                       log=lambda m: console.print(escape(m)), gpus=selected)
+                       log=lambda m: console.print(escape(m)), gpus=selected, only=only or None)
     for level, row in result.levels().items():
         console.print(f"level {level}: {row['problems']} problems, geomean vs default "
                       f"{_fmt(row['geomean_vs_default'], '.3f', 'not measured')}, vs max-autotune-no-cudagraphs "

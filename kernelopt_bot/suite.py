@@ -10,6 +10,7 @@ nothing was verified, or that failed, counts as 1.0 (the compiler's code stays).
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import math
 import os
@@ -54,6 +55,8 @@ class ProblemResult:
     seconds: float
     error: str | None = None
     gpu: int | None = None  # which GPU ran it with --gpus (an index as the suite saw them); None: the default
+    noise_floor: float | None = None  # the end-to-end bench's own (largest baseline/baseline-repeat gap)
+    accepted: list[str] = field(default_factory=list)  # kernels whose replacement passed every gate
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ProblemResult:
@@ -108,8 +111,13 @@ def _median(values: list[float]) -> float | None:
     return values[len(values) // 2] if values else None
 
 
-def load_problems(root: Path, dtypes: tuple[str, ...] | None = None) -> list[Problem]:
-    """Problems from ``root/suite.json`` (or every ``level<N>/*.py`` in fp32 and bf16)."""
+def load_problems(root: Path, dtypes: tuple[str, ...] | None = None,
+                  only: tuple[str, ...] | None = None) -> list[Problem]:
+    """Problems from ``root/suite.json`` (or every ``level<N>/*.py`` in fp32 and bf16).
+
+    ``only`` keeps the problems whose path or slug matches one of these shell patterns
+    (``level1/*``, ``*softmax*``, ``l2_*_bf16``): a short GPU job can run a chosen subset.
+    """
     if not root.is_dir():
         raise BadInputError(f"suite {root}: not a directory")
     manifest = root / "suite.json"
@@ -128,8 +136,11 @@ def load_problems(root: Path, dtypes: tuple[str, ...] | None = None) -> list[Pro
             problems += [Problem(str(path.relative_to(root)), level, d) for d in ("fp32", "bf16")]
     if dtypes:
         problems = [p for p in problems if p.dtype in dtypes]
+    if only:
+        problems = [p for p in problems if any(fnmatch.fnmatchcase(p.path, pat) or fnmatch.fnmatchcase(p.slug, pat)
+                                               for pat in only)]
     if not problems:
-        raise BadInputError(f"suite {root}: no problems")
+        raise BadInputError(f"suite {root}: no problems" + (f" match {', '.join(only)}" if only else ""))
     return problems
 
 
@@ -171,7 +182,8 @@ def run_problem(root: Path, problem: Problem, out: Path, *, device: str | None, 
         if run.speedup is not None and mant is not None and mant.speedup:
             vs_mant = run.speedup / mant.speedup
         return ProblemResult(problem, run.status, run.speedup, vs_mant, run.baseline_ms, run.optimized_ms,
-                             run.verified_kernels, seconds, run.error)
+                             run.verified_kernels, seconds, run.error, noise_floor=run.noise_floor,
+                             accepted=sorted(k.name for k in run.kernels if k.status == "accepted"))
     return ProblemResult(problem, "failed", None, None, None, None, 0, seconds, error or "no result.json")
 
 
@@ -207,7 +219,8 @@ def _pool_result(problem: Problem, job: JobResult) -> ProblemResult:
 def run_suite(root: Path, out: Path, *, shard: tuple[int, int] = (0, 1), device: str | None = None,
               dtypes: tuple[str, ...] | None = None, budget: list[str] | None = None, gamma: float = 1.03,
               timeout_s: float = 900.0, log: Any = print, gpus: list[int | None] | None = None,
-              job_fn: str = PROBLEM_JOB, cores: int | None = None) -> SuiteResult:
+              job_fn: str = PROBLEM_JOB, cores: int | None = None,
+              only: tuple[str, ...] | None = None) -> SuiteResult:
     """Run a shard's problems and write ``suite.json`` / ``suite.md`` into ``out`` as they finish.
 
     ``gpus=None`` runs them one after another in this process's environment (the default). With
@@ -215,7 +228,7 @@ def run_suite(root: Path, out: Path, *, shard: tuple[int, int] = (0, 1), device:
     with the GPU of each problem in its ``gpu`` field. ``job_fn`` names the function that runs one
     problem (tests put a fake there so nothing compiles).
     """
-    problems = load_problems(root, dtypes)
+    problems = load_problems(root, dtypes, only)
     index, total = shard
     mine = problems[index::total]
     out.mkdir(parents=True, exist_ok=True)
@@ -273,6 +286,47 @@ def merge(dirs: list[Path]) -> SuiteResult:
             by_slug[res.problem.slug] = res
     return SuiteResult(sorted(by_slug.values(), key=lambda r: (r.problem.level, r.problem.path, r.problem.dtype)),
                        device)
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """One problem in two runs of the same suite (one GPU against several, say)."""
+
+    slug: str
+    same_verdict: bool  # same status and the same accepted kernels
+    speedups: tuple[float | None, float | None]
+    tolerance: float  # the larger of the two runs' noise floors (relative)
+    within_noise: bool
+
+    def line(self) -> str:
+        a, b = (_fmt(x) for x in self.speedups)
+        return (f"{self.slug:40} {a:>7} {b:>7}  noise {self.tolerance:.2%}  "
+                f"{'same verdict' if self.same_verdict else 'DIFFERENT VERDICT'}, "
+                f"{'within noise' if self.within_noise else 'OUTSIDE NOISE'}")
+
+
+def agreement(first: SuiteResult, second: SuiteResult, min_floor: float = 0.005) -> list[Agreement]:
+    """Do two runs of the same problems agree: same verdicts, speedups within the noise floor?
+
+    A speedup's uncertainty is its bench's noise floor; two runs agree when they differ by no more
+    than the larger floor of the two (at least ``min_floor``: a floor measured as 0 on a quiet GPU
+    still has the timer's own jitter). A problem missing from either run counts as disagreeing.
+    """
+    rows: list[Agreement] = []
+    by_slug = {p.problem.slug: p for p in second.problems}
+    for a in first.problems:
+        b = by_slug.get(a.problem.slug)
+        if b is None:
+            rows.append(Agreement(a.problem.slug, False, (a.speedup, None), min_floor, False))
+            continue
+        tol = max(min_floor, a.noise_floor or 0.0, b.noise_floor or 0.0)
+        same = a.status == b.status and sorted(a.accepted) == sorted(b.accepted)
+        if a.speedup is None or b.speedup is None:
+            close = a.speedup is None and b.speedup is None
+        else:
+            close = abs(a.speedup / b.speedup - 1.0) <= tol
+        rows.append(Agreement(a.problem.slug, same, (a.speedup, b.speedup), tol, close))
+    return rows
 
 
 def _fmt(value: float | None, spec: str = ".3f") -> str:

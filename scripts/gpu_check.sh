@@ -1,56 +1,114 @@
 #!/usr/bin/env bash
-# One call on a GPU machine runs one or more parts; a short table prints last. Results under $OUT.
+# One call on a GPU machine runs one or more parts, each under its own time limit; a short table
+# prints last. Logs and results land under $OUT, packed as results.tgz plus summary.txt.
 #   bash scripts/gpu_check.sh engine     GPU engine tests + engine report (per-example times, roofline, noise)
 #   bash scripts/gpu_check.sh redteam    the red team's cheating candidates at full size
-#   bash scripts/gpu_check.sh honest     the honest candidates + gate 4 on a sweep-found speedup
+#   bash scripts/gpu_check.sh honest     the honest candidates (HONEST_K selects)
+#   bash scripts/gpu_check.sh speedup    gate 4 on a sweep-found launch config (SPEEDUP_EXAMPLE, SPEEDUP_DTYPE)
 #   bash scripts/gpu_check.sh prdry      the PR flow in dry-run mode on an example repository
 #   bash scripts/gpu_check.sh suite      `kernelopt suite benchmarks/` (SUITE_SHARD=I/N, SUITE_ARGS=...)
-#   bash scripts/gpu_check.sh all        engine, redteam and honest (longer than one 10-minute call)
+#   bash scripts/gpu_check.sh gpus       the same suite problems on one GPU, then on all (SUITE_ARGS=...)
+#   bash scripts/gpu_check.sh honest prdry suite      several parts in one call
+# Limits per part in seconds: LIMIT_<PART>=N (default 540). Carried wheels in .whl/ are installed first.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 OUT="${OUT:-$PWD/gpu_out}" KERNELOPT_EXAMPLE_SIZE=full
 export TORCHINDUCTOR_CACHE_DIR="${TORCHINDUCTOR_CACHE_DIR:-/tmp/kernelopt-inductor-cache}"
-# The engine needs torch, triton, click and rich, which the GPU image has; no install needed.
+if compgen -G ".whl/*.whl" > /dev/null; then  # the bot's config needs pydantic, which the GPU image lacks
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
+fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-mkdir -p "$OUT"
-part="${1:-engine}"
+mkdir -p "$OUT/r"
+R="$OUT/r"
+summary="$OUT/summary.txt"
+nvidia-smi --query-gpu=index,name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv > "$R/nvidia-smi.txt"
+python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)' | tee "$summary"
 status=0
-nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv > "$OUT/nvidia-smi.txt"
-python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'
+
+limited() {  # $1 part name; runs part_$1 in a child bash under the part's limit from LIMIT_<PART>
+  local part="$1" var="LIMIT_${1^^}" start=$SECONDS rc
+  timeout -k 10 "${!var:-540}" bash -c "part_$part"
+  rc=$?
+  echo "part $part: exit $rc after $((SECONDS - start)) s" | tee -a "$summary"
+  [ "$rc" -eq 0 ] || status=1
+}
 
 run_tests() {  # $1 log name, rest: pytest args
   local log="$1"; shift
-  python3 -m pytest -q -p no:cacheprovider -s "$@" 2>&1 | tee "$OUT/$log.log" \
-    | grep -E "PIN|EMPTY|REDTEAM|HONEST|passed|failed|Error" | tail -40
-  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+  python3 -m pytest -q -p no:cacheprovider -s "$@" > "$R/$log.log" 2>&1
+  local rc=$?
+  grep -E "PIN|EMPTY|REDTEAM|HONEST|passed|failed|Error" "$R/$log.log" | tail -40
+  return $rc
 }
 
-if [[ "$part" == engine || "$part" == all ]]; then
-  run_tests gpu_tests tests/gpu
-  python3 scripts/gpu_check.py 2>&1 | tee "$OUT/gpu_check.log" | tail -25
-  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
-  (cd "$OUT" && tar czf fixtures.tgz fixtures && rm -rf fixtures)
-fi
-if [[ "$part" == redteam || "$part" == all ]]; then
-  run_tests redteam tests/redteam -k "cheater or covers"
-fi
-if [[ "$part" == honest || "$part" == all ]]; then
-  run_tests honest tests/redteam -k "${HONEST_K:-honest}"
-  python3 scripts/find_speedup.py softmax.py bf16 ${SWEEP_N:-24} 2>&1 | tee "$OUT/speedup.log" | grep -vi warn | tail -12
-  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
-fi
-if [[ "$part" == prdry ]]; then
-  bash scripts/example_pr_dry_run.sh "$OUT/pr" cuda 2>&1 | tee "$OUT/prdry.log" | tail -20
-  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
-  for f in comment.md pr_body.md publish.json report.md; do [ -f "$OUT/pr/dry/$f" ] && cp "$OUT/pr/dry/$f" "$OUT/prdry_$f"; done
-  cp "$OUT"/pr/dry/results/*/result.json "$OUT/prdry_result.json" 2>/dev/null || true
-  rm -rf "$OUT/pr"
-fi
-if [[ "$part" == suite ]]; then
+part_engine() {
+  run_tests gpu_tests tests/gpu || return 1
+  python3 scripts/gpu_check.py > "$R/gpu_check.log" 2>&1; local rc=$?
+  tail -25 "$R/gpu_check.log"
+  [ -d "$OUT/fixtures" ] && mv "$OUT/fixtures" "$R/"
+  [ -f "$OUT/gpu_check.json" ] && mv "$OUT/gpu_check.json" "$R/"
+  return $rc
+}
+
+part_redteam() { run_tests redteam tests/redteam -k "cheater or covers"; }
+
+part_honest() { run_tests honest tests/redteam -k "${HONEST_K:-honest}"; }
+
+part_speedup() {  # gate 4 on a real speedup: a launch config found by a sweep, through all four gates
+  python3 scripts/find_speedup.py "${SPEEDUP_EXAMPLE:-softmax.py}" "${SPEEDUP_DTYPE:-bf16}" "${SWEEP_N:-24}" \
+    > "$R/speedup.log" 2>&1; local rc=$?
+  grep -vi warn "$R/speedup.log" | tail -12
+  return $rc
+}
+
+part_prdry() {
+  bash scripts/example_pr_dry_run.sh "$R/pr" cuda > "$R/prdry.log" 2>&1; local rc=$?
+  tail -20 "$R/prdry.log"
+  return $rc
+}
+
+part_suite() {
   # shellcheck disable=SC2086
-  python3 -m kernelopt_bot.cli suite benchmarks --out "$OUT/suite" --shard "${SUITE_SHARD:-1/1}" ${SUITE_ARGS:-} 2>&1 \
-    | tee "$OUT/suite.log" | grep -vi warn | tail -20
-  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
-  cp "$OUT/suite/suite.json" "$OUT/suite/suite.md" "$OUT/" 2>/dev/null || true
-  (cd "$OUT" && tar czf suite_runs.tgz suite && rm -rf suite)
-fi
+  python3 -m kernelopt_bot.cli suite benchmarks --out "$R/suite" --shard "${SUITE_SHARD:-1/1}" ${SUITE_ARGS:-} \
+    > "$R/suite.log" 2>&1; local rc=$?
+  grep -vi warn "$R/suite.log" | tail -20
+  return $rc
+}
+
+part_gpus() {  # issue 6: the same problems on one GPU, then on every GPU, each with its wall time
+  local n t0 rc=0
+  n=$(nvidia-smi -L | wc -l)
+  # each run starts with cold compiler caches of its own, so neither inherits the other's compiles
+  t0=$SECONDS
+  # shellcheck disable=SC2086
+  TORCHINDUCTOR_CACHE_DIR=/tmp/cache-one TRITON_CACHE_DIR=/tmp/cache-one/triton \
+    python3 -m kernelopt_bot.cli suite benchmarks --out "$R/one_gpu" --gpus 0 ${SUITE_ARGS:-} > "$R/one_gpu.log" 2>&1 || rc=1
+  echo "one GPU: $((SECONDS - t0)) s" | tee -a "$summary"
+  t0=$SECONDS
+  # shellcheck disable=SC2086
+  TORCHINDUCTOR_CACHE_DIR=/tmp/cache-all TRITON_CACHE_DIR=/tmp/cache-all/triton \
+    python3 -m kernelopt_bot.cli suite benchmarks --out "$R/all_gpus" --gpus all ${SUITE_ARGS:-} > "$R/all_gpus.log" 2>&1 || rc=1
+  echo "all $n GPUs: $((SECONDS - t0)) s" | tee -a "$summary"
+  python3 scripts/compare_suites.py "$R/one_gpu" "$R/all_gpus" | tee -a "$summary"
+  return $rc
+}
+
+export R summary
+export -f run_tests part_engine part_redteam part_honest part_speedup part_prdry part_suite part_gpus
+for part in "${@:-engine}"; do
+  case "$part" in
+    engine|redteam|honest|speedup|prdry|suite|gpus) limited "$part" ;;
+    *) echo "unknown part $part" >&2; status=2 ;;
+  esac
+done
+
+# What comes back: summary.txt and one archive (the device returns at most 8 files).
+for f in "$R"/pr/dry/comment.md "$R"/pr/dry/pr_body.md "$R"/pr/dry/publish.json; do
+  [ -f "$f" ] && cp "$f" "$OUT/prdry_$(basename "$f")"
+done
+for d in suite one_gpu all_gpus; do
+  [ -f "$R/$d/suite.md" ] && { echo "--- $d"; cat "$R/$d/suite.md"; } >> "$summary"
+done
+(cd "$OUT" && tar czf results.tgz r && rm -rf r)
+cat "$summary"
 exit $status

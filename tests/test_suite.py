@@ -83,3 +83,33 @@ def test_repository_suite_loads() -> None:
     problems = load_problems(Path(__file__).resolve().parent.parent / "benchmarks")
     assert len({p.path for p in problems}) >= 30
     assert {p.level for p in problems} == {1, 2, 3} and {p.dtype for p in problems} >= {"fp32", "bf16"}
+
+
+def test_only_selects_problems_by_path_or_slug_pattern() -> None:
+    root = Path(__file__).resolve().parent.parent / "benchmarks"
+    level2 = load_problems(root, only=("level2/*",))
+    assert level2 and {p.level for p in level2} == {2}
+    picked = load_problems(root, ("bf16",), only=("*softmax_channels*", "l3_gpt_block_*"))
+    assert sorted(p.slug for p in picked) == ["l1_softmax_channels_bf16", "l3_gpt_block_bf16"]
+    with pytest.raises(BadInputError, match="no problems match nothing-like-this"):
+        load_problems(root, only=("nothing-like-this",))
+
+
+def test_agreement_compares_verdicts_and_speedups_within_noise() -> None:
+    from kernelopt_bot.suite import ProblemResult, SuiteResult, agreement
+
+    def run(*rows: tuple[str, str, float | None, float | None, list[str]]) -> SuiteResult:
+        return SuiteResult([ProblemResult(Problem(f"level1/{name}.py", 1, "fp32"), status, speedup, None, None, None,
+                                          len(acc), 1.0, noise_floor=noise, accepted=acc)
+                            for name, status, speedup, noise, acc in rows])
+
+    one = run(("a", "ok", 1.10, 0.01, ["k1"]), ("b", "ok", 1.00, 0.002, []), ("c", "ok", 1.2, 0.01, ["k"]),
+              ("d", "failed", None, None, []), ("e", "ok", 1.0, 0.0, []))
+    two = run(("a", "ok", 1.105, 0.004, ["k1"]), ("b", "ok", 1.02, 0.002, []), ("c", "ok", 1.2, 0.01, ["k", "j"]),
+              ("d", "failed", None, None, []))
+    rows = {r.slug: r for r in agreement(one, two)}
+    assert rows["l1_a_fp32"].same_verdict and rows["l1_a_fp32"].within_noise
+    assert rows["l1_b_fp32"].same_verdict and not rows["l1_b_fp32"].within_noise  # 2% apart, floors 0.5%
+    assert not rows["l1_c_fp32"].same_verdict and rows["l1_c_fp32"].within_noise
+    assert rows["l1_d_fp32"].same_verdict and rows["l1_d_fp32"].within_noise
+    assert not rows["l1_e_fp32"].same_verdict  # missing from the second run
