@@ -268,8 +268,7 @@ def optimize(target: str, out_dir: str | None, device: str | None, dtype: str, b
     with console.status("starting") as status:
         def log(message: str) -> None:
             status.update(escape(message))
-            if message.startswith(("  ", "warning")):
-                console.print(escape(message))
+            console.print(escape(message))  # every step, also where no spinner shows (CI, the suite's logs)
 
         result = run_pipeline(target, device=device, dtype=dtype, out_dir=out, budget=budget, gamma=gamma,
                               llm=llm, store_path=store_path, log=log)

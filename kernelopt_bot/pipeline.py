@@ -77,6 +77,7 @@ def run_pipeline(target: str, *, device: str | None = None, dtype: str = "fp32",
     name = Path(target).stem if target.endswith(".py") else target.rpartition(":")[2]
     result = RunResult(target=target, name=name, device=device or "auto", dtype=dtype)
     pack = KernelPack(target=target, created_by="kernelopt optimize")
+    log = _PhaseClock(result.phases, log, start)
     try:
         plan = _budget(budget)
         result.budget = plan
@@ -87,9 +88,35 @@ def run_pipeline(target: str, *, device: str | None = None, dtype: str = "fp32",
     except Exception as exc:  # noqa: BLE001 - one target's failure never kills a sweep
         tail = traceback.format_exc().strip().splitlines()[-1]
         result.status, result.error = "failed", f"internal error: {type(exc).__name__}: {exc} [{tail[:200]}]"
+    log.stop()
     result.seconds = time.time() - start
     _write(out_dir, result, pack)
     return result
+
+
+class _PhaseClock:
+    """The pipeline's log: a top-level step message (no leading spaces) starts a phase; the time
+    until the next one is recorded in ``phases`` (result.json), so a slow run shows where its
+    minutes went. Messages go on to ``log`` prefixed with the seconds since the run started."""
+
+    def __init__(self, phases: dict[str, float], log: Callable[[str], None], start: float) -> None:
+        self.phases, self._log, self._start = phases, log, start
+        self._current: tuple[str, float] | None = None
+
+    def __call__(self, message: str) -> None:
+        now = time.time()
+        if not message.startswith((" ", "warning")):
+            self.stop(now)
+            self._current = (message, now)
+        plain = message.startswith((" ", "warning"))
+        self._log(message if plain else f"[{now - self._start:4.0f} s] {message}")
+
+    def stop(self, now: float | None = None) -> None:
+        if self._current is not None:
+            name, began = self._current
+            key = name.split(" (")[0]
+            self.phases[key] = round(self.phases.get(key, 0.0) + (now or time.time()) - began, 2)
+            self._current = None
 
 
 def _run(target: str, device: str | None, dtype: str, plan: dict[str, Any], gamma: float,

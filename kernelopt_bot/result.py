@@ -61,6 +61,7 @@ class RunResult:
     seconds: float | None = None
     budget: dict[str, Any] = field(default_factory=dict)
     usage: dict[str, Any] = field(default_factory=dict)  # candidates tried, tokens, cost, GPU seconds
+    phases: dict[str, float] = field(default_factory=dict)  # seconds spent in each pipeline step
 
     @property
     def measured(self) -> bool:

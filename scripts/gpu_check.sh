@@ -13,7 +13,7 @@
 set -uo pipefail
 export PYTHONUNBUFFERED=1 OUT="${OUT:-$PWD/gpu_out}" KERNELOPT_EXAMPLE_SIZE=full
 export TORCHINDUCTOR_CACHE_DIR="${TORCHINDUCTOR_CACHE_DIR:-/tmp/kernelopt-inductor-cache}"
-if compgen -G ".whl/*.whl" > /dev/null; then  # the bot's config needs pydantic, which the GPU image lacks
+if compgen -G ".whl/*.whl" > /dev/null && ! python3 -c "import pydantic" 2> /dev/null; then  # the bot's config needs pydantic, which the GPU image lacks
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     && export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 fi

@@ -117,9 +117,12 @@ class Orchestrator:
         proposals: list[Proposal] = []
         for strategy in self.strategies:
             start = time.monotonic()
-            proposals += strategy.propose(ctx, self.limits.candidates_per_kernel)
+            found = strategy.propose(ctx, self.limits.candidates_per_kernel)
+            proposals += found
             if self.device == "cuda":
                 self.budget.charge_gpu(time.monotonic() - start)
+            self.log(f"  {strategy.name}: {len(found)} proposal(s) worth the gates "
+                     f"({time.monotonic() - start:.0f} s)")
         for proposal in proposals[: self.limits.candidates_per_kernel]:
             try:
                 self.budget.acquire_candidate(what=proposal.candidate.label)
@@ -136,7 +139,7 @@ class Orchestrator:
         verdict = self.cascade.verify(kernel, proposal.candidate)
         if self.device == "cuda":
             self.budget.charge_gpu(time.monotonic() - start)
-        self.log(f"  {proposal.candidate.label}: {verdict.status}")
+        self.log(f"  {proposal.candidate.label}: {verdict.status} ({time.monotonic() - start:.0f} s)")
         if self.store is not None and self.run_id is not None:
             cand = proposal.candidate
             self.store.record_candidate(self.run_id, kernel.key, proposal.strategy, cand.label, cand.source,

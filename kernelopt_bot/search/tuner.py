@@ -25,6 +25,25 @@ from kernelopt_bot.verify.cascade import Candidate
 Timer = Callable[[TritonKernel, list[Candidate]], tuple[float | None, list[float | str | None]]]
 
 MIN_KERNEL_GAIN = 1.02  # below this a kernel-level win does not survive the end-to-end gate
+# A kernel's win, weighted by its share of model time, must promise at least this end to end
+# (half of gamma's 3%: kernel-level timing in isolation is only a forecast of the model's).
+MIN_PREDICTED_GAIN = 1.015
+
+
+def predicted_gain(share: float | None, original_ms: float, kernel_ms: float) -> float | None:
+    """End-to-end speedup if only this kernel got faster (Amdahl): 1 / (1 - s + s * new/old)."""
+    if share is None or not 0.0 < share <= 1.0 or kernel_ms <= 0.0:
+        return None
+    return 1.0 / (1.0 - share + share * kernel_ms / original_ms)
+
+
+def promising(share: float | None, original_ms: float, kernel_ms: float | None) -> bool:
+    """Worth the gates' time: faster at kernel level by the margin, and, where the profile gives
+    the kernel's share, by enough to move the whole model. The gates still decide."""
+    if kernel_ms is None or original_ms / kernel_ms < MIN_KERNEL_GAIN:
+        return False
+    gain = predicted_gain(share, original_ms, kernel_ms)
+    return gain is None or gain >= MIN_PREDICTED_GAIN
 
 
 def neighbours(config: LaunchConfig, valid: set[tuple]) -> list[LaunchConfig]:
@@ -101,8 +120,8 @@ class OfflineTuner(SearchStrategy):
                 if isinstance(ms, float):
                     proposals.append(Proposal(cand, self.name, ms, "source transformation"))
         proposals.sort(key=lambda p: p.kernel_ms if p.kernel_ms is not None else float("inf"))
-        return [p for p in proposals if p.kernel_ms is not None and original_ms / p.kernel_ms >= MIN_KERNEL_GAIN
-                ][:limit]
+        share = ctx.profile.share if ctx.profile is not None else None
+        return [p for p in proposals if promising(share, original_ms, p.kernel_ms)][:limit]
 
     def _untimed(self, ctx: SearchContext, space: dict[tuple, LaunchConfig], chosen: LaunchConfig | None,
                  limit: int) -> list[Proposal]:

@@ -160,8 +160,10 @@ def test_cheater_is_rejected_by_the_responsible_gate(case: Case) -> None:
 @pytest.mark.parametrize("case", [c for c in CASES if c.gate is None], ids=lambda c: c.id)
 def test_honest_candidate_passes_gates_1_to_3(case: Case) -> None:
     verdict = _verify(case)
+    perf_gate = verdict.gate("performance")
     print(f"HONEST  {case.id:28} -> {verdict.status}; "
-          f"model: {verdict.gate('model').reason if verdict.gate('model') else '-'}")
+          f"model: {verdict.gate('model').reason if verdict.gate('model') else '-'}; "
+          f"performance: {perf_gate.reason if perf_gate else '-'}")
     for name in ("static", "correctness", "model"):
         gate = verdict.gate(name)
         assert gate is not None and gate.passed is True, f"{name}: {gate.reason if gate else 'missing'}"

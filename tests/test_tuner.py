@@ -1,0 +1,53 @@
+"""The offline tuner with a scripted timer: what it sends to the gates, and what it holds back."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kernelopt_bot.compile.artifact import parse_output_code
+from kernelopt_bot.profile import KernelProfile
+from kernelopt_bot.search.base import SearchContext
+from kernelopt_bot.search.tuner import OfflineTuner, predicted_gain, promising
+from kernelopt_bot.verify.cascade import Candidate
+
+H200 = Path(__file__).resolve().parent / "fixtures" / "output_code" / "torch-2.11.0"
+
+
+def test_predicted_gain_is_amdahl() -> None:
+    assert predicted_gain(1.0, 1.0, 0.5) == pytest.approx(2.0)
+    assert predicted_gain(0.5, 1.0, 0.5) == pytest.approx(1 / 0.75)
+    assert predicted_gain(None, 1.0, 0.5) is None
+
+
+def test_promising_needs_a_kernel_win_that_moves_the_model() -> None:
+    assert promising(1.0, 1.0, 0.9)  # 11% faster, the whole model
+    assert not promising(1.0, 1.0, 0.99)  # 1%: below the kernel-level margin
+    assert not promising(0.02, 1.0, 0.5)  # 2x faster but 2% of the model: 1.0% end to end
+    assert promising(0.05, 1.0, 0.5)  # 5% of the model: 2.6% end to end
+    assert promising(None, 1.0, 0.9)  # share unknown: the kernel-level margin alone
+    assert not promising(1.0, 1.0, None)
+
+
+def _profile(share: float) -> KernelProfile:
+    return KernelProfile("k", 0, "reduction", 1, 0.1, share, 0, None, None, None)
+
+
+@pytest.mark.parametrize("share, expect_proposals", [(1.0, True), (0.01, False)])
+def test_tuner_sends_only_promising_variants(share: float, expect_proposals: bool) -> None:
+    kernel = parse_output_code((H200 / "softmax_bf16.py").read_text()).kernels[0]
+    calls: list[int] = []
+
+    def timer(_kernel: object, cands: list[Candidate]) -> tuple[float, list[float | str | None]]:
+        calls.append(len(cands))
+        # every variant 20% faster than the compiler's kernel, sources slightly more
+        return 1.0, [0.8 if c.source is None else 0.79 for c in cands]
+
+    ctx = SearchContext(kernel, _profile(share), None, "cuda")
+    proposals = OfflineTuner(timer, sample_size=6).propose(ctx, 3)
+    assert calls and calls[0] >= 6
+    if expect_proposals:
+        assert len(proposals) == 3 and proposals[0].kernel_ms == pytest.approx(0.79)
+    else:  # 1% of the model: 20% on the kernel moves the model by 0.2%, not worth a gate run
+        assert proposals == []
