@@ -70,6 +70,12 @@ def looks_like_gpu_failure(error: BaseException | str | None) -> bool:
     return bool(_GPU_ERROR.search(error))
 
 
+def _ran_out_of_time(reason: str) -> bool:
+    """A failure that was a deadline (the pool's own, or a job's subprocess timing out)."""
+    text = reason.lower()
+    return "deadline" in text or "timed out" in text
+
+
 @dataclass
 class JobResult:
     """One job's outcome. ``gpu`` ran the last attempt; ``seconds`` is summed over attempts."""
@@ -102,7 +108,8 @@ def select_gpus(spec: str, available: int) -> list[int]:
         except ValueError:
             raise BadInputError(f"--gpus {spec!r}: expected all, a count N, or indices like 0,1") from None
         if count < 1:
-            raise BadInputError(f"--gpus {spec}: need at least one GPU")
+            raise BadInputError(f"--gpus {spec}: a plain number counts GPUs (at least 1); "
+                                "for GPU 0 alone write --gpus 0,")
         if count > available:
             raise BadInputError(f"--gpus {spec}: only {available} CUDA device(s) visible")
         return list(range(count))
@@ -512,6 +519,11 @@ class GpuPool:
         w.job = None
         self._kill(w)
         final = index is not None and book.attempts[index] > self.retries
+        if index is not None and not final and _ran_out_of_time(reason):
+            # A job that outlived its deadline would most likely do so again on the same GPU:
+            # it is retried only where it has not run yet, else reported now (no second wait).
+            untried = [x for x in self._workers if not x.retired and x.slot not in book.tried[index]]
+            final = not untried
         if final and index is not None and len(book.tried[index]) > 1:
             # It failed on every GPU it tried: the job is to blame, not those GPUs.
             for x in self._workers:

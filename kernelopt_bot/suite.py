@@ -167,12 +167,19 @@ def run_problem(root: Path, problem: Problem, out: Path, *, device: str | None, 
         cmd += ["--budget", item]
     start = time.time()
     error: str | None = None
+    run_dir.mkdir(parents=True, exist_ok=True)
+    log_path = run_dir / "optimize.log"  # the run's own log, kept also when it is killed: where did it stop?
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=dict(os.environ))
+        with log_path.open("w") as log_file:
+            proc = subprocess.run(cmd, stdout=log_file, stderr=subprocess.STDOUT, text=True, timeout=timeout_s,
+                                  env={**os.environ, "PYTHONUNBUFFERED": "1"})
         if proc.returncode not in (0, 1):
-            error = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
+            error = _last_error_line(log_path) or f"exit code {proc.returncode}"
     except subprocess.TimeoutExpired:
         error = f"{TIMED_OUT} {timeout_s:.0f} s"
+        step = _last_step(log_path)
+        if step:
+            error += f" (last step: {step})"
     seconds = time.time() - start
     result_file = run_dir / "result.json"
     if error is None and result_file.is_file():
@@ -185,6 +192,26 @@ def run_problem(root: Path, problem: Problem, out: Path, *, device: str | None, 
                              run.verified_kernels, seconds, run.error, noise_floor=run.noise_floor,
                              accepted=sorted(k.name for k in run.kernels if k.status == "accepted"))
     return ProblemResult(problem, "failed", None, None, None, None, 0, seconds, error or "no result.json")
+
+
+def _lines(path: Path) -> list[str]:
+    try:
+        return [line.strip() for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return []
+
+
+def _last_error_line(path: Path) -> str | None:
+    """The CLI's own error line (``error: ...``), else the log's last line."""
+    lines = _lines(path)
+    errors = [line for line in lines if line.lower().startswith("error")]
+    return (errors or lines or [None])[-1]
+
+
+def _last_step(path: Path) -> str | None:
+    """The last pipeline step a run logged (``[  42 s] searching ...``)."""
+    steps = [line for line in _lines(path) if line.startswith("[") and " s] " in line]
+    return steps[-1][:120] if steps else None
 
 
 def problem_job(job: dict[str, Any]) -> dict[str, Any]:

@@ -3,24 +3,26 @@
 # and a .kernelopt.yml, a commit that changes the model, a pull_request event for it, and
 # `kernelopt bot --dry-run` with the real pipeline. Everything it would publish lands in OUT.
 # Usage: bash scripts/example_pr_dry_run.sh OUT [DEVICE]   (DEVICE: cpu or cuda; default auto)
+# EXAMPLE (default rmsnorm) picks the model from examples/, DTYPE (default fp32) its precision.
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 out="$(mkdir -p "$1" && cd "$1" && pwd)"
 device="${2:-}"
+example="${EXAMPLE:-rmsnorm}"
 repo="$(mktemp -d)/example-models"
 mkdir -p "$repo/models"
-cp "$here/examples/rmsnorm.py" "$repo/models/rmsnorm.py"
+cp "$here/examples/$example.py" "$repo/models/$example.py"
 cat > "$repo/.kernelopt.yml" <<YAML
 targets:
-  - name: rmsnorm
-    entry: models/rmsnorm.py
-    dtypes: [fp32]
+  - name: $example
+    entry: models/$example.py
+    dtypes: [${DTYPE:-fp32}]
 ${device:+    device: $device}
     paths: ["models/**"]
 budget:
-  candidates: 2
+  candidates: 1
   kernels: 1
-  candidates_per_kernel: 2
+  candidates_per_kernel: 1
   compile_options: false
   rounds: 5
   wall_seconds: 90
@@ -32,8 +34,8 @@ YAML
 export GIT_AUTHOR_NAME=dev GIT_AUTHOR_EMAIL=dev@example.invalid GIT_COMMITTER_NAME=dev GIT_COMMITTER_EMAIL=dev@example.invalid
 git -C "$repo" init -q -b main && git -C "$repo" add -A && git -C "$repo" commit -q -m "initial model"
 base="$(git -C "$repo" rev-parse HEAD)"
-sed -i 's/eps: float = 1e-6/eps: float = 1e-5/' "$repo/models/rmsnorm.py"
-git -C "$repo" commit -q -am "rmsnorm: larger epsilon"
+printf '\n# Reviewed: the model keeps its shapes.\n' >> "$repo/models/$example.py"
+git -C "$repo" commit -q -am "$example: a change under models/"
 head="$(git -C "$repo" rev-parse HEAD)"
 python3 - "$here/tests/github/fixtures/events/pull_request.json" "$out/event.json" "$base" "$head" <<'PY'
 import json, sys

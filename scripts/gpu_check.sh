@@ -82,7 +82,7 @@ part_gpus() {  # issue 6: the same problems on one GPU, then on every GPU, each 
   t0=$SECONDS
   # shellcheck disable=SC2086
   TORCHINDUCTOR_CACHE_DIR=/tmp/cache-one TRITON_CACHE_DIR=/tmp/cache-one/triton \
-    python3 -m kernelopt_bot.cli suite benchmarks --out "$R/one_gpu" --gpus 0 ${SUITE_ARGS:-} > "$R/one_gpu.log" 2>&1 || rc=1
+    python3 -m kernelopt_bot.cli suite benchmarks --out "$R/one_gpu" --gpus 0, ${SUITE_ARGS:-} > "$R/one_gpu.log" 2>&1 || rc=1
   echo "one GPU: $((SECONDS - t0)) s" | tee -a "$summary"
   t0=$SECONDS
   # shellcheck disable=SC2086

@@ -139,6 +139,15 @@ def test_a_hanging_job_is_killed_at_its_deadline_with_its_children(tmp_path: Pat
     assert not _alive(int(pid_file.read_text())), "the hung job's own child outlived the deadline"
 
 
+def test_with_one_gpu_a_job_past_its_deadline_is_reported_without_a_second_wait() -> None:
+    start = time.monotonic()
+    results = _pool([0], timeout=1.0).map(JOBS, [{"i": 0, "always": "hang"}, {"i": 1}])
+    assert not results[0].ok and results[0].attempts == 1
+    assert results[0].error is not None and "deadline" in results[0].error
+    assert results[1].ok and results[1].attempts == 1
+    assert time.monotonic() - start < 12
+
+
 def test_with_one_gpu_a_crashed_job_is_retried_on_the_same_gpu_after_a_restart(tmp_path: Path) -> None:
     marker = tmp_path / "crashed"
     results = _pool([0]).map("tests.gpu_pool_jobs.crash_once", [{"marker": str(marker)}, {"marker": ""}])
@@ -168,7 +177,7 @@ def test_select_gpus() -> None:
     for spec, message in [("all", "no CUDA device"), ("1", "no CUDA device"), ("0,1", "no CUDA device")]:
         with pytest.raises(BadInputError, match=message):
             select_gpus(spec, 0)
-    for spec, message in [("5", "only 4 CUDA device"), ("0", "at least one"), ("0,4", "no GPU 4"),
+    for spec, message in [("5", "only 4 CUDA device"), ("0", "for GPU 0 alone write --gpus 0,"), ("0,4", "no GPU 4"),
                           ("1,1", "GPU 1 given twice"), ("x", "expected all"), ("0,-1", "not a GPU index"),
                           ("0,,1", "not a GPU index")]:
         with pytest.raises(BadInputError, match=message):

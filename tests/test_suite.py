@@ -113,3 +113,20 @@ def test_agreement_compares_verdicts_and_speedups_within_noise() -> None:
     assert not rows["l1_c_fp32"].same_verdict and rows["l1_c_fp32"].within_noise
     assert rows["l1_d_fp32"].same_verdict and rows["l1_d_fp32"].within_noise
     assert not rows["l1_e_fp32"].same_verdict  # missing from the second run
+
+
+def test_a_problem_past_its_deadline_keeps_its_log_and_says_where_it_stopped(tmp_path: Path) -> None:
+    from kernelopt_bot.suite import run_problem
+
+    root = _suite(tmp_path / "suite")
+    out = tmp_path / "out"
+    res = run_problem(root, Problem("level1/gelu.py", 1, "fp32"), out, device="cpu", budget=[], gamma=1.03,
+                      timeout_s=6.0, store=tmp_path / "store.db")
+    assert res.status == "failed" and res.error is not None and res.error.startswith("timed out after 6 s")
+    log = (out / "problems" / "l1_gelu_fp32" / "optimize.log").read_text()
+    assert "loading the target" in log  # the pipeline's steps reached the log before the kill
+    assert "(last step: [" in res.error
+    broken = run_problem(root, Problem("level2/broken.py", 2, "fp32"), out, device="cpu", budget=[], gamma=1.03,
+                         timeout_s=120.0, store=tmp_path / "store.db")
+    assert broken.status == "failed" and broken.error is not None
+    assert broken.error.startswith("error:") and "broken" in broken.error

@@ -46,8 +46,27 @@ def test_tuner_sends_only_promising_variants(share: float, expect_proposals: boo
 
     ctx = SearchContext(kernel, _profile(share), None, "cuda")
     proposals = OfflineTuner(timer, sample_size=6).propose(ctx, 3)
-    assert calls and calls[0] >= 6
+    assert len(calls) == 2 and calls[0] >= 6  # one sample job, one descent job with the transformations
     if expect_proposals:
         assert len(proposals) == 3 and proposals[0].kernel_ms == pytest.approx(0.79)
     else:  # 1% of the model: 20% on the kernel moves the model by 0.2%, not worth a gate run
         assert proposals == []
+
+
+def test_descent_continues_while_it_improves_and_transformations_are_timed_once() -> None:
+    kernel = parse_output_code((H200 / "softmax_bf16.py").read_text()).kernels[0]
+    batches: list[list[Candidate]] = []
+
+    def timer(_kernel: object, cands: list[Candidate]) -> tuple[float, list[float | str | None]]:
+        batches.append(cands)
+        # every new batch is 5% faster than the last: the descent keeps going until its rounds end
+        return 1.0, [0.9 * 0.95 ** len(batches) for _ in cands]
+
+    proposals = OfflineTuner(timer, sample_size=4, descent_rounds=3).propose(
+        SearchContext(kernel, _profile(1.0), None, "cuda"), 5)
+    assert len(batches) == 4
+    sources = [c for batch in batches for c in batch if c.source is not None]
+    labels = [c.label for c in sources]
+    assert len(labels) == len(set(labels))  # no transformation timed twice on the same config
+    assert all(b[0].source is None for b in batches)
+    assert proposals and proposals[0].kernel_ms == pytest.approx(0.9 * 0.95 ** 4)

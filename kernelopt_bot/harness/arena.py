@@ -29,24 +29,28 @@ class Arena:
         fields.update(overrides)
         return WorkerSpec(label, self.target, self.device, self.dtype, **fields)
 
-    def _baseline_arm(self, label: str) -> ModelWorker:
-        worker = self._workers.get(label)
-        if worker is None or not worker.alive:
-            worker = ModelWorker(self._spec(label), start_timeout_s=self.timeout_s)
-            worker.wait_ready()
-            self._workers[label] = worker
-        return worker
+    def _baseline_labels(self) -> list[str]:
+        return ["baseline"] + (["baseline-repeat"] if self.device == "cuda" else [])
+
+    def prestart(self) -> None:
+        """Start the baseline arms compiling now and return at once: the search runs while they
+        compile, and :meth:`baselines` later only waits for what is left of their start."""
+        for label in self._baseline_labels():
+            worker = self._workers.get(label)
+            if worker is None or not worker.alive:
+                self._workers[label] = ModelWorker(self._spec(label), start_timeout_s=self.timeout_s)
 
     def baselines(self) -> tuple[ModelWorker, ModelWorker | None]:
         """The baseline and, on a GPU, the repeat baseline (started together, compiled in parallel)."""
-        labels = ["baseline"] + (["baseline-repeat"] if self.device == "cuda" else [])
-        pending = {}
-        for label in labels:
-            if label not in self._workers or not self._workers[label].alive:
-                pending[label] = ModelWorker(self._spec(label), start_timeout_s=self.timeout_s)
-        for label, worker in pending.items():
-            worker.wait_ready()
-            self._workers[label] = worker
+        self.prestart()
+        for label in self._baseline_labels():
+            worker = self._workers[label]
+            if not worker.ready:
+                try:
+                    worker.wait_ready()
+                except BaseException:
+                    self._workers.pop(label).close()  # a later call starts it afresh
+                    raise
         return self._workers["baseline"], self._workers.get("baseline-repeat")
 
     def candidate(self, pack: KernelPack | None, *, label: str = "candidate", mode: str | None = None,

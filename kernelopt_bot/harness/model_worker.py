@@ -119,12 +119,14 @@ class ModelWorker:
             self._proc.start()
         child.close()
         self.info: dict[str, Any] = {}
+        self.ready = False  # compiled and answering (after wait_ready)
 
     def wait_ready(self) -> dict[str, Any]:
         kind, payload = self._receive(self.start_timeout_s, "start")
         if kind != "ready":
             raise WorkerError(f"{self.spec.label}: unexpected reply {kind!r} while starting")
         self.info = payload
+        self.ready = True
         return payload
 
     def request(self, *message: Any, timeout_s: float = 600.0) -> Any:

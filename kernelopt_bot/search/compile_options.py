@@ -8,6 +8,7 @@ comes back as a recommendation, verified or not.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,21 +28,31 @@ class CompileOption:
     config: dict[str, Any] | None = None
 
 
+# max-autotune first: it is also the reference the suite compares against.
 COMPILE_OPTIONS = (
-    CompileOption("coordinate_descent_tuning=True", config={"coordinate_descent_tuning": True}),
     CompileOption("mode=max-autotune-no-cudagraphs", mode="max-autotune-no-cudagraphs"),
+    CompileOption("coordinate_descent_tuning=True", config={"coordinate_descent_tuning": True}),
     CompileOption("mode=reduce-overhead (CUDA graphs)", mode="reduce-overhead"),
 )
+MIN_OPTION_S = 15.0  # an option needs at least a compile and a benchmark: do not start one with less left
 
 
 def recommend(arena: Arena, target: Target, *, gamma: float, rounds: int = 10, reps: int = 20,
-              options: tuple[CompileOption, ...] = COMPILE_OPTIONS) -> list[Recommendation]:
-    """Measure each option against the default compile; never raises for an option that fails."""
+              options: tuple[CompileOption, ...] = COMPILE_OPTIONS,
+              deadline: float | None = None) -> list[Recommendation]:
+    """Measure each option against the default compile; never raises for an option that fails.
+
+    ``deadline`` (``time.monotonic()`` seconds): options that would start too close to it are
+    reported as not measured, so the run keeps its wall budget.
+    """
     if arena.device != "cuda":
         return [Recommendation(o.label, None, False, "not measured: no CUDA device") for o in options]
     out: list[Recommendation] = []
     baseline, repeat = arena.baselines()
     for option in options:
+        if deadline is not None and deadline - time.monotonic() < MIN_OPTION_S:
+            out.append(Recommendation(option.label, None, False, "not measured: the wall-time budget ran out"))
+            continue
         try:
             with arena.candidate(None, label=option.label, mode=option.mode, config=option.config) as arm:
                 model = check_model(target, baseline, arm, None)

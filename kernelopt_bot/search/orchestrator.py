@@ -42,6 +42,10 @@ class SearchLimits:
     max_kernels: int = 3
     candidates_per_kernel: int = 3
     min_share: float = 0.02  # kernels below this share of model time are not worth a search
+    # What one candidate's gates cost before any was timed in this run (sandbox + a compiled arm +
+    # benchmark rounds; about 25-35 s measured on an H200). The wall budget is a deadline: a
+    # candidate that cannot finish before it is not started.
+    first_candidate_s: float = 30.0
 
 
 def _speedup(verdict: Verdict) -> float | None:
@@ -61,6 +65,7 @@ class Orchestrator:
         self.limits = limits or SearchLimits()
         self.log = log
         self.env: Guard = running_environment(capture.target.device)
+        self._candidate_seconds: list[float] = []  # how long each candidate's gates took in this run
 
     @property
     def device(self) -> str:
@@ -125,6 +130,7 @@ class Orchestrator:
                      f"({time.monotonic() - start:.0f} s)")
         for proposal in proposals[: self.limits.candidates_per_kernel]:
             try:
+                self._fits_in_wall_budget(proposal)
                 self.budget.acquire_candidate(what=proposal.candidate.label)
             except BudgetExceeded as exc:
                 outcome.detail = exc.reason
@@ -134,9 +140,25 @@ class Orchestrator:
             tried += search.search(ctx, lambda p, k=kernel: self._verify(k, p), self.budget)
         self._conclude(kernel, tried, outcome, pack)
 
+    def candidate_estimate_s(self) -> float:
+        """Expected seconds for one more candidate: the slowest so far in this run, else the default."""
+        return max(self._candidate_seconds) if self._candidate_seconds else self.limits.first_candidate_s
+
+    def _fits_in_wall_budget(self, proposal: Proposal) -> None:
+        """Refuse a GPU candidate the wall budget cannot see through (on the CPU gates 1-3 are quick
+        and gate 4 does not run, so the plain start-time check is enough)."""
+        left = self.budget.wall_s_left()
+        if self.device != "cuda" or left is None:
+            return
+        need = self.candidate_estimate_s()
+        if left < need:
+            raise BudgetExceeded(f"{proposal.candidate.label} refused: {left:.0f} s of wall time left, "
+                                 f"a candidate takes about {need:.0f} s", "wall_s")
+
     def _verify(self, kernel: TritonKernel, proposal: Proposal) -> Verdict:
         start = time.monotonic()
         verdict = self.cascade.verify(kernel, proposal.candidate)
+        self._candidate_seconds.append(time.monotonic() - start)
         if self.device == "cuda":
             self.budget.charge_gpu(time.monotonic() - start)
         self.log(f"  {proposal.candidate.label}: {verdict.status} ({time.monotonic() - start:.0f} s)")

@@ -64,13 +64,20 @@ def _key(c: LaunchConfig) -> tuple:
 
 
 class OfflineTuner(SearchStrategy):
+    """Two timing jobs per kernel by default (each one sandbox process, whose start costs seconds):
+    (1) a seeded sample of the launch space plus the compiler's config's neighbours; (2) the
+    neighbours of the best ``beam`` configs together with every source transformation on the best
+    one. Each further descent round (``descent_rounds`` > 1) is one more job, taken only while the
+    previous one improved the best time by 1%."""
+
     name = "tuner"
 
-    def __init__(self, timer: Timer | None, *, sample_size: int = 24, descent_rounds: int = 2,
-                 seed: int = 0) -> None:
+    def __init__(self, timer: Timer | None, *, sample_size: int = 24, descent_rounds: int = 1,
+                 beam: int = 3, seed: int = 0) -> None:
         self.timer = timer
         self.sample_size = sample_size
         self.descent_rounds = descent_rounds
+        self.beam = beam
         self.seed = seed
 
     def propose(self, ctx: SearchContext, limit: int) -> list[Proposal]:
@@ -80,30 +87,45 @@ class OfflineTuner(SearchStrategy):
         if self.timer is None:
             return self._untimed(ctx, space, chosen, limit)
 
-        timed: dict[tuple, float] = {}
+        timed: dict[tuple, float] = {}  # launch configs alone
+        transformed: list[Proposal] = []  # source transformations (on a config)
         original_ms: float | None = None
+        transforms = applicable(kernel.source)
 
-        def time_configs(batch: list[LaunchConfig]) -> None:
+        def run_job(batch: list[LaunchConfig], on: LaunchConfig | None) -> None:
+            """Time ``batch`` (untimed configs only) and, ``on`` a config, every transformation."""
             nonlocal original_ms
-            batch = [c for c in batch if _key(c) not in timed]
-            if not batch:
+            unique = {_key(c): c for c in batch}
+            batch = [c for k, c in unique.items() if k not in timed]
+            cands = [Candidate("config", config=c) for c in batch]
+            if on is not None:
+                cands += [Candidate(f"{name} + {on.describe()}", source=src, config=on) for name, src in transforms]
+            if not cands:
                 return
-            orig, results = self.timer(kernel, [Candidate("config", config=c) for c in batch])
+            orig, results = self.timer(kernel, cands)
             original_ms = original_ms or orig
-            for c, ms in zip(batch, results):
-                if isinstance(ms, float):
-                    timed[_key(c)] = ms
+            for cand, ms in zip(cands, results):
+                if not isinstance(ms, float):
+                    continue
+                if cand.source is None and cand.config is not None:
+                    timed[_key(cand.config)] = ms
+                else:
+                    transformed.append(Proposal(cand, self.name, ms, "source transformation"))
 
         first = sample(kernel, self.sample_size, seed=self.seed)
         if chosen is not None and _key(chosen) in space:
             first += neighbours(chosen, set(space))
-        time_configs(first)
-        for _ in range(self.descent_rounds):
+        run_job(first, None)
+        transformed_on: set[tuple] = set()
+        for _ in range(max(1, self.descent_rounds)):
             if not timed:
                 break
-            best_key = min(timed, key=timed.__getitem__)
-            before = timed[best_key]
-            time_configs(neighbours(space[best_key], set(space)))
+            ranked = sorted(timed, key=timed.__getitem__)
+            before = timed[ranked[0]]
+            batch = [n for k in ranked[: self.beam] for n in neighbours(space[k], set(space))]
+            best = space[ranked[0]]
+            run_job(batch, best if ranked[0] not in transformed_on else None)
+            transformed_on.add(ranked[0])
             if min(timed.values()) >= before * 0.99:
                 break
         if not timed or original_ms is None:
@@ -111,14 +133,7 @@ class OfflineTuner(SearchStrategy):
         ranked = sorted(timed, key=timed.__getitem__)
         proposals = [Proposal(Candidate(f"config {space[k].describe()}", config=space[k]), self.name,
                               timed[k], "launch-config search") for k in ranked[:limit]]
-        best = space[ranked[0]]
-        transformed = applicable(kernel.source)
-        if transformed:
-            cands = [Candidate(f"{name} + {best.describe()}", source=src, config=best) for name, src in transformed]
-            _, results = self.timer(kernel, cands)
-            for cand, ms in zip(cands, results):
-                if isinstance(ms, float):
-                    proposals.append(Proposal(cand, self.name, ms, "source transformation"))
+        proposals += transformed
         proposals.sort(key=lambda p: p.kernel_ms if p.kernel_ms is not None else float("inf"))
         share = ctx.profile.share if ctx.profile is not None else None
         return [p for p in proposals if promising(share, original_ms, p.kernel_ms)][:limit]
