@@ -9,6 +9,7 @@ import functools
 import json
 import sys
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -296,6 +297,44 @@ def _print_result(console: Any, result: Any, out: Path) -> None:
         console.print(escape(f"option {rec.option}: {_fmt(rec.speedup, '.3f', '-')}x "
                              f"{'(verified)' if rec.verified else ''} {rec.detail}"))
     console.print(escape(f"wrote {out}/report.md, result.json, pack.json"))
+
+
+@main.command()
+@click.argument("target")
+@DEVICE
+@DTYPE
+@click.option("--option", "option_labels", multiple=True, metavar="LABEL",
+              help="Only these options (repeatable), e.g. 'mode=max-autotune-no-cudagraphs' (default: all).")
+@click.option("--rounds", default=10, show_default=True, type=click.IntRange(1, 1000))
+@click.option("--gamma", default=1.03, show_default=True, type=click.FloatRange(min=1.0))
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON list instead of a summary.")
+@handle_errors
+def modes(target: str, device: str | None, dtype: str, option_labels: tuple[str, ...], rounds: int, gamma: float,
+          as_json: bool) -> None:
+    """Measure the compiler's own options against its default compile, end to end (no search).
+
+    Each option compiles in its own process and passes gate 3 (same outputs) before it is timed
+    against the default with the interleaved harness; without CUDA nothing is measured.
+    """
+    from kernelopt_bot.harness.arena import Arena
+    from kernelopt_bot.search.compile_options import COMPILE_OPTIONS, recommend
+    from kernelopt_bot.targets import dtype_name, load_target
+
+    known = {o.label: o for o in COMPILE_OPTIONS}
+    unknown = [label for label in option_labels if label not in known]
+    if unknown:
+        raise BadInputError(f"unknown option {unknown[0]!r} (known: {', '.join(known)})")
+    chosen = tuple(known[label] for label in option_labels) or COMPILE_OPTIONS
+    tgt = load_target(target, device, dtype)
+    with Arena(tgt.spec, tgt.device, dtype_name(tgt.dtype)) as arena:
+        recs = recommend(arena, tgt, gamma=gamma, rounds=rounds, options=chosen)
+    if as_json:
+        click.echo(json.dumps([asdict(r) for r in recs]))
+        return
+    console = _console()
+    for rec in recs:
+        console.print(escape(f"{rec.option}: {_fmt(rec.speedup, '.3f')}x "
+                             f"{'(verified)' if rec.verified else ''} {rec.detail}"))
 
 
 @main.command()

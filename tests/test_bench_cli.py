@@ -96,3 +96,29 @@ def test_bad_input_exits_2(args: list[str], message: str) -> None:
     result = run_cli(*args)
     assert result.returncode == 2, (result.stdout, result.stderr)
     assert message in result.stderr
+
+
+def test_modes_lists_every_compiler_option_and_measures_none_without_a_gpu() -> None:
+    result = run_cli("modes", str(EXAMPLES / "gelu.py"), "--device", "cpu", "--json")
+    assert result.returncode == 0, result.stderr
+    recs = json.loads(result.stdout.strip().splitlines()[-1])
+    assert recs[0]["option"] == "mode=max-autotune-no-cudagraphs" and len(recs) == 3
+    assert all(r["speedup"] is None and not r["verified"] and "no CUDA device" in r["detail"] for r in recs)
+    one = run_cli("modes", str(EXAMPLES / "gelu.py"), "--device", "cpu", "--option",
+                  "coordinate_descent_tuning=True", "--json")
+    assert [r["option"] for r in json.loads(one.stdout.strip().splitlines()[-1])] == ["coordinate_descent_tuning=True"]
+
+
+def test_modes_rejects_an_unknown_option_with_exit_2() -> None:
+    result = run_cli("modes", str(EXAMPLES / "gelu.py"), "--device", "cpu", "--option", "mode=fastest")
+    assert result.returncode == 2
+    assert "unknown option 'mode=fastest'" in result.stderr
+
+
+def test_suite_reference_run_that_fails_is_unmeasured_and_logged(tmp_path: Path) -> None:
+    from kernelopt_bot.suite import reference_speedup
+
+    broken = tmp_path / "broken.py"
+    broken.write_text("raise RuntimeError('no model here')\n")
+    assert reference_speedup(broken, "fp32", "cpu", timeout_s=120, log_dir=tmp_path) is None
+    assert "no model here" in (tmp_path / "reference.log").read_text()

@@ -52,7 +52,7 @@ class _Arena:
 
 
 def test_compiler_options_past_the_deadline_are_reported_not_measured() -> None:
-    recs = recommend(_Arena(), None, gamma=1.03, deadline=time.monotonic() + 5.0)  # type: ignore[arg-type]
+    recs = recommend(_Arena(), None, gamma=1.03, deadline=time.monotonic() + 20.0)  # type: ignore[arg-type]
     assert [r.option for r in recs] == [o.label for o in COMPILE_OPTIONS]
     assert recs[0].option == "mode=max-autotune-no-cudagraphs"  # the suite's reference goes first
     assert all(r.speedup is None and not r.verified and "wall-time budget" in r.detail for r in recs)

@@ -34,7 +34,7 @@ COMPILE_OPTIONS = (
     CompileOption("coordinate_descent_tuning=True", config={"coordinate_descent_tuning": True}),
     CompileOption("mode=reduce-overhead (CUDA graphs)", mode="reduce-overhead"),
 )
-MIN_OPTION_S = 15.0  # an option needs at least a compile and a benchmark: do not start one with less left
+MIN_OPTION_S = 30.0  # an option needs a whole compile and a benchmark: do not start one with less left
 
 
 def recommend(arena: Arena, target: Target, *, gamma: float, rounds: int = 10, reps: int = 20,
