@@ -5,9 +5,9 @@
 #   bash scripts/gpu_check.sh redteam    the red team's cheating candidates at full size
 #   bash scripts/gpu_check.sh honest     the honest candidates (HONEST_K selects)
 #   bash scripts/gpu_check.sh speedup    gate 4 on a sweep-found launch config (SPEEDUP_EXAMPLE, SPEEDUP_DTYPE)
-#   bash scripts/gpu_check.sh prdry      the PR flow in dry-run mode on an example repository
+#   bash scripts/gpu_check.sh prdry      the PR flow in dry-run mode on an example repository (EXAMPLE, DTYPE)
 #   bash scripts/gpu_check.sh suite      `kernelopt suite benchmarks/` (SUITE_SHARD=I/N, SUITE_ARGS=...)
-#   bash scripts/gpu_check.sh gpus       the same suite problems on one GPU, then on all (SUITE_ARGS=...)
+#   bash scripts/gpu_check.sh gpus       the same suite problems on one GPU, then on all (SUITE_ARGS without --gpus)
 #   bash scripts/gpu_check.sh honest prdry suite      several parts in one call
 # Limits per part in seconds: LIMIT_<PART>=N (default 540). Carried wheels in .whl/ are installed first.
 set -uo pipefail
