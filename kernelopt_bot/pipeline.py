@@ -86,18 +86,18 @@ def run_pipeline(target: str, *, device: str | None = None, dtype: str = "fp32",
     name = Path(target).stem if target.endswith(".py") else target.rpartition(":")[2]
     result = RunResult(target=target, name=name, device=device or "auto", dtype=dtype)
     pack = KernelPack(target=target, created_by="kernelopt optimize")
-    log = _PhaseClock(result.phases, log, start)
+    clock = _PhaseClock(result.phases, log, start)
     try:
         plan = _budget(budget)
         result.budget = plan
         result.reproduce = reproduce_command(target, device, dtype, budget or {}, gamma, llm)
-        pack = _run(target, device, dtype, plan, gamma, llm, store_path, result, log)
+        pack = _run(target, device, dtype, plan, gamma, llm, store_path, result, clock)
     except KerneloptError as exc:
         result.status, result.error = "failed", str(exc)
     except Exception as exc:  # noqa: BLE001 - one target's failure never kills a sweep
         tail = traceback.format_exc().strip().splitlines()[-1]
         result.status, result.error = "failed", f"internal error: {type(exc).__name__}: {exc} [{tail[:200]}]"
-    log.stop()
+    clock.stop()
     result.seconds = time.time() - start
     _write(out_dir, result, pack)
     return result
@@ -114,11 +114,12 @@ class _PhaseClock:
 
     def __call__(self, message: str) -> None:
         now = time.time()
-        if not message.startswith((" ", "warning")):
-            self.stop(now)
-            self._current = (message, now)
-        plain = message.startswith((" ", "warning"))
-        self._log(message if plain else f"[{now - self._start:4.0f} s] {message}")
+        if message.startswith((" ", "warning")):  # a detail of the current step
+            self._log(message)
+            return
+        self.stop(now)
+        self._current = (message, now)
+        self._log(f"[{now - self._start:4.0f} s] {message}")
 
     def stop(self, now: float | None = None) -> None:
         if self._current is not None:

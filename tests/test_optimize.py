@@ -35,6 +35,12 @@ def test_writes_report_result_and_pack(first_run: tuple[Path, Path]) -> None:
     assert KernelPack.load(out / "pack.json") is not None
     report = (out / "report.md").read_text()
     assert "## Kernels" in report and "kernelopt optimize" in report
+    # every step timed, and the steps account for the run (nothing long happens outside them)
+    assert {"loading the target", "compiling and capturing", "end-to-end benchmark"} <= set(result.phases)
+    assert any(step.startswith("searching g0:triton_poi_fused_gelu") for step in result.phases)
+    assert result.seconds is not None and sum(result.phases.values()) <= result.seconds + 0.1
+    assert sum(result.phases.values()) >= 0.8 * result.seconds
+    assert "Where the time went" in report
     if result.device == "cpu":
         assert result.speedup is None and "not measured" in report
         assert len(KernelPack.load(out / "pack.json")) == 0  # nothing passes gate 4 without a GPU
