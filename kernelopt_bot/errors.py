@@ -17,3 +17,11 @@ class BadInputError(KerneloptError):
 
 class TargetError(BadInputError):
     """A target that cannot be loaded, built or run eagerly."""
+
+
+def one_line(exc: BaseException) -> str:
+    """``Type: first line of the message`` (or just ``Type``): how every failure is reported in one
+    line, whether it came from a target, a sandboxed candidate or a worker process."""
+    text = str(exc).strip().splitlines()
+    first = text[0] if text else ""
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__

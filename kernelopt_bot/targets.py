@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from kernelopt_bot.errors import TargetError
+from kernelopt_bot.errors import TargetError, one_line
 
 DTYPES: dict[str, torch.dtype] = {
     "fp32": torch.float32,
@@ -121,7 +121,7 @@ def _import_file(path: Path) -> Any:
         sys.modules.pop(mod_name, None)
         if isinstance(exc, KeyboardInterrupt):
             raise
-        raise TargetError(f"{path}: does not import: {_one_line(exc)}") from exc
+        raise TargetError(f"{path}: does not import: {one_line(exc)}") from exc
     return module
 
 
@@ -141,7 +141,7 @@ def _load_benchmark_file(path: Path, device: str, dtype: torch.dtype) -> Target:
     try:
         model = module.Model(*init)
     except Exception as exc:
-        raise TargetError(f"{path}: Model(*get_init_inputs()) failed: {_one_line(exc)}") from exc
+        raise TargetError(f"{path}: Model(*get_init_inputs()) failed: {one_line(exc)}") from exc
     if not isinstance(model, torch.nn.Module):
         raise TargetError(f"{path}: Model(...) did not build a torch.nn.Module")
     model = _place_model(model, device, dtype, str(path))
@@ -167,7 +167,7 @@ def _load_factory(spec: str, device: str, dtype: torch.dtype) -> Target:
     except BaseException as exc:
         if isinstance(exc, KeyboardInterrupt):
             raise
-        raise TargetError(f"{spec}: module {mod_name} does not import: {_one_line(exc)}") from exc
+        raise TargetError(f"{spec}: module {mod_name} does not import: {one_line(exc)}") from exc
     factory = getattr(module, attr, None)
     if factory is None or not callable(factory):
         raise TargetError(f"{spec}: {mod_name} has no callable {attr}")
@@ -223,7 +223,7 @@ def _place_model(model: torch.nn.Module, device: str, dtype: torch.dtype, where:
     try:
         return model.to(device=device, dtype=dtype).eval()
     except Exception as exc:
-        raise TargetError(f"{where}: cannot move model to {device}/{dtype_name(dtype)}: {_one_line(exc)}") from exc
+        raise TargetError(f"{where}: cannot move model to {device}/{dtype_name(dtype)}: {one_line(exc)}") from exc
 
 
 def _move_input(x: Any, index: int, device: str, dtype: torch.dtype, where: str) -> Any:
@@ -250,7 +250,7 @@ def _call_user(fn: Callable[[], Any], what: str) -> Any:
     except TargetError:
         raise
     except Exception as exc:
-        raise TargetError(f"{what} failed: {_one_line(exc)}") from exc
+        raise TargetError(f"{what} failed: {one_line(exc)}") from exc
 
 
 def _check_eager(target: Target) -> None:
@@ -258,10 +258,5 @@ def _check_eager(target: Target) -> None:
     try:
         target.eager(*inputs)
     except Exception as exc:
-        raise TargetError(f"{target.spec}: model fails eagerly: {_one_line(exc)}") from exc
+        raise TargetError(f"{target.spec}: model fails eagerly: {one_line(exc)}") from exc
 
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    first = text[0] if text else ""
-    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__

@@ -10,6 +10,8 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from kernelopt_bot.errors import one_line
+
 
 def kernel_job(payload: dict[str, Any]) -> dict[str, Any]:
     """Compile the candidate, run gate 2, and on CUDA time candidate and original alone.
@@ -46,8 +48,7 @@ def kernel_job(payload: dict[str, Any]) -> dict[str, Any]:
         if device == "cuda" and hasattr(candidate, "precompile"):
             candidate.precompile()
     except Exception as exc:  # noqa: BLE001 - a candidate that does not compile is a result
-        return {"compiled": False, "reason": f"does not compile: {type(exc).__name__}: "
-                                             f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"}
+        return {"compiled": False, "reason": f"does not compile: {one_line(exc)}"}
     reference = harness.load(source=kernel.source)
 
     gate = check_correctness(
@@ -100,7 +101,7 @@ def timing_job(payload: dict[str, Any]) -> dict[str, Any]:
                 kernel_obj.precompile()
             return kernel_obj
         except Exception as exc:  # noqa: BLE001 - a failing variant is a result, not a crash
-            return _error_text(exc)
+            return one_line(exc)
 
     # Compile on all CPU cores at once (Triton's compiler releases the GIL), time one at a time.
     # A multi-GPU pool gives each worker its share of the cores (KERNELOPT_COMPILE_THREADS).
@@ -118,13 +119,9 @@ def timing_job(payload: dict[str, Any]) -> dict[str, Any]:
         try:
             times.append(harness.time_kernel(kernel_obj, reps=reps).median_ms)
         except Exception as exc:  # noqa: BLE001
-            times.append(_error_text(exc))
+            times.append(one_line(exc))
     return {"original_ms": original, "times": times}
 
-
-def _error_text(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
 
 
 def environment_names(payload: dict[str, Any]) -> list[str]:

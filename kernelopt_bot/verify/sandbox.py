@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
+from kernelopt_bot.errors import one_line
 from kernelopt_bot.harness.isolation import scrubbed_environ
 
 
@@ -54,8 +55,7 @@ def _child(job: str, payload: dict[str, Any], limits: SandboxLimits, conn: Conne
         conn.send(("error", f"out of memory (limit {limits.memory_mb} MiB)"))
     except BaseException as exc:  # noqa: BLE001 - every failure is a result
         last = traceback.format_exc().strip().splitlines()[-1]
-        conn.send(("error", f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
-                            f" [{last[:300]}]"))
+        conn.send(("error", f"{one_line(exc)} [{last[:300]}]"))
     finally:
         conn.close()
 
