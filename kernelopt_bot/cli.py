@@ -294,9 +294,13 @@ def _print_result(console: Any, result: Any, out: Path) -> None:
     else:
         console.print("end to end: not measured (no CUDA device)")
     for rec in result.recommendations:
-        console.print(escape(f"option {rec.option}: {_fmt(rec.speedup, '.3f', '-')}x "
-                             f"{'(verified)' if rec.verified else ''} {rec.detail}"))
+        _print_recommendation(console, rec)
     console.print(escape(f"wrote {out}/report.md, result.json, pack.json"))
+
+
+def _print_recommendation(console: Any, rec: Any) -> None:
+    console.print(escape(f"option {rec.option}: {_fmt(rec.speedup, '.3f', '-')}x "
+                         f"{'(verified)' if rec.verified else ''} {rec.detail}"))
 
 
 @main.command()
@@ -333,8 +337,7 @@ def modes(target: str, device: str | None, dtype: str, option_labels: tuple[str,
         return
     console = _console()
     for rec in recs:
-        console.print(escape(f"{rec.option}: {_fmt(rec.speedup, '.3f')}x "
-                             f"{'(verified)' if rec.verified else ''} {rec.detail}"))
+        _print_recommendation(console, rec)
 
 
 @main.command()

@@ -36,12 +36,6 @@ DEFAULT_BUDGET: dict[str, Any] = {
 FINAL_BENCH_RESERVE_S = 20.0  # seconds kept for the final end-to-end benchmark on a GPU
 
 
-def _cuda() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
-
-
 def _budget(overrides: dict[str, Any] | None) -> dict[str, Any]:
     budget = dict(DEFAULT_BUDGET)
     for key, value in (overrides or {}).items():
@@ -140,17 +134,16 @@ def _run(target: str, device: str | None, dtype: str, plan: dict[str, Any], gamm
     from kernelopt_bot.search.tuner import OfflineTuner
     from kernelopt_bot.stitch.runtime import running_environment
     from kernelopt_bot.store import Store
-    from kernelopt_bot.targets import load_target
+    from kernelopt_bot.targets import load_target, resolve_device
     from kernelopt_bot.verify.cascade import Cascade, VerifyOptions
 
     # The wall budget covers the whole run: the search stops early enough to leave the final
     # benchmark its time on a GPU (it compiles the packed model once more and times it).
     wall = plan["wall_seconds"]
-    reserve = FINAL_BENCH_RESERVE_S if (device or ("cuda" if _cuda() else "cpu")) == "cuda" else 0.0
+    reserve = FINAL_BENCH_RESERVE_S if resolve_device(device) == "cuda" else 0.0
     search_wall = None if wall is None else max(0.0, float(wall) - reserve)
     budget = Budget(max_candidates=plan["candidates"], max_tokens=plan["tokens"], max_gpu_s=plan["gpu_seconds"],
                     max_wall_s=search_wall, max_cost=plan["cost"])
-    deadline = None if search_wall is None else time.monotonic() + search_wall
     log("loading the target")
     tgt = load_target(target, device, dtype)
     result.device = tgt.device
@@ -183,7 +176,7 @@ def _run(target: str, device: str | None, dtype: str, plan: dict[str, Any], gamm
             if plan["compile_options"] and tgt.device == "cuda":
                 log("measuring the compiler's own options")
                 result.recommendations = recommend(cascade.arena, tgt, gamma=gamma, rounds=int(plan["rounds"]),
-                                                   deadline=deadline)
+                                                   time_left=budget.wall_s_left)
             log("end-to-end benchmark")
             pack = _final_bench(cascade, tgt, pack, result, int(plan["rounds"]))
             result.pack_entries = len(pack)

@@ -68,8 +68,13 @@ class RunResult:
         return self.speedup is not None
 
     @property
+    def accepted_kernels(self) -> list[str]:
+        """Names of the kernels whose replacement passed every gate."""
+        return [k.name for k in self.kernels if k.status == "accepted"]
+
+    @property
     def verified_kernels(self) -> int:
-        return sum(1 for k in self.kernels if k.status == "accepted")
+        return len(self.accepted_kernels)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)

@@ -194,7 +194,7 @@ def run_problem(root: Path, problem: Problem, out: Path, *, device: str | None, 
             vs_mant = run.speedup / mant
         return ProblemResult(problem, run.status, run.speedup, vs_mant, run.baseline_ms, run.optimized_ms,
                              run.verified_kernels, seconds, run.error, noise_floor=run.noise_floor,
-                             accepted=sorted(k.name for k in run.kernels if k.status == "accepted"))
+                             accepted=sorted(run.accepted_kernels))
     return ProblemResult(problem, "failed", None, None, None, None, 0, seconds, error or "no result.json")
 
 
@@ -282,7 +282,9 @@ def run_suite(root: Path, out: Path, *, shard: tuple[int, int] = (0, 1), device:
     index, total = shard
     mine = problems[index::total]
     out.mkdir(parents=True, exist_ok=True)
-    suite = SuiteResult(device=device or ("cuda" if _has_cuda() else "cpu"))
+    from kernelopt_bot.targets import resolve_device
+
+    suite = SuiteResult(device=device or resolve_device(None))
     jobs = [{"root": str(root.resolve()), "problem": asdict(p), "out": str(out.resolve()), "device": device,
              "budget": list(budget or []), "gamma": gamma, "timeout_s": timeout_s,
              "store": str((out / "store.db").resolve())} for p in mine]
@@ -313,12 +315,6 @@ def run_suite(root: Path, out: Path, *, shard: tuple[int, int] = (0, 1), device:
     suite.problems = [r for r in done if r is not None]
     write_report(suite, out)
     return suite
-
-
-def _has_cuda() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
 
 
 def merge(dirs: list[Path]) -> SuiteResult:

@@ -75,26 +75,26 @@ part_suite() {
   return $rc
 }
 
+timed_suite() {  # $1 run name, $2 --gpus value: one suite run with cold compiler caches of its own
+  local t0=$SECONDS rc
+  # shellcheck disable=SC2086
+  TORCHINDUCTOR_CACHE_DIR="/tmp/cache-$1" TRITON_CACHE_DIR="/tmp/cache-$1/triton" \
+    python3 -m kernelopt_bot.cli suite benchmarks --out "$R/$1" --gpus "$2" ${SUITE_ARGS:-} > "$R/$1.log" 2>&1
+  rc=$?
+  echo "$1 (--gpus $2): $((SECONDS - t0)) s" | tee -a "$summary"
+  return $rc
+}
+
 part_gpus() {  # issue 6: the same problems on one GPU, then on every GPU, each with its wall time
-  local n t0 rc=0
-  n=$(nvidia-smi -L | wc -l)
-  # each run starts with cold compiler caches of its own, so neither inherits the other's compiles
-  t0=$SECONDS
-  # shellcheck disable=SC2086
-  TORCHINDUCTOR_CACHE_DIR=/tmp/cache-one TRITON_CACHE_DIR=/tmp/cache-one/triton \
-    python3 -m kernelopt_bot.cli suite benchmarks --out "$R/one_gpu" --gpus 0, ${SUITE_ARGS:-} > "$R/one_gpu.log" 2>&1 || rc=1
-  echo "one GPU: $((SECONDS - t0)) s" | tee -a "$summary"
-  t0=$SECONDS
-  # shellcheck disable=SC2086
-  TORCHINDUCTOR_CACHE_DIR=/tmp/cache-all TRITON_CACHE_DIR=/tmp/cache-all/triton \
-    python3 -m kernelopt_bot.cli suite benchmarks --out "$R/all_gpus" --gpus all ${SUITE_ARGS:-} > "$R/all_gpus.log" 2>&1 || rc=1
-  echo "all $n GPUs: $((SECONDS - t0)) s" | tee -a "$summary"
+  local rc=0
+  timed_suite one_gpu 0, || rc=1
+  timed_suite all_gpus all || rc=1
   python3 scripts/compare_suites.py "$R/one_gpu" "$R/all_gpus" | tee -a "$summary"
   return $rc
 }
 
 export R summary
-export -f run_tests part_engine part_redteam part_honest part_speedup part_prdry part_suite part_gpus
+export -f run_tests timed_suite part_engine part_redteam part_honest part_speedup part_prdry part_suite part_gpus
 for part in "${@:-engine}"; do
   case "$part" in
     engine|redteam|honest|speedup|prdry|suite|gpus) limited "$part" ;;

@@ -8,7 +8,7 @@ comes back as a recommendation, verified or not.
 
 from __future__ import annotations
 
-import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,18 +39,20 @@ MIN_OPTION_S = 30.0  # an option needs a whole compile and a benchmark: do not s
 
 def recommend(arena: Arena, target: Target, *, gamma: float, rounds: int = 10, reps: int = 20,
               options: tuple[CompileOption, ...] = COMPILE_OPTIONS,
-              deadline: float | None = None) -> list[Recommendation]:
+              time_left: Callable[[], float | None] | None = None) -> list[Recommendation]:
     """Measure each option against the default compile; never raises for an option that fails.
 
-    ``deadline`` (``time.monotonic()`` seconds): options that would start too close to it are
-    reported as not measured, so the run keeps its wall budget.
+    ``time_left`` (seconds of wall budget left, None = no limit; the search budget's
+    ``wall_s_left``): options that would start too close to the end are reported as not measured,
+    so the run keeps its wall budget.
     """
     if arena.device != "cuda":
         return [Recommendation(o.label, None, False, "not measured: no CUDA device") for o in options]
     out: list[Recommendation] = []
     baseline, repeat = arena.baselines()
     for option in options:
-        if deadline is not None and deadline - time.monotonic() < MIN_OPTION_S:
+        left = time_left() if time_left is not None else None
+        if left is not None and left < MIN_OPTION_S:
             out.append(Recommendation(option.label, None, False, "not measured: the wall-time budget ran out"))
             continue
         try:

@@ -124,10 +124,10 @@ class Orchestrator:
             start = time.monotonic()
             found = strategy.propose(ctx, self.limits.candidates_per_kernel)
             proposals += found
+            elapsed = time.monotonic() - start
             if self.device == "cuda":
-                self.budget.charge_gpu(time.monotonic() - start)
-            self.log(f"  {strategy.name}: {len(found)} proposal(s) worth the gates "
-                     f"({time.monotonic() - start:.0f} s)")
+                self.budget.charge_gpu(elapsed)
+            self.log(f"  {strategy.name}: {len(found)} proposal(s) worth the gates ({elapsed:.0f} s)")
         for proposal in proposals[: self.limits.candidates_per_kernel]:
             try:
                 self._fits_in_wall_budget(proposal)
@@ -158,10 +158,11 @@ class Orchestrator:
     def _verify(self, kernel: TritonKernel, proposal: Proposal) -> Verdict:
         start = time.monotonic()
         verdict = self.cascade.verify(kernel, proposal.candidate)
-        self._candidate_seconds.append(time.monotonic() - start)
+        elapsed = time.monotonic() - start
+        self._candidate_seconds.append(elapsed)
         if self.device == "cuda":
-            self.budget.charge_gpu(time.monotonic() - start)
-        self.log(f"  {proposal.candidate.label}: {verdict.status} ({time.monotonic() - start:.0f} s)")
+            self.budget.charge_gpu(elapsed)
+        self.log(f"  {proposal.candidate.label}: {verdict.status} ({elapsed:.0f} s)")
         if self.store is not None and self.run_id is not None:
             cand = proposal.candidate
             self.store.record_candidate(self.run_id, kernel.key, proposal.strategy, cand.label, cand.source,
