@@ -65,7 +65,9 @@ class BenchResult:
         return data
 
 
-def _max_abs_diff(a: list[Any], b: list[Any]) -> float:
+def _max_abs_diff(a: list[Any], b: list[Any], device: str = "cpu") -> float:
+    """Largest elementwise difference (inf for a NaN mismatch), computed on ``device``: the arms
+    send their outputs through a pipe on the CPU, where float64 over a large output takes seconds."""
     import torch
 
     if len(a) != len(b):
@@ -74,6 +76,7 @@ def _max_abs_diff(a: list[Any], b: list[Any]) -> float:
     for x, y in zip(a, b):
         if x.shape != y.shape:
             return float("inf")
+        x, y = x.to(device), y.to(device)
         if x.numel():
             diff = (x.double() - y.double()).abs()
             nan_mismatch = bool((torch.isnan(x) != torch.isnan(y)).any())
@@ -100,7 +103,7 @@ def compare_arms(base: ModelWorker, packed: ModelWorker, repeat: ModelWorker | N
                  timeout_s: float = 600.0) -> BenchResult:
     """The measurement itself, on arms that are already compiled (see :class:`~.harness.arena.Arena`)."""
     diff = _max_abs_diff(base.request("outputs", SEED_BASE - 1, timeout_s=timeout_s),
-                         packed.request("outputs", SEED_BASE - 1, timeout_s=timeout_s))
+                         packed.request("outputs", SEED_BASE - 1, timeout_s=timeout_s), device)
     result = BenchResult(target, device, dtype, None, None, None, None,
                          applied=list(packed.info.get("applied", [])),
                          skipped=list(packed.info.get("skipped", [])),
@@ -120,7 +123,7 @@ def compare_arms(base: ModelWorker, packed: ModelWorker, repeat: ModelWorker | N
     # Re-check on inputs that were timed: a result cached or left behind by timing shows here.
     last = SEED_BASE + rounds - 1
     result.max_abs_diff_after_timing = _max_abs_diff(base.request("outputs", last, timeout_s=timeout_s),
-                                                     packed.request("outputs", last, timeout_s=timeout_s))
+                                                     packed.request("outputs", last, timeout_s=timeout_s), device)
     _summarize(result)
     return result
 

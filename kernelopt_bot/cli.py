@@ -357,10 +357,13 @@ def modes(target: str, device: str | None, dtype: str, option_labels: tuple[str,
 @click.option("--gpus", default=None, metavar="all|N|I,J,...",
               help="Run problems on several GPUs at once, one worker per GPU: all, the first N, or these "
                    "indices (default: one problem at a time on the default device).")
+@click.option("--reference/--no-reference", default=True, show_default=True,
+              help="Measure max-autotune-no-cudagraphs for the 'vs max-autotune' column when optimize's "
+                   "budget did not (one more compile and benchmark per problem).")
 @handle_errors
 def suite(suite_dir: str, out_dir: str, shard: str, device: str | None, dtypes: tuple[str, ...],
           only: tuple[str, ...], budget_items: tuple[str, ...], gamma: float, timeout_s: float,
-          gpus: str | None) -> None:
+          gpus: str | None, reference: bool) -> None:
     """Run `kernelopt optimize` on every problem of SUITE_DIR, each in its own process."""
     from kernelopt_bot.gpu_pool import cuda_device_count, select_gpus
     from kernelopt_bot.suite import parse_shard, run_suite
@@ -372,7 +375,8 @@ def suite(suite_dir: str, out_dir: str, shard: str, device: str | None, dtypes: 
     console = _console()
     result = run_suite(Path(suite_dir), Path(out_dir), shard=parse_shard(shard), device=device,
                        dtypes=dtypes or None, budget=list(budget_items), gamma=gamma, timeout_s=timeout_s,
-                       log=lambda m: console.print(escape(m)), gpus=selected, only=only or None)
+                       log=lambda m: console.print(escape(m)), gpus=selected, only=only or None,
+                       reference=reference)
     for level, row in result.levels().items():
         console.print(f"level {level}: {row['problems']} problems, geomean vs default "
                       f"{_fmt(row['geomean_vs_default'], '.3f', 'not measured')}, vs max-autotune-no-cudagraphs "

@@ -156,8 +156,10 @@ def parse_shard(text: str) -> tuple[int, int]:
 
 
 def run_problem(root: Path, problem: Problem, out: Path, *, device: str | None, budget: list[str],
-                gamma: float, timeout_s: float, store: Path) -> ProblemResult:
-    """One ``kernelopt optimize`` in its own process; a crash or hang is this problem's result."""
+                gamma: float, timeout_s: float, store: Path, reference: bool = True) -> ProblemResult:
+    """One ``kernelopt optimize`` in its own process; a crash or hang is this problem's result.
+
+    ``reference``: measure max-autotune-no-cudagraphs afterwards when optimize's budget did not."""
     run_dir = out / "problems" / problem.slug
     cmd = [sys.executable, "-m", "kernelopt_bot.cli", "optimize", str(root / problem.path), "--dtype", problem.dtype,
            "--out", str(run_dir), "--store", str(store), "--gamma", str(gamma)]
@@ -185,7 +187,7 @@ def run_problem(root: Path, problem: Problem, out: Path, *, device: str | None, 
     if error is None and result_file.is_file():
         run = RunResult.load(result_file)
         mant = next((r.speedup for r in run.recommendations if r.option == MANT), None)
-        if mant is None and run.device == "cuda":
+        if mant is None and run.device == "cuda" and reference:
             # optimize's budget left the reference unmeasured: measure it outside the optimize time
             mant = reference_speedup(root / problem.path, problem.dtype, run.device,
                                      timeout_s=max(60.0, timeout_s - (time.time() - start)), log_dir=run_dir)
@@ -246,7 +248,7 @@ def problem_job(job: dict[str, Any]) -> dict[str, Any]:
     """
     res = run_problem(Path(job["root"]), Problem(**job["problem"]), Path(job["out"]), device=job["device"],
                       budget=list(job["budget"]), gamma=job["gamma"], timeout_s=job["timeout_s"],
-                      store=Path(job["store"]))
+                      store=Path(job["store"]), reference=bool(job.get("reference", True)))
     data = asdict(res)
     if res.status != "ok" and res.error and (res.error.startswith(TIMED_OUT) or looks_like_gpu_failure(res.error)):
         raise GpuFailure(res.error, value=data)
@@ -270,7 +272,7 @@ def run_suite(root: Path, out: Path, *, shard: tuple[int, int] = (0, 1), device:
               dtypes: tuple[str, ...] | None = None, budget: list[str] | None = None, gamma: float = 1.03,
               timeout_s: float = 900.0, log: Any = print, gpus: list[int | None] | None = None,
               job_fn: str = PROBLEM_JOB, cores: int | None = None,
-              only: tuple[str, ...] | None = None) -> SuiteResult:
+              only: tuple[str, ...] | None = None, reference: bool = True) -> SuiteResult:
     """Run a shard's problems and write ``suite.json`` / ``suite.md`` into ``out`` as they finish.
 
     ``gpus=None`` runs them one after another in this process's environment (the default). With
@@ -287,7 +289,7 @@ def run_suite(root: Path, out: Path, *, shard: tuple[int, int] = (0, 1), device:
     suite = SuiteResult(device=device or resolve_device(None))
     jobs = [{"root": str(root.resolve()), "problem": asdict(p), "out": str(out.resolve()), "device": device,
              "budget": list(budget or []), "gamma": gamma, "timeout_s": timeout_s,
-             "store": str((out / "store.db").resolve())} for p in mine]
+             "store": str((out / "store.db").resolve()), "reference": reference} for p in mine]
     if gpus is None:
         run_one = resolve(job_fn)
         for i, (problem, job) in enumerate(zip(mine, jobs), 1):

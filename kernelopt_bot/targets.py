@@ -2,8 +2,8 @@
 
 Benchmark-format file (the format public kernel benchmarks use): defines ``Model``,
 ``get_inputs()`` and ``get_init_inputs()``. The model is built with
-``Model(*get_init_inputs())``; inputs made on the CPU are moved to the target device, as those
-benchmarks do.
+``Model(*get_init_inputs())``; on a GPU target the file's tensors are made on the GPU (its
+``torch.randn(...)`` draws there), and inputs it puts on the CPU are moved to the target device.
 
 Factory: ``package.module:factory`` returns ``(model, inputs)``. If the factory accepts
 ``device`` and/or ``dtype`` keyword arguments they are passed; the model and inputs it returns
@@ -14,6 +14,7 @@ Targets run for inference: ``model.eval()`` under ``torch.no_grad()``.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import importlib.util
@@ -135,11 +136,13 @@ def _load_benchmark_file(path: Path, device: str, dtype: torch.dtype) -> Target:
             raise TargetError(f"{path}: {fn_name} is not a function")
 
     torch.manual_seed(0)
-    init = _call_user(module.get_init_inputs, f"{path}: get_init_inputs()")
+    with _drawn_on(device):
+        init = _call_user(module.get_init_inputs, f"{path}: get_init_inputs()")
     if not isinstance(init, (list, tuple)):
         init = [init]
     try:
-        model = module.Model(*init)
+        with _drawn_on(device):
+            model = module.Model(*init)
     except Exception as exc:
         raise TargetError(f"{path}: Model(*get_init_inputs()) failed: {one_line(exc)}") from exc
     if not isinstance(model, torch.nn.Module):
@@ -148,7 +151,8 @@ def _load_benchmark_file(path: Path, device: str, dtype: torch.dtype) -> Target:
 
     def make_inputs(seed: int) -> tuple[Any, ...]:
         torch.manual_seed(seed)
-        raw = _call_user(module.get_inputs, f"{path}: get_inputs()")
+        with _drawn_on(device):
+            raw = _call_user(module.get_inputs, f"{path}: get_inputs()")
         if not isinstance(raw, (list, tuple)):
             raw = [raw]
         return tuple(_move_input(x, i, device, dtype, str(path)) for i, x in enumerate(raw))
@@ -217,6 +221,18 @@ def _redraw(x: Any, gen: torch.Generator) -> Any:
 
 def _is_float(x: Any) -> bool:
     return isinstance(x, torch.Tensor) and x.is_floating_point()
+
+
+def _drawn_on(device: str) -> contextlib.AbstractContextManager[Any]:
+    """Where a target file's ``torch.randn(...)`` and parameters are made: on the GPU for CUDA.
+
+    The harness draws fresh inputs for every timed round of every arm and every gate-3 seed; a
+    1 GiB input drawn on the CPU costs about a second and a copy each time, on the GPU a
+    millisecond. Every process draws on the same device with the same seed, so all arms (and the
+    float64 referee) still see identical values. Tensors a file puts on the CPU explicitly are
+    moved as before.
+    """
+    return torch.device(device) if device == "cuda" else contextlib.nullcontext()
 
 
 def _place_model(model: torch.nn.Module, device: str, dtype: torch.dtype, where: str) -> torch.nn.Module:

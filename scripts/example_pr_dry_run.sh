@@ -3,7 +3,8 @@
 # and a .kernelopt.yml, a commit that changes the model, a pull_request event for it, and
 # `kernelopt bot --dry-run` with the real pipeline. Everything it would publish lands in OUT.
 # Usage: bash scripts/example_pr_dry_run.sh OUT [DEVICE]   (DEVICE: cpu or cuda; default auto)
-# EXAMPLE (default rmsnorm) picks the model from examples/, DTYPE (default fp32) its precision.
+# EXAMPLE (default rmsnorm) picks the model from examples/, DTYPE (default fp32) its precision,
+# WALL_SECONDS (default 90) the search's wall budget.
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 out="$(mkdir -p "$1" && cd "$1" && pwd)"
@@ -25,7 +26,7 @@ budget:
   candidates_per_kernel: 1
   compile_options: false
   rounds: 5
-  wall_seconds: 90
+  wall_seconds: ${WALL_SECONDS:-90}
 gamma: 1.03
 publish:
   draft: true

@@ -5,9 +5,11 @@
 #   bash scripts/gpu_check.sh redteam    the red team's cheating candidates at full size
 #   bash scripts/gpu_check.sh honest     the honest candidates (HONEST_K selects)
 #   bash scripts/gpu_check.sh speedup    gate 4 on a sweep-found launch config (SPEEDUP_EXAMPLE, SPEEDUP_DTYPE)
-#   bash scripts/gpu_check.sh prdry      the PR flow in dry-run mode on an example repository (EXAMPLE, DTYPE)
+#   bash scripts/gpu_check.sh prdry      the PR flow in dry-run mode on an example repository (EXAMPLE, DTYPE, WALL_SECONDS)
+#   bash scripts/gpu_check.sh optimize   `kernelopt optimize` at the default budget: a verified win within two minutes
 #   bash scripts/gpu_check.sh suite      `kernelopt suite benchmarks/` (SUITE_SHARD=I/N, SUITE_ARGS=...)
-#   bash scripts/gpu_check.sh gpus       the same suite problems on one GPU, then on all (SUITE_ARGS without --gpus)
+#   bash scripts/gpu_check.sh gpus       the same suite problems on one GPU, then on all (SUITE_ARGS without --gpus;
+#                                        GPUS_RUNS=one or all for one half)
 #   bash scripts/gpu_check.sh honest prdry suite      several parts in one call
 # Limits per part in seconds: LIMIT_<PART>=N (default 540). Carried wheels in .whl/ are installed first.
 set -uo pipefail
@@ -37,7 +39,7 @@ run_tests() {  # $1 log name, rest: pytest args
   local log="$1"; shift
   python3 -m pytest -q -p no:cacheprovider -s "$@" > "$R/$log.log" 2>&1
   local rc=$?
-  grep -E "PIN|EMPTY|REDTEAM|HONEST|passed|failed|Error" "$R/$log.log" | tail -40
+  grep -E "PIN|EMPTY|REDTEAM|HONEST|OPTIMIZE|^\[ *[0-9]+ s\]|passed|failed|Error" "$R/$log.log" | tail -40
   return $rc
 }
 
@@ -60,6 +62,8 @@ part_speedup() {  # gate 4 on a real speedup: a launch config found by a sweep, 
   grep -vi warn "$R/speedup.log" | tail -12
   return $rc
 }
+
+part_optimize() { run_tests optimize tests/gpu/test_gpu_optimize.py; }
 
 part_prdry() {
   bash scripts/example_pr_dry_run.sh "$R/pr" cuda > "$R/prdry.log" 2>&1; local rc=$?
@@ -86,18 +90,22 @@ timed_suite() {  # $1 run name, $2 --gpus value: one suite run with cold compile
 }
 
 part_gpus() {  # issue 6: the same problems on one GPU, then on every GPU, each with its wall time
-  local rc=0
-  timed_suite one_gpu 0, || rc=1
-  timed_suite all_gpus all || rc=1
-  python3 scripts/compare_suites.py "$R/one_gpu" "$R/all_gpus" | tee -a "$summary"
+  # GPUS_RUNS="one" or "all" runs only that half (in separate calls; compare the two locally with
+  # scripts/compare_suites.py ONE_DIR ALL_DIR).
+  local rc=0 runs="${GPUS_RUNS:-one all}"
+  [[ " $runs " == *" one "* ]] && { timed_suite one_gpu 0, || rc=1; }
+  [[ " $runs " == *" all "* ]] && { timed_suite all_gpus all || rc=1; }
+  if [ -d "$R/one_gpu" ] && [ -d "$R/all_gpus" ]; then
+    python3 scripts/compare_suites.py "$R/one_gpu" "$R/all_gpus" | tee -a "$summary"
+  fi
   return $rc
 }
 
 export R summary
-export -f run_tests timed_suite part_engine part_redteam part_honest part_speedup part_prdry part_suite part_gpus
+export -f run_tests timed_suite part_engine part_redteam part_honest part_speedup part_optimize part_prdry part_suite part_gpus
 for part in "${@:-engine}"; do
   case "$part" in
-    engine|redteam|honest|speedup|prdry|suite|gpus) limited "$part" ;;
+    engine|redteam|honest|speedup|optimize|prdry|suite|gpus) limited "$part" ;;
     *) echo "unknown part $part" >&2; status=2 ;;
   esac
 done

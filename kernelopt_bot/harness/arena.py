@@ -54,15 +54,18 @@ class Arena:
         return self._workers["baseline"], self._workers.get("baseline-repeat")
 
     def candidate(self, pack: KernelPack | None, *, label: str = "candidate", mode: str | None = None,
-                  config: dict[str, Any] | None = None) -> ModelWorker:
+                  config: dict[str, Any] | None = None, wait: bool = True) -> ModelWorker:
         """A fresh arm with ``pack`` installed (and optionally its own mode/settings); the caller
-        closes it (it is a context manager)."""
+        closes it (it is a context manager). ``wait=False`` returns it while it still compiles:
+        the caller calls ``wait_ready`` when it needs it (and closes it either way)."""
         overrides: dict[str, Any] = {"pack": pack.to_json() if pack is not None else None}
         if mode is not None:
             overrides["mode"] = mode
         if config is not None:
             overrides["config"] = {**self.config, **config}
         worker = ModelWorker(self._spec(label, **overrides), start_timeout_s=self.timeout_s)
+        if not wait:
+            return worker
         try:
             worker.wait_ready()
         except BaseException:

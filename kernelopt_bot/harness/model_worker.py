@@ -41,16 +41,17 @@ class WorkerSpec:
     config: dict[str, Any] = field(default_factory=dict)
 
 
-def flatten_outputs(out: Any) -> list[Any]:
-    """A model's output tensors (nested tuples, lists, dicts) as one flat list, on the CPU."""
+def flatten_outputs(out: Any, device: str = "cpu") -> list[Any]:
+    """A model's output tensors (nested tuples, lists, dicts) as one flat list, on ``device``
+    (the CPU for sending through a pipe)."""
     import torch
 
     if isinstance(out, torch.Tensor):
-        return [out.detach().to("cpu")]
+        return [out.detach().to(device)]
     if isinstance(out, (list, tuple)):
-        return [t for o in out for t in flatten_outputs(o)]
+        return [t for o in out for t in flatten_outputs(o, device)]
     if isinstance(out, dict):
-        return [t for k in sorted(out) for t in flatten_outputs(out[k])]
+        return [t for k in sorted(out) for t in flatten_outputs(out[k], device)]
     return []
 
 

@@ -128,6 +128,9 @@ class Orchestrator:
             if self.device == "cuda":
                 self.budget.charge_gpu(elapsed)
             self.log(f"  {strategy.name}: {len(found)} proposal(s) worth the gates ({elapsed:.0f} s)")
+            for job in self.cascade.timing_seconds:
+                self.log(f"    timing job: {_steps(job)}")
+            self.cascade.timing_seconds.clear()
         for proposal in proposals[: self.limits.candidates_per_kernel]:
             try:
                 self._fits_in_wall_budget(proposal)
@@ -163,6 +166,8 @@ class Orchestrator:
         if self.device == "cuda":
             self.budget.charge_gpu(elapsed)
         self.log(f"  {proposal.candidate.label}: {verdict.status} ({elapsed:.0f} s)")
+        if verdict.seconds:
+            self.log(f"    {_steps(verdict.seconds)}")
         if self.store is not None and self.run_id is not None:
             cand = proposal.candidate
             self.store.record_candidate(self.run_id, kernel.key, proposal.strategy, cand.label, cand.source,
@@ -204,6 +209,11 @@ class Orchestrator:
         # Only a GPU verdict is final: without one, performance was never measured.
         if self.store is not None and self.device == "cuda":
             self.store.cache_negative(*self._cache_key(kernel), outcome.detail, self.run_id)
+
+
+def _steps(seconds: dict[str, float]) -> str:
+    """``start 3.1 s, compile 2.0 s, ...`` for the log."""
+    return ", ".join(f"{k} {v:g}" + ("" if k == "variants" else " s") for k, v in seconds.items())
 
 
 def _replacement_kind(entry: PackEntry) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ import torch
 from kernelopt_bot.compile.artifact import TritonKernel
 from kernelopt_bot.compile.capture import Capture
 from kernelopt_bot.harness.arena import Arena
-from kernelopt_bot.harness.model_worker import WorkerError
+from kernelopt_bot.harness.model_worker import ModelWorker, WorkerError
 from kernelopt_bot.stitch.pack import KernelPack, LaunchConfig, PackEntry, PackError
 from kernelopt_bot.stitch.runtime import running_environment
 from kernelopt_bot.targets import dtype_name
@@ -94,6 +95,7 @@ class Cascade:
         self._workdir = tempfile.TemporaryDirectory(prefix="kernelopt-verify-")
         self._args_paths: dict[tuple[int, str], str] = {}
         self._copy_gbps: float | None = None
+        self.timing_seconds: list[dict[str, float]] = []  # per timing job: seconds per step, for the log
         target = capture.target
         self.arena = Arena(target.spec, target.device, dtype_name(target.dtype))
 
@@ -150,45 +152,77 @@ class Cascade:
             "kwargs": recording.kwargs, "source": candidate.source,
             "config": candidate.config.to_json() if candidate.config else None,
             "seeds": list(opts.seeds), "distributions": list(opts.distributions),
-            "time": self.device == "cuda",
+            "time": self.device == "cuda", "sent_at": time.time(),
         }
-        outcome = run_sandboxed("kernelopt_bot.verify.jobs.kernel_job", payload, device=self.device,
-                                limits=sandbox or opts.sandbox)
-        if outcome.ok and not outcome.value.get("compiled"):
-            gates.append(GateResult.fail("static", outcome.value.get("reason", "does not compile")))
-            return _finish(verdict)
-        gates.append(GateResult.ok("static", f"{static.reason}; compiles for {self.device}"))
-        if not outcome.ok:
-            gates.append(GateResult.fail("correctness", f"candidate run failed: {outcome.reason}"))
-            return _finish(verdict)
-        job = outcome.value
-        correctness = GateResult(**job["correctness"])
-        gates.append(correctness)
-        if not correctness.passed:
-            return _finish(verdict)
+        # On a GPU the packed model's arm starts compiling now, while gate 2 runs in the sandbox:
+        # each takes seconds, and a candidate that compiles mostly passes gate 2. It is only asked
+        # anything (gates 3-4) after gate 2 passed, and is killed if it did not.
+        early_arm = (self.arena.candidate(candidate_pack(self.capture, kernel, candidate), wait=False)
+                     if self.device == "cuda" else None)
+        try:
+            began = time.monotonic()
+            outcome = run_sandboxed("kernelopt_bot.verify.jobs.kernel_job", payload, device=self.device,
+                                    limits=sandbox or opts.sandbox)
+            verdict.seconds["sandbox"] = round(time.monotonic() - began, 2)
+            if outcome.ok:
+                verdict.seconds.update({f"sandbox {k}": v for k, v in (outcome.value.get("seconds") or {}).items()})
+            if outcome.ok and not outcome.value.get("compiled"):
+                gates.append(GateResult.fail("static", outcome.value.get("reason", "does not compile")))
+                return _finish(verdict)
+            gates.append(GateResult.ok("static", f"{static.reason}; compiles for {self.device}"))
+            if not outcome.ok:
+                gates.append(GateResult.fail("correctness", f"candidate run failed: {outcome.reason}"))
+                return _finish(verdict)
+            job = outcome.value
+            correctness = GateResult(**job["correctness"])
+            gates.append(correctness)
+            if not correctness.passed:
+                return _finish(verdict)
 
-        gates.extend(self._model_and_performance(kernel, candidate, job))
-        return _finish(verdict)
+            gates.extend(self._model_and_performance(kernel, candidate, job, early_arm, verdict.seconds))
+            return _finish(verdict)
+        finally:
+            if early_arm is not None:
+                early_arm.close()
 
-    def _model_and_performance(self, kernel: TritonKernel, candidate: Candidate,
-                               job: dict[str, Any]) -> list[GateResult]:
-        """Gates 3 and 4 on one candidate arm, against the arena's long-lived baselines."""
+    def _model_and_performance(self, kernel: TritonKernel, candidate: Candidate, job: dict[str, Any],
+                               arm: ModelWorker | None = None, seconds: dict[str, float] | None = None
+                               ) -> list[GateResult]:
+        """Gates 3 and 4 on one candidate arm (``arm``, already started, or a new one), against
+        the arena's long-lived baselines; the time of each step goes into ``seconds``."""
         opts, target = self.options, self.capture.target
+        seconds = {} if seconds is None else seconds
+        clock = time.monotonic()
+
+        def lap(step: str) -> None:
+            nonlocal clock
+            now = time.monotonic()
+            seconds[step] = round(now - clock, 2)
+            clock = now
+
         try:
             baseline, repeat = self.arena.baselines()
-            arm = self.arena.candidate(candidate_pack(self.capture, kernel, candidate))
+            lap("baselines ready")
+            if arm is None:
+                arm = self.arena.candidate(candidate_pack(self.capture, kernel, candidate))
+            elif not arm.ready:
+                arm.wait_ready()
+            lap("arm ready")
         except WorkerError as exc:
             return [GateResult.fail("model", f"the packed model did not compile or run: {exc}")]
         with arm:
             model = check_model(target, baseline, arm, kernel.name, seeds=opts.model_seeds,
                                 factor=opts.f64_factor)
+            lap("model")
             if not model.passed:
                 return [model]
-            return [model, check_performance(
+            perf = check_performance(
                 baseline, arm, repeat, kernel.name, target=target.spec, device=self.device,
                 dtype=dtype_name(target.dtype), gamma=opts.gamma, rounds=opts.rounds, reps=opts.reps,
                 kernel_timing=job, copy_gbps=self._roofline_gbps(),
-            )]
+            )
+            lap("performance")
+            return [model, perf]
 
     def time_variants(self, kernel: TritonKernel, candidates: list[Candidate], *, reps: int = 50
                       ) -> tuple[float | None, list[float | str | None]]:
@@ -204,11 +238,13 @@ class Cascade:
             "kwargs": recording.kwargs, "reps": reps,
             "variants": [{"source": c.source, "config": c.config.to_json() if c.config else None}
                          for c in candidates],
+            "sent_at": time.time(),
         }
         outcome = run_sandboxed("kernelopt_bot.verify.jobs.timing_job", payload, device=self.device,
                                 limits=self.options.sandbox)
         if not outcome.ok:
             return None, [outcome.reason] * len(candidates)
+        self.timing_seconds.append({"variants": len(candidates), **(outcome.value.get("seconds") or {})})
         return outcome.value["original_ms"], list(outcome.value["times"])
 
     def _roofline_gbps(self) -> float | None:

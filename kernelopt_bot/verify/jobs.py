@@ -7,6 +7,7 @@ is plain data and the result is plain data, so nothing a candidate does can reac
 from __future__ import annotations
 
 import os
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -20,6 +21,7 @@ def kernel_job(payload: dict[str, Any]) -> dict[str, Any]:
     arguments), ``kwargs``, ``source`` and/or ``config`` (LaunchConfig JSON), ``seeds``,
     ``distributions``, ``time`` (bool), ``reps``.
     """
+    steps = _Steps(payload)
     device = payload["device"]
     from kernelopt_bot.compile.capture import KernelRecording, prepare_device
 
@@ -42,6 +44,7 @@ def kernel_job(payload: dict[str, Any]) -> dict[str, Any]:
     harness = KernelHarness(kernel, recording, device)
     config = LaunchConfig.from_json(payload["config"]) if payload.get("config") else None
     source = payload.get("source")
+    steps.done("load")
 
     try:
         candidate = harness.load(source=source if source is not None else kernel.source, config=config)
@@ -50,6 +53,7 @@ def kernel_job(payload: dict[str, Any]) -> dict[str, Any]:
     except Exception as exc:  # noqa: BLE001 - a candidate that does not compile is a result
         return {"compiled": False, "reason": f"does not compile: {one_line(exc)}"}
     reference = harness.load(source=kernel.source)
+    steps.done("compile")
 
     gate = check_correctness(
         kernel, args, recording.kwargs,
@@ -57,12 +61,15 @@ def kernel_job(payload: dict[str, Any]) -> dict[str, Any]:
         seeds=tuple(payload.get("seeds") or DEFAULT_SEEDS),
         distributions=tuple(payload.get("distributions") or DISTRIBUTIONS), device=device,
     )
+    steps.done("correctness")
     result: dict[str, Any] = {"compiled": True, "correctness": gate.to_json(), "bytes": harness.bytes_moved()}
     if gate.passed and payload.get("time") and device == "cuda":
         reps = int(payload.get("reps") or 100)
         result["candidate_ms"] = harness.time(source=source if source is not None else kernel.source,
                                               config=config, reps=reps).median_ms
         result["original_ms"] = harness.time(source=kernel.source, reps=reps).median_ms
+        steps.done("timing")
+    result["seconds"] = steps.seconds
     return result
 
 
@@ -74,6 +81,7 @@ def timing_job(payload: dict[str, Any]) -> dict[str, Any]:
     (compiled) first, then timed one at a time; a variant that fails to compile or run gets an
     error string instead of a time. Results: ``original_ms``, ``times`` (list of float | str).
     """
+    steps = _Steps(payload)
     device = payload["device"]
     from kernelopt_bot.compile.capture import KernelRecording, prepare_device
 
@@ -89,7 +97,9 @@ def timing_job(payload: dict[str, Any]) -> dict[str, Any]:
     harness = KernelHarness(kernel, KernelRecording(kernel.graph, kernel.name, args,
                                                     dict(payload.get("kwargs") or {})), device)
     reps = int(payload.get("reps") or 50)
+    steps.done("load")
     original = harness.time(source=kernel.source, reps=reps).median_ms
+    steps.done("original")
     variants = payload.get("variants") or []
 
     def compile_variant(variant: dict[str, Any]) -> Any:
@@ -111,6 +121,7 @@ def timing_job(payload: dict[str, Any]) -> dict[str, Any]:
     # Whatever failed alongside others is compiled again alone, so a compiler that is not
     # thread-safe costs time, never a variant.
     compiled = [compile_variant(v) if isinstance(c, str) else c for v, c in zip(variants, compiled)]
+    steps.done("compile")
     times: list[float | str | None] = []
     for kernel_obj in compiled:
         if isinstance(kernel_obj, str):
@@ -120,7 +131,24 @@ def timing_job(payload: dict[str, Any]) -> dict[str, Any]:
             times.append(harness.time_kernel(kernel_obj, reps=reps).median_ms)
         except Exception as exc:  # noqa: BLE001
             times.append(one_line(exc))
-    return {"original_ms": original, "times": times}
+    steps.done("timing")
+    return {"original_ms": original, "times": times, "seconds": steps.seconds}
+
+
+class _Steps:
+    """Seconds per step of a job, the first being the process start (from ``sent_at``, the
+    parent's clock when it started the job): a slow search shows which step was slow."""
+
+    def __init__(self, payload: dict[str, Any]) -> None:
+        now = time.time()
+        sent = payload.get("sent_at")
+        self.seconds: dict[str, float] = {"start": round(now - sent, 2)} if isinstance(sent, (int, float)) else {}
+        self._last = now
+
+    def done(self, step: str) -> None:
+        now = time.time()
+        self.seconds[step] = round(now - self._last, 2)
+        self._last = now
 
 
 

@@ -27,7 +27,16 @@ def _float64_outputs(target: Target, inputs: tuple[Any, ...]) -> list[torch.Tens
     model64 = copy.deepcopy(target.model).double()
     args64 = tuple(x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs)
     with torch.no_grad():
-        return flatten_outputs(model64(*args64))
+        return flatten_outputs(model64(*args64), target.device)
+
+
+def _on(device: str, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Outputs an arm sent through its pipe, back on the target's device for comparing.
+
+    The comparisons run in float64 over every element: on the CPU that is half a minute for a
+    quarter-billion-element output, on the GPU a few milliseconds.
+    """
+    return [t.to(device) for t in tensors]
 
 
 def check_model(target: Target, baseline: ModelWorker, candidate: ModelWorker, kernel_name: str | None, *,
@@ -41,11 +50,11 @@ def check_model(target: Target, baseline: ModelWorker, candidate: ModelWorker, k
                                         f"(applied: {candidate.info.get('applied') or 'none'})")
     try:
         for seed in seeds:
-            packed = candidate.request("outputs", seed, timeout_s=timeout_s)
+            packed = _on(target.device, candidate.request("outputs", seed, timeout_s=timeout_s))
             inputs = target.make_inputs(seed)
-            eager = [t.cpu() for t in flatten_outputs(target.eager(*inputs))]
+            eager = flatten_outputs(target.eager(*inputs), target.device)
             verdict = _check_seed(target, inputs, seed, packed, eager,
-                                  lambda s=seed: baseline.request("outputs", s, timeout_s=timeout_s),
+                                  lambda s=seed: _on(target.device, baseline.request("outputs", s, timeout_s=timeout_s)),
                                   factor, numbers)
             if verdict is not None:
                 return verdict
@@ -72,7 +81,7 @@ def _check_seed(target: Target, inputs: tuple[Any, ...], seed: int, packed: list
     numbers["tight"] = False
     base = baseline_outputs()
     try:
-        ref64 = [t.cpu() for t in _float64_outputs(target, inputs)]
+        ref64 = _float64_outputs(target, inputs)
     except Exception as exc:  # noqa: BLE001 - no referee means no acceptance
         return GateResult.fail("model", f"tight tolerance failed and the float64 reference could not run: {exc}")
     floor = UNIT_ROUNDOFF.get(target.dtype, UNIT_ROUNDOFF[torch.float32])

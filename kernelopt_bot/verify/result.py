@@ -55,6 +55,8 @@ class Verdict:
     kernel: str
     candidate: str
     gates: list[GateResult] = field(default_factory=list)
+    # Where this candidate's verification time went (seconds per step), for the run's log.
+    seconds: dict[str, float] = field(default_factory=dict)
 
     @property
     def accepted(self) -> bool:
