@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
 import torch
 
+from kernelopt_bot.harness.timing import Timing
+from kernelopt_bot.verify.jobs import PROBE_REPS, _time_variant
 from kernelopt_bot.verify.sandbox import SandboxLimits, run_sandboxed
 from tests.helpers import captured
 
@@ -54,3 +57,47 @@ def test_sandbox_environment_has_no_secrets(monkeypatch: pytest.MonkeyPatch) -> 
     import os
 
     assert os.environ["GITHUB_TOKEN"] == "secret-value"  # the parent keeps its environment
+
+
+def test_timing_job_leaves_a_variant_behind_at_the_compile_deadline(tmp_path: Path) -> None:
+    """A variant still compiling at the deadline is reported, not waited for; the job still
+    answers and its process exits."""
+    cap = captured("gelu.py")
+    kernel = cap.artifact.kernels[0]
+    args_path = tmp_path / "args.pt"
+    torch.save(list(cap.recording(kernel.graph, kernel.name).args), args_path)
+    slow = kernel.source + "\nimport time as _t\n_t.sleep(20)\n"  # loading this module takes 20 s
+    payload = {
+        "device": cap.target.device, "kernel": kernel.to_json(), "args_path": str(args_path), "kwargs": {},
+        "reps": 3, "compile_deadline_s": 2, "sent_at": time.time(),
+        "original_config": cap.recording(kernel.graph, kernel.name).config,
+        "variants": [{"source": slow, "config": None}],
+    }
+    started = time.monotonic()
+    outcome = run_sandboxed("kernelopt_bot.verify.jobs.timing_job", payload, device=cap.target.device,
+                            limits=SandboxLimits(timeout_s=120))
+    assert outcome.ok, outcome.reason
+    assert outcome.value["times"] == ["not compiled within 2 s; skipped"]
+    assert time.monotonic() - started < 18  # neither the job nor the sandbox waited for the sleeper
+    assert set(outcome.value["seconds"]) >= {"start", "load", "original", "compile", "timing"}
+
+
+class _FakeHarness:
+    """Times from a script: the probe's, then the full timing's."""
+
+    def __init__(self, medians: list[float]) -> None:
+        self.medians = medians
+        self.calls: list[int] = []
+
+    def time_kernel(self, kernel_obj: object, *, reps: int = 100, warmup: int = 5) -> Timing:
+        self.calls.append(reps)
+        return Timing(self.medians[len(self.calls) - 1])
+
+
+def test_a_variant_far_slower_than_the_original_keeps_its_probe_time() -> None:
+    slow = _FakeHarness([5.0])
+    assert _time_variant(slow, object(), original_ms=1.0, reps=50) == 5.0
+    assert slow.calls == [PROBE_REPS]
+    close = _FakeHarness([1.2, 0.98])
+    assert _time_variant(close, object(), original_ms=1.0, reps=50) == 0.98
+    assert close.calls == [PROBE_REPS, 50]

@@ -70,3 +70,29 @@ def test_descent_continues_while_it_improves_and_transformations_are_timed_once(
     assert len(labels) == len(set(labels))  # no transformation timed twice on the same config
     assert all(b[0].source is None for b in batches)
     assert proposals and proposals[0].kernel_ms == pytest.approx(0.9 * 0.95 ** 4)
+
+
+@pytest.mark.parametrize("fixture", ["softmax_bf16.py", "rmsnorm_bf16.py", "attention_block_bf16.py", "gelu.py"])
+def test_no_config_asks_a_thread_to_hold_more_than_the_register_budget(fixture: str) -> None:
+    """Configs past MAX_ELEMENTS_PER_THREAD spill and took minutes to compile on the H200 host."""
+    from kernelopt_bot.search.space import MAX_ELEMENTS_PER_THREAD, block_choices, configs
+
+    for kernel in parse_output_code((H200 / fixture).read_text()).kernels:
+        space = list(configs(kernel))
+        hints = kernel.size_hints if isinstance(kernel.size_hints, dict) else {}
+        fixed = 1 if "R0_BLOCK" in block_choices(kernel) or "r0_" not in hints else 1 << (int(hints["r0_"]) - 1).bit_length()
+        for c in space:
+            tile = fixed
+            for v in c.kwargs.values():
+                tile *= v
+            assert tile <= c.num_warps * 32 * MAX_ELEMENTS_PER_THREAD, (kernel.name, c.describe())
+        assert space, kernel.name  # pruning never empties a kernel's space
+
+
+def test_the_softmax_win_measured_on_the_h200_stays_in_the_space() -> None:
+    """XBLOCK=4, R0_BLOCK=1024, 8 warps: accepted by the gates at 1.088x on the H200."""
+    from kernelopt_bot.search.space import configs
+
+    kernel = parse_output_code((H200 / "softmax_bf16.py").read_text()).kernels[0]
+    found = {(tuple(sorted(c.kwargs.items())), c.num_warps) for c in configs(kernel)}
+    assert ((("R0_BLOCK", 1024), ("XBLOCK", 4)), 8) in found

@@ -43,9 +43,9 @@ class SearchLimits:
     candidates_per_kernel: int = 3
     min_share: float = 0.02  # kernels below this share of model time are not worth a search
     # What one candidate's gates cost before any was timed in this run (sandbox + a compiled arm +
-    # benchmark rounds; about 25-35 s measured on an H200). The wall budget is a deadline: a
-    # candidate that cannot finish before it is not started.
-    first_candidate_s: float = 30.0
+    # benchmark rounds; 20-24 s measured on an H200 for single-kernel problems). The wall budget
+    # is a deadline: a candidate that cannot finish before it is not started.
+    first_candidate_s: float = 25.0
 
 
 def _speedup(verdict: Verdict) -> float | None:

@@ -15,6 +15,11 @@ from kernelopt_bot.stitch.pack import LaunchConfig
 from kernelopt_bot.verify.static import DeviceLimits
 
 MAX_TILE = 1 << 16  # elements per program; beyond this registers spill
+# Elements each thread holds (tile / threads). Past this a reduction's per-thread arrays exceed the
+# register file: such configs spill and run slowly, and compiling one took over a minute on an
+# H200 host (a cross-entropy kernel at R0_BLOCK=4096 with 2 warps). Every config the gates
+# accepted there held 8-64 per thread.
+MAX_ELEMENTS_PER_THREAD = 64
 _DIM_OF = {"XBLOCK": "x", "YBLOCK": "y", "ZBLOCK": "z", "R0_BLOCK": "r0_", "R1_BLOCK": "r1_"}
 
 
@@ -47,7 +52,8 @@ def block_choices(kernel: TritonKernel) -> dict[str, list[int]]:
 
 def configs(kernel: TritonKernel, limits: DeviceLimits | None = None,
             warps: tuple[int, ...] = (2, 4, 8, 16, 32), stages: tuple[int, ...] = (1,)) -> Iterator[LaunchConfig]:
-    """Every valid config of the space (tile within budget, warps within the block limit)."""
+    """Every valid config of the space: tile within budget, warps within the block limit, and
+    at most :data:`MAX_ELEMENTS_PER_THREAD` elements per thread."""
     limits = limits or DeviceLimits()
     choices = block_choices(kernel)
     names = list(choices)
@@ -64,6 +70,8 @@ def configs(kernel: TritonKernel, limits: DeviceLimits | None = None,
             continue
         for w in warps:
             if w > max_warps or w * limits.warp_size > max(tile, limits.warp_size) * 4:
+                continue
+            if tile > w * limits.warp_size * MAX_ELEMENTS_PER_THREAD:
                 continue
             for s in stages:
                 yield LaunchConfig(dict(zip(names, values)), num_warps=w, num_stages=s)

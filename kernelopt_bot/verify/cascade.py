@@ -152,7 +152,7 @@ class Cascade:
             "kwargs": recording.kwargs, "source": candidate.source,
             "config": candidate.config.to_json() if candidate.config else None,
             "seeds": list(opts.seeds), "distributions": list(opts.distributions),
-            "time": self.device == "cuda", "sent_at": time.time(),
+            "time": self.device == "cuda", "sent_at": time.time(), "original_config": recording.config,
         }
         # On a GPU the packed model's arm starts compiling now, while gate 2 runs in the sandbox:
         # each takes seconds, and a candidate that compiles mostly passes gate 2. It is only asked
@@ -238,7 +238,7 @@ class Cascade:
             "kwargs": recording.kwargs, "reps": reps,
             "variants": [{"source": c.source, "config": c.config.to_json() if c.config else None}
                          for c in candidates],
-            "sent_at": time.time(),
+            "sent_at": time.time(), "original_config": recording.config,
         }
         outcome = run_sandboxed("kernelopt_bot.verify.jobs.timing_job", payload, device=self.device,
                                 limits=self.options.sandbox)

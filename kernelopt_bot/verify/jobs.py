@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any
 
 from kernelopt_bot.errors import one_line
@@ -44,6 +44,7 @@ def kernel_job(payload: dict[str, Any]) -> dict[str, Any]:
     harness = KernelHarness(kernel, recording, device)
     config = LaunchConfig.from_json(payload["config"]) if payload.get("config") else None
     source = payload.get("source")
+    original = _original_config(payload)
     steps.done("load")
 
     try:
@@ -52,7 +53,7 @@ def kernel_job(payload: dict[str, Any]) -> dict[str, Any]:
             candidate.precompile()
     except Exception as exc:  # noqa: BLE001 - a candidate that does not compile is a result
         return {"compiled": False, "reason": f"does not compile: {one_line(exc)}"}
-    reference = harness.load(source=kernel.source)
+    reference = harness.load(source=kernel.source, config=original)
     steps.done("compile")
 
     gate = check_correctness(
@@ -67,7 +68,7 @@ def kernel_job(payload: dict[str, Any]) -> dict[str, Any]:
         reps = int(payload.get("reps") or 100)
         result["candidate_ms"] = harness.time(source=source if source is not None else kernel.source,
                                               config=config, reps=reps).median_ms
-        result["original_ms"] = harness.time(source=kernel.source, reps=reps).median_ms
+        result["original_ms"] = harness.time_kernel(reference, reps=reps).median_ms
         steps.done("timing")
     result["seconds"] = steps.seconds
     return result
@@ -98,7 +99,7 @@ def timing_job(payload: dict[str, Any]) -> dict[str, Any]:
                                                     dict(payload.get("kwargs") or {})), device)
     reps = int(payload.get("reps") or 50)
     steps.done("load")
-    original = harness.time(source=kernel.source, reps=reps).median_ms
+    original = harness.time(source=kernel.source, config=_original_config(payload), reps=reps).median_ms
     steps.done("original")
     variants = payload.get("variants") or []
 
@@ -115,12 +116,20 @@ def timing_job(payload: dict[str, Any]) -> dict[str, Any]:
 
     # Compile on all CPU cores at once (Triton's compiler releases the GIL), time one at a time.
     # A multi-GPU pool gives each worker its share of the cores (KERNELOPT_COMPILE_THREADS).
+    # A variant still compiling at the deadline is left behind (the sandbox process exits without
+    # waiting for it): one pathological config must not stall the whole search.
     cores = int(os.environ.get("KERNELOPT_COMPILE_THREADS") or os.cpu_count() or 1)
-    with ThreadPoolExecutor(max_workers=max(1, min(len(variants), cores))) as pool:
-        compiled = list(pool.map(compile_variant, variants))
+    deadline_s = float(payload.get("compile_deadline_s") or COMPILE_DEADLINE_S)
+    pool = ThreadPoolExecutor(max_workers=max(1, min(len(variants), cores)))
+    futures = [pool.submit(compile_variant, v) for v in variants]
+    wait(futures, timeout=deadline_s)
+    pool.shutdown(wait=False, cancel_futures=True)
+    compiled: list[Any] = [f.result() if f.done() and not f.cancelled()
+                           else f"not compiled within {deadline_s:.0f} s; skipped" for f in futures]
     # Whatever failed alongside others is compiled again alone, so a compiler that is not
     # thread-safe costs time, never a variant.
-    compiled = [compile_variant(v) if isinstance(c, str) else c for v, c in zip(variants, compiled)]
+    compiled = [compile_variant(v) if isinstance(c, str) and not c.startswith("not compiled within") else c
+                for v, c in zip(variants, compiled)]
     steps.done("compile")
     times: list[float | str | None] = []
     for kernel_obj in compiled:
@@ -128,11 +137,38 @@ def timing_job(payload: dict[str, Any]) -> dict[str, Any]:
             times.append(kernel_obj)
             continue
         try:
-            times.append(harness.time_kernel(kernel_obj, reps=reps).median_ms)
+            times.append(_time_variant(harness, kernel_obj, original, reps))
         except Exception as exc:  # noqa: BLE001
             times.append(one_line(exc))
     steps.done("timing")
     return {"original_ms": original, "times": times, "seconds": steps.seconds}
+
+
+COMPILE_DEADLINE_S = 30.0  # per timing job, for compiling all its variants in parallel
+PROBE_REPS = 3  # a first look at a variant before it gets the full repetitions
+SLOW_FACTOR = 1.5  # a variant this much slower than the original is not worth the full timing
+
+
+def _original_config(payload: dict[str, Any]) -> Any:
+    """The launch config Inductor's autotuning chose for the kernel in the model, if known.
+
+    Loading the compiler's source without it re-runs that autotuning (seconds per job: every
+    config compiled and benchmarked); pinned, the original is the kernel that ran in the model.
+    """
+    from kernelopt_bot.stitch.pack import LaunchConfig
+
+    data = payload.get("original_config")
+    return LaunchConfig.from_json(data) if data else None
+
+
+def _time_variant(harness: Any, kernel_obj: Any, original_ms: float | None, reps: int) -> float | None:
+    """Median time of one variant; a variant far slower than the original after a short probe
+    keeps the probe's median (it is out of the running either way, and spilling configs can take
+    milliseconds a call)."""
+    probe = harness.time_kernel(kernel_obj, reps=PROBE_REPS, warmup=1).median_ms
+    if probe is not None and original_ms and probe > SLOW_FACTOR * original_ms:
+        return probe
+    return harness.time_kernel(kernel_obj, reps=reps).median_ms
 
 
 class _Steps:

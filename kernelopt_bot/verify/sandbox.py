@@ -14,6 +14,7 @@ import importlib
 import multiprocessing as mp
 import os
 import signal
+import sys
 import traceback
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -58,6 +59,11 @@ def _child(job: str, payload: dict[str, Any], limits: SandboxLimits, conn: Conne
         conn.send(("error", f"{one_line(exc)} [{last[:300]}]"))
     finally:
         conn.close()
+    # Exit now: threads the job left behind (a compile past its deadline, a candidate's own
+    # thread) would otherwise hold the process until the parent kills it.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def run_sandboxed(job: str, payload: dict[str, Any], *, device: str,

@@ -43,3 +43,16 @@ def test_raising_runner_is_recorded_and_results_load_back(tmp_path: Path) -> Non
     loaded = load_outcomes([tmp_path])
     assert [o.job.slug for o in loaded] == ["a.fp32", "b.fp32", "c.fp32"]
     assert json.loads((tmp_path / "b.fp32" / "job.json").read_text())["entry"] == "b.py"
+
+
+def test_default_runner_reproduce_command_names_the_entry_as_the_config_does(tmp_path: Path) -> None:
+    """The PR body's command is for a maintainer's checkout, not the runner's absolute path."""
+    repo = tmp_path / "repo"
+    (repo / "models").mkdir(parents=True)
+    (repo / "models" / "broken.py").write_text("raise ImportError('not a model')\n")
+    job = TargetJob(name="broken", entry="models/broken.py", dtype="bf16", device="cpu", budget={"candidates": 1})
+    result = run_jobs(DefaultRunner(repo), [job], tmp_path / "results")[0].result
+    assert result.reproduce.startswith("kernelopt optimize models/broken.py --dtype bf16 --device cpu")
+    assert str(tmp_path) not in result.reproduce
+    saved = json.loads((tmp_path / "results" / "broken.bf16" / "result.json").read_text())
+    assert saved["reproduce"] == result.reproduce

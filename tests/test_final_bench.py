@@ -1,0 +1,43 @@
+"""The final benchmark keeps gate 4's measurement only when the pack is exactly what gate 4 timed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kernelopt_bot.pipeline import _measured_in_this_run
+from kernelopt_bot.result import KernelOutcome, RunResult
+from kernelopt_bot.stitch.pack import KernelPack, LaunchConfig, PackEntry
+
+GATE4 = {"name": "performance", "passed": True, "reason": "1.2x",
+         "numbers": {"baseline_ms": 1.2, "packed_ms": 1.0, "speedup": 1.2, "noise_floor": 0.003}}
+
+
+def _entry(name: str, gates: list[dict[str, Any]]) -> PackEntry:
+    return PackEntry(f"key-{name}", name, config=LaunchConfig({"XBLOCK": 4}, 4, 1), measured={"gates": gates})
+
+
+def _result(*outcomes: tuple[str, str]) -> RunResult:
+    result = RunResult(target="t.py", name="t", device="cuda", dtype="bf16")
+    result.kernels = [KernelOutcome(name, "reduction", status=status) for name, status in outcomes]
+    return result
+
+
+def _pack(*entries: PackEntry) -> KernelPack:
+    pack = KernelPack(target="t.py")
+    for entry in entries:
+        pack.add(entry)
+    return pack
+
+
+def test_one_entry_accepted_in_this_run_keeps_gate_4s_numbers() -> None:
+    numbers = _measured_in_this_run(_pack(_entry("k0", [GATE4])), _result(("k0", "accepted")))
+    assert numbers is not None and numbers["speedup"] == 1.2 and numbers["noise_floor"] == 0.003
+
+
+def test_cached_entries_combinations_and_unmeasured_gates_are_benchmarked_again() -> None:
+    assert _measured_in_this_run(_pack(_entry("k0", [GATE4])), _result(("k0", "cached (verified)"))) is None
+    two = _pack(_entry("k0", [GATE4]), _entry("k1", [GATE4]))
+    assert _measured_in_this_run(two, _result(("k0", "accepted"), ("k1", "accepted"))) is None
+    failed = dict(GATE4, passed=False)
+    assert _measured_in_this_run(_pack(_entry("k0", [failed])), _result(("k0", "accepted"))) is None
+    assert _measured_in_this_run(_pack(_entry("k0", [])), _result(("k0", "accepted"))) is None
