@@ -109,3 +109,16 @@ def test_empty_pack_matches_the_compiler_within_noise() -> None:
           f"speedup {result.speedup:.4f}, noise floor {result.noise_floor:.4f}")
     assert abs(result.speedup - 1.0) <= max(result.noise_floor, 0.005)
     assert torch.cuda.is_available()
+
+
+def test_inputs_and_weights_are_drawn_on_the_gpu_and_reproducible() -> None:
+    """A CUDA target's ``torch.randn(...)`` runs on the GPU (a half-GiB input drawn on the CPU cost
+    about a second per benchmark round) and gives every process the same values per seed."""
+    first = load_target(str(EXAMPLES / "mlp.py"), "cuda", "bf16")
+    second = load_target(str(EXAMPLES / "mlp.py"), "cuda", "bf16")
+    a, b = first.make_inputs(7), second.make_inputs(7)
+    assert all(x.is_cuda for x in a if isinstance(x, torch.Tensor))
+    assert all(torch.equal(x, y) for x, y in zip(a, b) if isinstance(x, torch.Tensor))
+    assert not torch.equal(a[0], first.make_inputs(8)[0])
+    for p, q in zip(first.model.parameters(), second.model.parameters()):
+        assert p.is_cuda and torch.equal(p, q)
