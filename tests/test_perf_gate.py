@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kernelopt_bot.bench import BenchResult, RoundResult
-from kernelopt_bot.verify.perf import judge, physically_possible
+from kernelopt_bot.verify.perf import check_performance, judge, physically_possible
 
 
 def _result(base: list[float], packed: list[float], repeat: list[float], *, applied: tuple[str, ...] = ("k",),
@@ -57,3 +57,13 @@ def test_verdicts_with_infinite_errors_can_be_stored(tmp_path) -> None:
         stored = store.candidates(run)[0]["verdict"]
         store.finish_run(run, RunResult("t", "t", "cuda", "fp32"))
     assert stored["gates"][0]["numbers"] == {"err_candidate_f64": "inf", "errs": [1.0, "nan"]}
+
+
+def test_physical_floor_judges_the_fastest_call_not_the_median() -> None:
+    """Contention (the candidate's arm warming up beside gate 2) only slows calls down: a median
+    above the floor with a fastest call below it is still skipped work. Nothing is benchmarked."""
+    timing = {"candidate_ms": 0.30, "candidate_min_ms": 0.05, "bytes": 1 << 30, "original_ms": 0.4}
+    result = check_performance(None, None, object(), "k", target="t.py", device="cuda", dtype="bf16",  # type: ignore[arg-type]
+                               kernel_timing=timing, copy_gbps=4000.0)
+    assert result.passed is False and "fastest call" in result.reason
+    assert result.numbers["candidate_kernel_min_ms"] == 0.05 and result.numbers["candidate_kernel_ms"] == 0.30

@@ -66,8 +66,12 @@ def kernel_job(payload: dict[str, Any]) -> dict[str, Any]:
     result: dict[str, Any] = {"compiled": True, "correctness": gate.to_json(), "bytes": harness.bytes_moved()}
     if gate.passed and payload.get("time") and device == "cuda":
         reps = int(payload.get("reps") or 100)
-        result["candidate_ms"] = harness.time(source=source if source is not None else kernel.source,
-                                              config=config, reps=reps).median_ms
+        timing = harness.time_kernel(candidate, reps=reps)
+        result["candidate_ms"] = timing.median_ms
+        # The fastest call, for gate 4's physical floor: other work on the GPU (the candidate's
+        # model arm compiles and warms up meanwhile) can only slow calls down, so the minimum is
+        # the check that contention cannot loosen.
+        result["candidate_min_ms"] = min(timing.samples_ms) if timing.samples_ms else None
         result["original_ms"] = harness.time_kernel(reference, reps=reps).median_ms
         steps.done("timing")
     result["seconds"] = steps.seconds

@@ -45,12 +45,13 @@ def check_performance(baseline: ModelWorker, candidate: ModelWorker, repeat: Mod
         return GateResult.not_run("performance", NOT_MEASURED)
     numbers: dict[str, Any] = {"gamma": gamma}
     timing = kernel_timing or {}
-    if timing.get("candidate_ms") and timing.get("bytes") and copy_gbps:
-        ok, floor_ms = physically_possible(int(timing["bytes"]), float(timing["candidate_ms"]), copy_gbps)
-        numbers.update(candidate_kernel_ms=timing["candidate_ms"], original_kernel_ms=timing.get("original_ms"),
-                       physical_floor_ms=floor_ms)
+    fastest = timing.get("candidate_min_ms") or timing.get("candidate_ms")
+    if fastest and timing.get("bytes") and copy_gbps:
+        ok, floor_ms = physically_possible(int(timing["bytes"]), float(fastest), copy_gbps)
+        numbers.update(candidate_kernel_ms=timing.get("candidate_ms"), candidate_kernel_min_ms=fastest,
+                       original_kernel_ms=timing.get("original_ms"), physical_floor_ms=floor_ms)
         if not ok:
-            return GateResult.fail("performance", f"kernel time {timing['candidate_ms']:.4g} ms is below the "
+            return GateResult.fail("performance", f"kernel time {fastest:.4g} ms (fastest call) is below the "
                                                   f"physical floor {floor_ms:.4g} ms: it skipped work", **numbers)
     try:
         result = compare_arms(baseline, candidate, repeat, target=target, device=device, dtype=dtype,
