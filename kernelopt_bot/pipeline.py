@@ -233,11 +233,15 @@ def _measured_in_this_run(pack: KernelPack, result: RunResult) -> dict[str, Any]
     That measurement already is the end-to-end benchmark of this very pack: the same baseline
     arms, interleaved rounds, L2 flushed, median, noise floor, minutes ago. Compiling the packed
     model again to repeat it would only cost time. A pack of several entries (their combination
-    was never measured) or a cached entry (measured in an earlier run) is benchmarked anew.
+    was never measured), a cached entry (measured in an earlier run), or the best of several
+    accepted candidates (the largest of several noisy measurements is biased upwards) is
+    benchmarked anew.
     """
     if len(pack) != 1:
         return None
     entry = next(iter(pack.entries.values()))
+    if entry.measured.get("accepted_candidates") != 1:
+        return None
     if not any(k.name == entry.kernel_name and k.status == "accepted" for k in result.kernels):
         return None
     perf = next((g for g in entry.measured.get("gates", []) if g.get("name") == "performance"), None)

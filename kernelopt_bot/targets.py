@@ -14,7 +14,6 @@ Targets run for inference: ``model.eval()`` under ``torch.no_grad()``.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import importlib
 import importlib.util
@@ -135,24 +134,22 @@ def _load_benchmark_file(path: Path, device: str, dtype: torch.dtype) -> Target:
         if not callable(getattr(module, fn_name)):
             raise TargetError(f"{path}: {fn_name} is not a function")
 
-    torch.manual_seed(0)
-    with _drawn_on(device):
+    def build() -> Any:
         init = _call_user(module.get_init_inputs, f"{path}: get_init_inputs()")
-    if not isinstance(init, (list, tuple)):
-        init = [init]
-    try:
-        with _drawn_on(device):
-            model = module.Model(*init)
-    except Exception as exc:
-        raise TargetError(f"{path}: Model(*get_init_inputs()) failed: {one_line(exc)}") from exc
+        if not isinstance(init, (list, tuple)):
+            init = [init]
+        try:
+            return module.Model(*init)
+        except Exception as exc:
+            raise TargetError(f"{path}: Model(*get_init_inputs()) failed: {one_line(exc)}") from exc
+
+    model = _drawn(build, device, 0)
     if not isinstance(model, torch.nn.Module):
         raise TargetError(f"{path}: Model(...) did not build a torch.nn.Module")
     model = _place_model(model, device, dtype, str(path))
 
     def make_inputs(seed: int) -> tuple[Any, ...]:
-        torch.manual_seed(seed)
-        with _drawn_on(device):
-            raw = _call_user(module.get_inputs, f"{path}: get_inputs()")
+        raw = _drawn(lambda: _call_user(module.get_inputs, f"{path}: get_inputs()"), device, seed)
         if not isinstance(raw, (list, tuple)):
             raw = [raw]
         return tuple(_move_input(x, i, device, dtype, str(path)) for i, x in enumerate(raw))
@@ -223,16 +220,25 @@ def _is_float(x: Any) -> bool:
     return isinstance(x, torch.Tensor) and x.is_floating_point()
 
 
-def _drawn_on(device: str) -> contextlib.AbstractContextManager[Any]:
-    """Where a target file's ``torch.randn(...)`` and parameters are made: on the GPU for CUDA.
+def _drawn(make: Callable[[], Any], device: str, seed: int) -> Any:
+    """Run a target file's ``make`` (its inputs, or its model) seeded, on the GPU for CUDA.
 
     The harness draws fresh inputs for every timed round of every arm and every gate-3 seed; a
-    1 GiB input drawn on the CPU costs about a second and a copy each time, on the GPU a
+    half-GiB input drawn on the CPU costs about a second and a copy each time, on the GPU a
     millisecond. Every process draws on the same device with the same seed, so all arms (and the
-    float64 referee) still see identical values. Tensors a file puts on the CPU explicitly are
-    moved as before.
+    float64 referee) see identical values. A file that cannot run with CUDA as the default device
+    (a CPU ``Generator``, ``numpy`` round trips, ``torch.from_numpy`` mixed with ``randn``) runs
+    as written, on the CPU, reseeded: its tensors are moved as before.
     """
-    return torch.device(device) if device == "cuda" else contextlib.nullcontext()
+    if device == "cuda":
+        torch.manual_seed(seed)
+        try:
+            with torch.device(device):
+                return make()
+        except Exception:  # noqa: BLE001 - retried as written below; a real error shows there
+            pass
+    torch.manual_seed(seed)
+    return make()
 
 
 def _place_model(model: torch.nn.Module, device: str, dtype: torch.dtype, where: str) -> torch.nn.Module:

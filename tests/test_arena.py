@@ -37,3 +37,19 @@ def test_a_baseline_that_fails_to_start_is_reported_and_started_afresh_next_time
         assert "baseline" not in arena._workers
         with pytest.raises(WorkerError, match="cannot run"):
             arena.baselines()
+
+
+def test_closing_an_arm_that_is_still_compiling_kills_it_at_once(tmp_path: Path) -> None:
+    """An arm reads its pipe only once compiled: asking it to quit would wait out the join
+    (10 s) for every candidate that failed gate 2 while its arm compiled beside it."""
+    slow = tmp_path / "slow.py"
+    slow.write_text("import time\nimport torch\ntime.sleep(30)\nclass Model(torch.nn.Module):\n"
+                    "    def forward(self, x):\n        return x + 1\n"
+                    "def get_inputs():\n    return [torch.randn(4)]\ndef get_init_inputs():\n    return []\n")
+    arena = Arena(str(slow), "cpu", "fp32")
+    arm = arena.candidate(None, wait=False)
+    time.sleep(1.0)  # started, busy importing the target
+    start = time.monotonic()
+    arm.close()
+    assert time.monotonic() - start < 5.0 and not arm.alive
+    arm.close()  # closing twice is harmless

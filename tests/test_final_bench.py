@@ -12,8 +12,9 @@ GATE4 = {"name": "performance", "passed": True, "reason": "1.2x",
          "numbers": {"baseline_ms": 1.2, "packed_ms": 1.0, "speedup": 1.2, "noise_floor": 0.003}}
 
 
-def _entry(name: str, gates: list[dict[str, Any]]) -> PackEntry:
-    return PackEntry(f"key-{name}", name, config=LaunchConfig({"XBLOCK": 4}, 4, 1), measured={"gates": gates})
+def _entry(name: str, gates: list[dict[str, Any]], accepted: int = 1) -> PackEntry:
+    return PackEntry(f"key-{name}", name, config=LaunchConfig({"XBLOCK": 4}, 4, 1),
+                     measured={"gates": gates, "accepted_candidates": accepted})
 
 
 def _result(*outcomes: tuple[str, str]) -> RunResult:
@@ -41,3 +42,5 @@ def test_cached_entries_combinations_and_unmeasured_gates_are_benchmarked_again(
     failed = dict(GATE4, passed=False)
     assert _measured_in_this_run(_pack(_entry("k0", [failed])), _result(("k0", "accepted"))) is None
     assert _measured_in_this_run(_pack(_entry("k0", [])), _result(("k0", "accepted"))) is None
+    best_of_two = _pack(_entry("k0", [GATE4], accepted=2))  # the larger of two noisy numbers
+    assert _measured_in_this_run(best_of_two, _result(("k0", "accepted"))) is None

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from kernelopt_bot.errors import TargetError
-from kernelopt_bot.targets import load_target
+from kernelopt_bot.targets import _drawn, load_target
 from tests.helpers import EXAMPLES, run_cli
 
 GOOD = """
@@ -91,3 +91,20 @@ def test_bad_specs() -> None:
 def test_cuda_without_a_gpu_is_bad_input() -> None:
     with pytest.raises(TargetError, match="no CUDA device"):
         load_target(str(EXAMPLES / "gelu.py"), "cuda")
+
+
+def test_a_file_that_cannot_draw_on_the_gpu_draws_as_written_reseeded() -> None:
+    """_drawn tries CUDA as the default device first; what fails there (here: no CUDA in this
+    build, elsewhere a CPU Generator or numpy) runs again as written, with the same seed."""
+    calls: list[int] = []
+
+    def make() -> torch.Tensor:
+        calls.append(1)
+        return torch.randn(4)
+
+    if torch.cuda.is_available():
+        pytest.skip("CUDA present: the first attempt succeeds")
+    drawn = _drawn(make, "cuda", 5)
+    torch.manual_seed(5)
+    assert len(calls) == 2 and torch.equal(drawn, torch.randn(4)) and drawn.device.type == "cpu"
+    assert torch.equal(_drawn(make, "cpu", 5), drawn) and len(calls) == 3  # CPU targets: once

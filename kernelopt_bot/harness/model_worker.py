@@ -164,7 +164,9 @@ class ModelWorker:
         self._proc.join(5)
 
     def close(self) -> None:
-        if self._proc.is_alive():
+        """Ask a ready arm to quit; kill one still compiling (it reads its pipe only once ready,
+        so asking would only wait out the join)."""
+        if self._proc.is_alive() and self.ready:
             with contextlib.suppress(OSError, ValueError):
                 self._conn.send(("quit",))
             self._proc.join(10)

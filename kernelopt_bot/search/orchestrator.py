@@ -185,7 +185,8 @@ class Orchestrator:
             proposal, verdict = max(accepted, key=lambda pv: _speedup(pv[1]) or 0.0)
             speedup = _speedup(verdict)
             measured: dict[str, Any] = {"speedup": speedup, "kernel_ms": proposal.kernel_ms,
-                                        "gates": [g.to_json() for g in verdict.gates]}
+                                        "gates": [g.to_json() for g in verdict.gates],
+                                        "accepted_candidates": len(accepted)}
             entry = next(iter(candidate_pack(self.capture, kernel, proposal.candidate, measured).entries.values()))
             pack.add(entry)
             outcome.status, outcome.speedup = "accepted", speedup

@@ -30,6 +30,13 @@ def _float64_outputs(target: Target, inputs: tuple[Any, ...]) -> list[torch.Tens
         return flatten_outputs(model64(*args64), target.device)
 
 
+def _release(device: str) -> None:
+    """Give the float64 comparisons' memory back to the GPU: this process's cache would otherwise
+    hold several times an output's size that the arms and the sandbox need."""
+    if device == "cuda":
+        torch.cuda.empty_cache()
+
+
 def _on(device: str, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
     """Outputs an arm sent through its pipe, back on the target's device for comparing.
 
@@ -60,6 +67,8 @@ def check_model(target: Target, baseline: ModelWorker, candidate: ModelWorker, k
                 return verdict
     except WorkerError as exc:
         return GateResult.fail("model", f"model run failed: {exc}")
+    finally:
+        _release(target.device)
     how = "matched eager at tight tolerance" if numbers["tight"] else (
         f"float64 fallback: candidate error {numbers['err_candidate_f64']:.3g} <= {factor:g} x "
         f"baseline error {numbers['err_baseline_f64']:.3g}")

@@ -45,8 +45,10 @@ def check_performance(baseline: ModelWorker, candidate: ModelWorker, repeat: Mod
         return GateResult.not_run("performance", NOT_MEASURED)
     numbers: dict[str, Any] = {"gamma": gamma}
     timing = kernel_timing or {}
-    fastest = timing.get("candidate_min_ms") or timing.get("candidate_ms")
-    if fastest and timing.get("bytes") and copy_gbps:
+    fastest = timing.get("candidate_min_ms")
+    if fastest is None:
+        fastest = timing.get("candidate_ms")
+    if fastest is not None and timing.get("bytes") and copy_gbps:
         ok, floor_ms = physically_possible(int(timing["bytes"]), float(fastest), copy_gbps)
         numbers.update(candidate_kernel_ms=timing.get("candidate_ms"), candidate_kernel_min_ms=fastest,
                        original_kernel_ms=timing.get("original_ms"), physical_floor_ms=floor_ms)

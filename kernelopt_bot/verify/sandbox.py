@@ -10,6 +10,7 @@ never dies of a candidate.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import multiprocessing as mp
 import os
@@ -61,8 +62,9 @@ def _child(job: str, payload: dict[str, Any], limits: SandboxLimits, conn: Conne
         conn.close()
     # Exit now: threads the job left behind (a compile past its deadline, a candidate's own
     # thread) would otherwise hold the process until the parent kills it.
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
     os._exit(0)
 
 
