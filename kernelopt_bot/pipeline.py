@@ -73,8 +73,11 @@ def _write(out_dir: Path, result: RunResult, pack: KernelPack) -> None:
 def run_pipeline(target: str, *, device: str | None = None, dtype: str = "fp32", out_dir: Path,
                  budget: dict[str, Any] | None = None, gamma: float = 1.03,
                  llm: dict[str, Any] | None = None, store_path: str | Path | None = None,
-                 log: Callable[[str], None] = lambda _m: None) -> RunResult:
-    """Run the whole pipeline on one target and write report.md, result.json and pack.json."""
+                 log: Callable[[str], None] = lambda _m: None, shown_as: str | None = None) -> RunResult:
+    """Run the whole pipeline on one target and write report.md, result.json and pack.json.
+
+    ``shown_as``: the target as its user names it (a path relative to their repository, say), for
+    the command to reproduce the run; default ``target``."""
     start = time.time()
     out_dir = Path(out_dir)
     name = Path(target).stem if target.endswith(".py") else target.rpartition(":")[2]
@@ -84,7 +87,7 @@ def run_pipeline(target: str, *, device: str | None = None, dtype: str = "fp32",
     try:
         plan = _budget(budget)
         result.budget = plan
-        result.reproduce = reproduce_command(target, device, dtype, budget or {}, gamma, llm)
+        result.reproduce = reproduce_command(shown_as or target, device, dtype, budget or {}, gamma, llm)
         pack = _run(target, device, dtype, plan, gamma, llm, store_path, result, clock)
     except KerneloptError as exc:
         result.status, result.error = "failed", str(exc)

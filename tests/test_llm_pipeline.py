@@ -11,7 +11,7 @@ import pytest
 from kernelopt_bot.pipeline import run_pipeline
 from kernelopt_bot.store import Store
 from tests.helpers import EXAMPLES, captured
-from tests.llm_server import LLMTestServer, reply
+from tests.llm_server import LLMTestServer, Step, reply
 from tests.redteam import cheats
 
 GELU = str(EXAMPLES / "gelu.py")
@@ -60,20 +60,24 @@ def test_unreachable_endpoint_degrades_to_the_tuner(tmp_path: Path, no_retries: 
     assert result.kernels[0].candidates == 1  # the tuner's candidate still ran
 
 
+def _plan_then_coded(*sources: str) -> list[Step]:
+    """The planner's reply, then for each source the coder's (or repairer's) reply and the
+    summarizer's note on its verdict."""
+    summary = reply(json.dumps({"strategy": "other", "outcome": "x", "note": "y"}))
+    replies: list[Step] = [reply(json.dumps({"strategy": "other", "rationale": "try"}))]
+    for source in sources:
+        replies += [reply(f"```python\n{source}\n```"), summary]
+    return replies
+
+
 def test_repair_loop_sees_each_gate_and_respects_the_candidate_budget(tmp_path: Path, no_retries: None) -> None:
     """coder -> static failure -> repairer -> correctness failure -> repairer -> passes gates 1-3."""
     original = captured("gelu.py").artifact.kernels[0].source
     static_fail = cheats.module_level(original, "import os", before_kernel=True)
     wrong = cheats.map_store(original, "tl.zeros_like({v})")
     good = cheats.commute_first_product(original)
-    summary = reply(json.dumps({"strategy": "other", "outcome": "x", "note": "y"}))
     with LLMTestServer() as server:
-        server.script(
-            reply(json.dumps({"strategy": "other", "rationale": "try"})),
-            reply(f"```python\n{static_fail}\n```"), summary,
-            reply(f"```python\n{wrong}\n```"), summary,
-            reply(f"```python\n{good}\n```"), summary,
-        )
+        server.script(*_plan_then_coded(static_fail, wrong, good))
         result = run_pipeline(GELU, out_dir=tmp_path / "out", store_path=tmp_path / "db",
                               budget={"candidates_per_kernel": 0, "candidates": 3},
                               llm={"base_url": server.base_url, "model": "test-model"})
@@ -92,14 +96,8 @@ def test_repair_loop_sees_each_gate_and_respects_the_candidate_budget(tmp_path: 
 def test_candidate_budget_stops_the_agents_before_the_request(tmp_path: Path, no_retries: None) -> None:
     original = captured("gelu.py").artifact.kernels[0].source
     static_fail = cheats.module_level(original, "import os", before_kernel=True)
-    summary = reply(json.dumps({"strategy": "other", "outcome": "x", "note": "y"}))
     with LLMTestServer() as server:
-        server.script(
-            reply(json.dumps({"strategy": "other", "rationale": "try"})),
-            reply(f"```python\n{static_fail}\n```"), summary,
-            reply(f"```python\n{static_fail}\n```"), summary,
-            reply("```python\n# never requested\n```"),
-        )
+        server.script(*_plan_then_coded(static_fail, static_fail), reply("```python\n# never requested\n```"))
         result = run_pipeline(GELU, out_dir=tmp_path / "out", store_path=tmp_path / "db",
                               budget={"candidates_per_kernel": 0, "candidates": 2},
                               llm={"base_url": server.base_url, "model": "test-model"})

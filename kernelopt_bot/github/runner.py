@@ -65,25 +65,18 @@ class DefaultRunner:
         self.repo_root = repo_root.resolve()
 
     def run(self, target_cfg: TargetJob, out_dir: Path) -> RunResult:
-        from kernelopt_bot.pipeline import (  # lazy: the engine is optional to import this
-            reproduce_command,
-            run_pipeline,
-        )
+        from kernelopt_bot.pipeline import run_pipeline  # lazy: the engine is optional to import this
 
         if str(self.repo_root) not in sys.path:
             sys.path.insert(0, str(self.repo_root))  # for pkg.mod:factory entries
         entry = target_cfg.entry
         if entry.endswith(".py"):
             entry = str(self.repo_root / entry)
-        result = run_pipeline(entry, device=target_cfg.device, dtype=target_cfg.dtype, out_dir=out_dir,
-                              budget=dict(target_cfg.budget), gamma=target_cfg.gamma, llm=target_cfg.llm)
-        # The command for a maintainer's checkout: the entry as the config names it, relative to
-        # the repository root, not this runner's absolute path.
-        result.reproduce = reproduce_command(target_cfg.entry, target_cfg.device, target_cfg.dtype,
-                                             dict(target_cfg.budget), target_cfg.gamma, target_cfg.llm)
-        if (out_dir / "result.json").is_file():
-            result.save(out_dir / "result.json")
-        return result
+        # The command to reproduce is for a maintainer's checkout: the entry as the config names
+        # it, relative to the repository root, not this runner's absolute path.
+        return run_pipeline(entry, device=target_cfg.device, dtype=target_cfg.dtype, out_dir=out_dir,
+                            budget=dict(target_cfg.budget), gamma=target_cfg.gamma, llm=target_cfg.llm,
+                            shown_as=target_cfg.entry)
 
 
 def make_jobs(cfg: KerneloptConfig, targets: Iterable[TargetConfig], *, budget: int | None = None,

@@ -28,7 +28,7 @@ from kernelopt_bot.targets import dtype_name
 from kernelopt_bot.verify.correctness import DEFAULT_SEEDS, DISTRIBUTIONS
 from kernelopt_bot.verify.model import DEFAULT_MODEL_SEEDS, check_model
 from kernelopt_bot.verify.perf import DEFAULT_GAMMA, check_performance
-from kernelopt_bot.verify.result import GATE_ORDER, GateResult, Verdict
+from kernelopt_bot.verify.result import GATE_ORDER, GateResult, StepClock, Verdict
 from kernelopt_bot.verify.sandbox import SandboxLimits, run_sandboxed
 from kernelopt_bot.verify.static import DeviceLimits, check_config, check_source
 
@@ -159,11 +159,11 @@ class Cascade:
         # anything (gates 3-4) after gate 2 passed, and is killed if it did not.
         early_arm = (self.arena.candidate(candidate_pack(self.capture, kernel, candidate), wait=False)
                      if self.device == "cuda" else None)
+        clock = StepClock(verdict.seconds)
         try:
-            began = time.monotonic()
             outcome = run_sandboxed("kernelopt_bot.verify.jobs.kernel_job", payload, device=self.device,
                                     limits=sandbox or opts.sandbox)
-            verdict.seconds["sandbox"] = round(time.monotonic() - began, 2)
+            clock.done("sandbox")
             if outcome.ok:
                 verdict.seconds.update({f"sandbox {k}": v for k, v in (outcome.value.get("seconds") or {}).items()})
             if outcome.ok and not outcome.value.get("compiled"):
@@ -179,41 +179,31 @@ class Cascade:
             if not correctness.passed:
                 return _finish(verdict)
 
-            gates.extend(self._model_and_performance(kernel, candidate, job, early_arm, verdict.seconds))
+            gates.extend(self._model_and_performance(kernel, candidate, job, early_arm, clock))
             return _finish(verdict)
         finally:
             if early_arm is not None:
                 early_arm.close()
 
     def _model_and_performance(self, kernel: TritonKernel, candidate: Candidate, job: dict[str, Any],
-                               arm: ModelWorker | None = None, seconds: dict[str, float] | None = None
-                               ) -> list[GateResult]:
+                               arm: ModelWorker | None, clock: StepClock) -> list[GateResult]:
         """Gates 3 and 4 on one candidate arm (``arm``, already started, or a new one), against
-        the arena's long-lived baselines; the time of each step goes into ``seconds``."""
+        the arena's long-lived baselines; ``clock`` records the time of each step."""
         opts, target = self.options, self.capture.target
-        seconds = {} if seconds is None else seconds
-        clock = time.monotonic()
-
-        def lap(step: str) -> None:
-            nonlocal clock
-            now = time.monotonic()
-            seconds[step] = round(now - clock, 2)
-            clock = now
-
         try:
             baseline, repeat = self.arena.baselines()
-            lap("baselines ready")
+            clock.done("baselines ready")
             if arm is None:
                 arm = self.arena.candidate(candidate_pack(self.capture, kernel, candidate))
             elif not arm.ready:
                 arm.wait_ready()
-            lap("arm ready")
+            clock.done("arm ready")
         except WorkerError as exc:
             return [GateResult.fail("model", f"the packed model did not compile or run: {exc}")]
         with arm:
             model = check_model(target, baseline, arm, kernel.name, seeds=opts.model_seeds,
                                 factor=opts.f64_factor)
-            lap("model")
+            clock.done("model")
             if not model.passed:
                 return [model]
             perf = check_performance(
@@ -221,7 +211,7 @@ class Cascade:
                 dtype=dtype_name(target.dtype), gamma=opts.gamma, rounds=opts.rounds, reps=opts.reps,
                 kernel_timing=job, copy_gbps=self._roofline_gbps(),
             )
-            lap("performance")
+            clock.done("performance")
             return [model, perf]
 
     def time_variants(self, kernel: TritonKernel, candidates: list[Candidate], *, reps: int = 50

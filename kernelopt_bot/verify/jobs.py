@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any
 
 from kernelopt_bot.errors import one_line
+from kernelopt_bot.verify.result import StepClock
 
 
 def kernel_job(payload: dict[str, Any]) -> dict[str, Any]:
@@ -21,7 +22,7 @@ def kernel_job(payload: dict[str, Any]) -> dict[str, Any]:
     arguments), ``kwargs``, ``source`` and/or ``config`` (LaunchConfig JSON), ``seeds``,
     ``distributions``, ``time`` (bool), ``reps``.
     """
-    steps = _Steps(payload)
+    steps = StepClock(sent_at=payload.get("sent_at"))
     device = payload["device"]
     from kernelopt_bot.compile.capture import KernelRecording, prepare_device
 
@@ -44,7 +45,6 @@ def kernel_job(payload: dict[str, Any]) -> dict[str, Any]:
     harness = KernelHarness(kernel, recording, device)
     config = LaunchConfig.from_json(payload["config"]) if payload.get("config") else None
     source = payload.get("source")
-    original = _original_config(payload)
     steps.done("load")
 
     try:
@@ -53,7 +53,7 @@ def kernel_job(payload: dict[str, Any]) -> dict[str, Any]:
             candidate.precompile()
     except Exception as exc:  # noqa: BLE001 - a candidate that does not compile is a result
         return {"compiled": False, "reason": f"does not compile: {one_line(exc)}"}
-    reference = _load_original(harness, kernel.source, original)
+    reference = _load_original(harness, kernel.source, payload)
     steps.done("compile")
 
     gate = check_correctness(
@@ -86,7 +86,7 @@ def timing_job(payload: dict[str, Any]) -> dict[str, Any]:
     (compiled) first, then timed one at a time; a variant that fails to compile or run gets an
     error string instead of a time. Results: ``original_ms``, ``times`` (list of float | str).
     """
-    steps = _Steps(payload)
+    steps = StepClock(sent_at=payload.get("sent_at"))
     device = payload["device"]
     from kernelopt_bot.compile.capture import KernelRecording, prepare_device
 
@@ -103,8 +103,7 @@ def timing_job(payload: dict[str, Any]) -> dict[str, Any]:
                                                     dict(payload.get("kwargs") or {})), device)
     reps = int(payload.get("reps") or 50)
     steps.done("load")
-    original = harness.time_kernel(_load_original(harness, kernel.source, _original_config(payload)),
-                                   reps=reps).median_ms
+    original = harness.time_kernel(_load_original(harness, kernel.source, payload), reps=reps).median_ms
     steps.done("original")
     variants = payload.get("variants") or []
 
@@ -167,27 +166,18 @@ def _compile_until(compile_one: Any, variants: list[dict[str, Any]], threads: in
     return [f.result() if f.done() and not f.cancelled() else late for f in futures]
 
 
-def _load_original(harness: Any, source: str, config: Any) -> Any:
-    """The compiler's kernel pinned to the config it ran with; unpinned (autotuning again) if
-    the recorded config cannot be pinned."""
-    if config is not None:
+def _load_original(harness: Any, source: str, payload: dict[str, Any]) -> Any:
+    """The compiler's kernel pinned to the launch config its autotuning chose in the model
+    (``original_config``): loaded without it, the source autotunes again in every job (seconds:
+    every config compiled and benchmarked). Unpinned if that config is unknown or cannot be pinned."""
+    from kernelopt_bot.stitch.pack import LaunchConfig
+
+    if payload.get("original_config"):
         try:
-            return harness.load(source=source, config=config)
+            return harness.load(source=source, config=LaunchConfig.from_json(payload["original_config"]))
         except Exception:  # noqa: BLE001 - fall back to the compiler's own autotuning
             pass
     return harness.load(source=source)
-
-
-def _original_config(payload: dict[str, Any]) -> Any:
-    """The launch config Inductor's autotuning chose for the kernel in the model, if known.
-
-    Loading the compiler's source without it re-runs that autotuning (seconds per job: every
-    config compiled and benchmarked); pinned, the original is the kernel that ran in the model.
-    """
-    from kernelopt_bot.stitch.pack import LaunchConfig
-
-    data = payload.get("original_config")
-    return LaunchConfig.from_json(data) if data else None
 
 
 def _time_variant(harness: Any, kernel_obj: Any, original_ms: float | None, reps: int) -> float | None:
@@ -198,23 +188,6 @@ def _time_variant(harness: Any, kernel_obj: Any, original_ms: float | None, reps
     if probe is not None and original_ms and probe > SLOW_FACTOR * original_ms:
         return probe
     return harness.time_kernel(kernel_obj, reps=reps).median_ms
-
-
-class _Steps:
-    """Seconds per step of a job, the first being the process start (from ``sent_at``, the
-    parent's clock when it started the job): a slow search shows which step was slow."""
-
-    def __init__(self, payload: dict[str, Any]) -> None:
-        now = time.time()
-        sent = payload.get("sent_at")
-        self.seconds: dict[str, float] = {"start": round(now - sent, 2)} if isinstance(sent, (int, float)) else {}
-        self._last = now
-
-    def done(self, step: str) -> None:
-        now = time.time()
-        self.seconds[step] = round(now - self._last, 2)
-        self._last = now
-
 
 
 def environment_names(payload: dict[str, Any]) -> list[str]:

@@ -3,11 +3,29 @@
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 GateName = Literal["static", "correctness", "model", "performance"]
 GATE_ORDER: tuple[GateName, ...] = ("static", "correctness", "model", "performance")
+
+
+class StepClock:
+    """Seconds per step, written into ``seconds`` as each step ends: a slow search shows which
+    step was slow. With ``sent_at`` (the parent's :func:`time.time` when it started this process)
+    the first entry, ``start``, is the process start itself."""
+
+    def __init__(self, seconds: dict[str, float] | None = None, *, sent_at: Any = None) -> None:
+        self.seconds: dict[str, float] = {} if seconds is None else seconds
+        self._last = time.time()
+        if isinstance(sent_at, (int, float)):
+            self.seconds["start"] = round(self._last - sent_at, 2)
+
+    def done(self, step: str) -> None:
+        now = time.time()
+        self.seconds[step] = round(now - self._last, 2)
+        self._last = now
 
 
 def _plain(value: Any) -> Any:
