@@ -56,6 +56,9 @@ def handle_errors(fn: F) -> F:
 @click.version_option(package_name="kernelopt-bot")
 def main() -> None:
     """Make torch.compile'd models faster with verified Triton kernel replacements."""
+    from kernelopt_bot.harness.isolation import protect_this_process
+
+    protect_this_process()  # children of the same user cannot read this process's memory or environ
 
 
 def _console() -> Any:
@@ -250,22 +253,33 @@ def _parse_budget(items: tuple[str, ...]) -> dict[str, Any]:
 @click.option("--llm-model", default=None, envvar="KERNELOPT_LLM_MODEL", help="Model name for the LLM agents.")
 @click.option("--store", "store_path", default=None, type=click.Path(dir_okay=False),
               help="SQLite store (default .kernelopt/kernelopt.db or $KERNELOPT_DB).")
+@click.option("--isolation", type=click.Choice(["auto", "namespace", "none"]), default="auto", show_default=True,
+              envvar="KERNELOPT_ISOLATION",
+              help="How the target's code and every candidate are isolated: auto (bwrap, else unshare namespaces, "
+                   "else none with a warning), namespace (fail if no namespace tool works), none.")
 @handle_errors
 def optimize(target: str, out_dir: str | None, device: str | None, dtype: str, budget_items: tuple[str, ...],
-             gamma: float, llm_base_url: str | None, llm_model: str | None, store_path: str | None) -> None:
+             gamma: float, llm_base_url: str | None, llm_model: str | None, store_path: str | None,
+             isolation: str) -> None:
     """Capture, profile, search, verify, pack and benchmark TARGET; write a report.
 
-    Exit code 0 when the run completed, whatever it found; 2 on bad input; 1 if the run failed.
+    The target is loaded only in an isolated engine process that holds no secret. Exit code 0
+    when the run completed, whatever it found; 2 on bad input; 1 if the run failed.
     """
+    import os
+
+    from kernelopt_bot.harness.isolation import ISOLATION_ENV, choose_isolation
     from kernelopt_bot.pipeline import run_pipeline
-    from kernelopt_bot.targets import load_target
 
     budget = _parse_budget(budget_items)
-    load_target(target, device, dtype)  # bad input fails here, with exit code 2
+    _check_target_spec(target, device)  # what can be told without running the target; the engine loads it
+    os.environ[ISOLATION_ENV] = isolation  # the engine and every child it starts
+    method = choose_isolation(isolation).method  # --isolation namespace without namespaces stops here
     name = Path(target).stem if target.endswith(".py") else target.rpartition(":")[2]
     out = Path(out_dir) if out_dir else Path("kernelopt-out") / name
     llm = {"base_url": llm_base_url, "model": llm_model} if llm_base_url else None
     console = _console()
+    console.print(f"isolation: {method}")
     with console.status("starting") as status:
         def log(message: str) -> None:
             status.update(escape(message))
@@ -276,6 +290,18 @@ def optimize(target: str, out_dir: str | None, device: str | None, dtype: str, b
     _print_result(console, result, out)
     if result.status != "ok":
         _fail(f"run failed: {result.error}", 1)
+
+
+def _check_target_spec(target: str, device: str | None) -> None:
+    """Bad input that needs no import of the target: a missing file, a malformed spec, no CUDA."""
+    from kernelopt_bot.targets import resolve_device
+
+    resolve_device(device)
+    if target.endswith(".py"):
+        if not Path(target).is_file():
+            raise BadInputError(f"{target}: no such file")
+    elif ":" not in target:
+        raise BadInputError(f"target {target!r} is neither a .py file nor package.module:factory")
 
 
 def _print_result(console: Any, result: Any, out: Path) -> None:

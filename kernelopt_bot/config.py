@@ -335,3 +335,45 @@ def load_config(path: str | Path, *, check_entries: bool = True) -> KerneloptCon
     except OSError as exc:
         raise BadInputError(f"{p}: cannot read: {exc.strerror or exc}") from exc
     return parse_config(text, source=str(path), root=p.resolve().parent if check_entries else None)
+
+
+# --- what decides where a secret goes comes from the base branch --------------------------------
+
+
+def llm_section(text: str | None) -> Any:
+    """The raw ``llm`` mapping of a config file's text (None when absent or unreadable)."""
+    if not text:
+        return None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return {"unreadable": True}
+    return data.get("llm") if isinstance(data, dict) else None
+
+
+def base_llm(base_text: str | None, source: str) -> LLMConfig | None:
+    """The LLM settings of the base branch's config: None when it has none or cannot be read.
+
+    ``llm.base_url`` receives the key, ``llm.api_key_env`` chooses which secret is sent, and the
+    model decides what it is spent on, so a PR must not choose any of them: a run uses the base
+    branch's ``llm`` section and the PR's own takes effect only once merged.
+    """
+    if not base_text:
+        return None
+    try:
+        return parse_config(base_text, source=source).llm
+    except BadInputError:
+        return None
+
+
+def with_base_llm(cfg: KerneloptConfig, base_text: str | None, source: str) -> KerneloptConfig:
+    """``cfg`` (the PR's) with its ``llm`` section replaced by the base branch's."""
+    return cfg.model_copy(update={"llm": base_llm(base_text, source)})
+
+
+def llm_change_note(base_text: str | None, head_text: str | None, config_path: str = DEFAULT_CONFIG) -> str | None:
+    """A note for the report when the PR changes the ``llm`` section, else None."""
+    if llm_section(base_text) == llm_section(head_text):
+        return None
+    return (f"This PR changes the llm section of {config_path}. Where the LLM key goes is decided by the base "
+            "branch: this run used the base branch's llm settings; the PR's apply once it is merged.")

@@ -1,22 +1,28 @@
 """The pipeline, once per target: capture -> profile -> search -> gates -> pack -> bench -> report.
 
 Every front door (``kernelopt optimize``, the suite, the PR bot, the nightly sweep) calls
-:func:`run_pipeline`. It never raises for a bad or failing target: the RunResult says
+:func:`run_pipeline`, which runs the pipeline in an isolated engine process that holds no secret
+(the target is someone else's code). It never raises for a bad or failing target: the RunResult says
 ``status="failed"`` with a one-line error, and ``report.md``, ``result.json`` and an empty
 ``pack.json`` are still written, so a sweep goes on and a PR comment can say what happened.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import json
 import shlex
+import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from kernelopt_bot import __version__
 from kernelopt_bot.errors import KerneloptError
+from kernelopt_bot.harness.isolation import Channel
 from kernelopt_bot.result import RunResult
 from kernelopt_bot.stitch.pack import KernelPack
 
@@ -70,24 +76,169 @@ def _write(out_dir: Path, result: RunResult, pack: KernelPack) -> None:
     (out_dir / "report.md").write_text(render_report(result))
 
 
+ENGINE_ENTRY = "kernelopt_bot.pipeline.engine_main"
+
+
+def engine_deadline_s(wall_seconds: float | None) -> float | None:
+    """How long the parent waits for the engine: twice the wall budget (which covers the search,
+    not the start, the capture or a gate already running when it ends) plus 15 minutes for an
+    arm's compile on a GPU; ``None`` (no wall budget) waits as long as the run takes."""
+    return None if wall_seconds is None else 2.0 * float(wall_seconds) + 900.0
+
+
 def run_pipeline(target: str, *, device: str | None = None, dtype: str = "fp32", out_dir: Path,
                  budget: dict[str, Any] | None = None, gamma: float = 1.03,
                  llm: dict[str, Any] | None = None, store_path: str | Path | None = None,
                  log: Callable[[str], None] = lambda _m: None, shown_as: str | None = None) -> RunResult:
-    """Run the whole pipeline on one target and write report.md, result.json and pack.json.
+    """Run the whole pipeline on one target in an isolated engine process and write report.md,
+    result.json and pack.json.
+
+    The target is model code someone else wrote (a PR's, say): it is loaded only in the engine,
+    a child with no secret in its environment, in its own namespaces where the machine allows
+    (:mod:`kernelopt_bot.harness.isolation`). This process keeps the LLM key (the engine reaches
+    the endpoint through :class:`~kernelopt_bot.harness.llm_proxy.LLMProxy`), relays the engine's
+    log lines to ``log`` and reads its :class:`RunResult` back; an engine that crashes or outlives
+    :func:`engine_deadline_s` is killed with everything it started and the run is failed.
 
     ``shown_as``: the target as its user names it (a path relative to their repository, say), for
     the command to reproduce the run; default ``target``."""
+    from kernelopt_bot.harness.isolation import choose_isolation, protect_this_process
+
+    protect_this_process()
     start = time.time()
     out_dir = Path(out_dir)
-    name = Path(target).stem if target.endswith(".py") else target.rpartition(":")[2]
-    result = RunResult(target=target, name=name, device=device or "auto", dtype=dtype)
+    reproduce = reproduce_command(shown_as or target, device, dtype, budget or {}, gamma, llm)
+    try:
+        plan = _budget(budget)
+        isolation = choose_isolation()
+    except KerneloptError as exc:
+        return _failed(target, device, dtype, out_dir, start, str(exc), reproduce)
+    request = {"target": target, "device": device, "dtype": dtype, "out_dir": str(out_dir), "budget": budget,
+               "gamma": gamma, "store_path": None if store_path is None else str(store_path),
+               "reproduce": reproduce, "isolation": isolation.method}
+    with _engine_llm(llm, plan, log) as (engine_llm, folders):
+        request["llm"] = engine_llm
+        return _run_engine(request, isolation, folders, engine_deadline_s(plan["wall_seconds"]), log, start)
+
+
+def _run_engine(request: dict[str, Any], isolation: Any, folders: list[str], deadline_s: float | None,
+                log: Callable[[str], None], start: float) -> RunResult:
+    from kernelopt_bot.harness.isolation import ISOLATION_ENV, NESTED, describe_exit, spawn_isolated
+
+    out_dir = Path(request["out_dir"])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    writable = [str(out_dir.resolve()), *folders]
+    if request["store_path"] is not None:
+        writable.append(str(Path(request["store_path"]).resolve().parent))
+    failed = functools.partial(_failed, request["target"], request["device"], request["dtype"], out_dir, start,
+                               reproduce=request["reproduce"], isolation=isolation.method)
+    try:
+        # Chosen once per run: an engine without namespaces gives its children none either.
+        mode = "none" if isolation.method == "none" else NESTED
+        engine = spawn_isolated(ENGINE_ENTRY, request, writable=writable, isolation=isolation,
+                                extra_env={ISOLATION_ENV: mode}, name="kernelopt-engine")
+    except OSError as exc:
+        return failed(f"the engine process could not be started: {exc}")
+    try:
+        ends = None if deadline_s is None else time.monotonic() + deadline_s
+        while True:
+            wait = 5.0 if ends is None else min(5.0, ends - time.monotonic())
+            if wait <= 0:
+                engine.kill()
+                return failed(f"the engine process outlived its deadline of {deadline_s:.0f} s (killed)")
+            if not engine.conn.poll(wait):
+                continue
+            try:
+                kind, payload = engine.conn.recv()
+            except EOFError:
+                code = engine.wait(10)
+                return failed(f"the engine process crashed ({describe_exit(code)})")
+            except OSError as exc:
+                return failed(f"the engine process sent an unreadable message ({exc})")
+            if kind == "log":
+                log(str(payload))
+            elif kind == "done":
+                try:
+                    return RunResult.from_json(json.loads(payload))
+                except (TypeError, ValueError) as exc:
+                    return failed(f"the engine process sent an unreadable result ({type(exc).__name__}: {exc})")
+    finally:
+        engine.close()
+
+
+def _failed(target: str, device: str | None, dtype: str, out_dir: Path, start: float, error: str,
+            reproduce: str = "", isolation: str = "") -> RunResult:
+    """A failed run decided by this process (bad options, a dead engine), written like any other."""
+    result = RunResult(target=target, name=_name(target), device=device or "auto", dtype=dtype, status="failed",
+                       error=error, reproduce=reproduce, isolation=isolation)
+    result.seconds = time.time() - start
+    _write(out_dir, result, KernelPack(target=target, created_by="kernelopt optimize"))
+    return result
+
+
+def _name(target: str) -> str:
+    return Path(target).stem if target.endswith(".py") else target.rpartition(":")[2]
+
+
+@contextlib.contextmanager
+def _engine_llm(llm: dict[str, Any] | None, plan: dict[str, Any], log: Callable[[str], None]
+                ) -> Iterator[tuple[dict[str, Any] | None, list[str]]]:
+    """The engine's ``llm`` options and the folders it must reach: the key stays here, behind a
+    proxy on a Unix socket; bad settings mean the offline tuner only, as inside the engine."""
+    if not llm or not llm.get("base_url"):
+        yield None, []
+        return
+    from kernelopt_bot.errors import BadInputError
+    from kernelopt_bot.harness.llm_proxy import LLMProxy
+    from kernelopt_bot.search.llm.config import LLMSettings
+
+    try:
+        settings = LLMSettings.from_env(base_url=llm.get("base_url"), model=llm.get("model"),
+                                        api_key_env=llm.get("api_key_env"))
+    except BadInputError as exc:
+        log(f"warning: LLM agents disabled ({exc}); using the offline tuner only")
+        yield None, []
+        return
+    # A backstop only: the engine's budget stops first. Each candidate costs a handful of calls
+    # (plan, code, repairs, summary), each retried at most max_retries times.
+    calls = 8 * (int(plan["candidates"] or 0) + int(plan["kernels"] or 0) + 1) * (settings.max_retries + 1)
+    with LLMProxy(settings, max_tokens=plan["tokens"], max_requests=calls) as proxy:
+        yield proxy.engine_settings(), [proxy.folder]
+
+
+def engine_main(conn: Channel, request: dict[str, Any]) -> None:
+    """The engine process: run the pipeline here, send each log line and then the result."""
+    from kernelopt_bot.harness.isolation import protect_this_process
+
+    protect_this_process()
+    lock = threading.Lock()
+
+    def log(message: str) -> None:
+        with lock:
+            conn.send(("log", message))
+
+    result = _run_pipeline_here(request["target"], device=request["device"], dtype=request["dtype"],
+                                out_dir=Path(request["out_dir"]), budget=request["budget"], gamma=request["gamma"],
+                                llm=request["llm"], store_path=request["store_path"], log=log,
+                                reproduce=request["reproduce"], isolation=request["isolation"])
+    with lock:  # JSON text: what result.json holds, nothing the parent would have to rebuild
+        conn.send(("done", json.dumps(result.to_json(), default=str)))
+    conn.close()
+
+
+def _run_pipeline_here(target: str, *, device: str | None, dtype: str, out_dir: Path,
+                       budget: dict[str, Any] | None, gamma: float, llm: dict[str, Any] | None,
+                       store_path: str | Path | None, log: Callable[[str], None], reproduce: str,
+                       isolation: str) -> RunResult:
+    """The pipeline in this process (the engine's): never raises for a bad or failing target."""
+    start = time.time()
+    result = RunResult(target=target, name=_name(target), device=device or "auto", dtype=dtype,
+                       reproduce=reproduce, isolation=isolation)
     pack = KernelPack(target=target, created_by="kernelopt optimize")
     clock = _PhaseClock(result.phases, log, start)
     try:
         plan = _budget(budget)
         result.budget = plan
-        result.reproduce = reproduce_command(shown_as or target, device, dtype, budget or {}, gamma, llm)
         pack = _run(target, device, dtype, plan, gamma, llm, store_path, result, clock)
     except KerneloptError as exc:
         result.status, result.error = "failed", str(exc)

@@ -62,6 +62,7 @@ class RunResult:
     budget: dict[str, Any] = field(default_factory=dict)
     usage: dict[str, Any] = field(default_factory=dict)  # candidates tried, tokens, cost, GPU seconds
     phases: dict[str, float] = field(default_factory=dict)  # seconds spent in each pipeline step
+    isolation: str = ""  # how untrusted code was isolated: "bwrap", "unshare" or "none"
 
     @property
     def measured(self) -> bool:

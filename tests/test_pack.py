@@ -47,7 +47,7 @@ def test_guard_matching() -> None:
         (lambda d: d.update(entries={}), "must be a list"),
         (lambda d: d["entries"][0].pop("key"), "key"),
         (lambda d: d["entries"][0].update(source=None, config=None), "neither source nor config"),
-        (lambda d: d["entries"][0]["config"]["kwargs"].update(XBLOCK="8"), "must be an int"),
+        (lambda d: d["entries"][0]["config"]["kwargs"].update(XBLOCK="8"), "XBLOCK=.8. must be a"),
         (lambda d: d["entries"][0]["guard"].update(cuda="12"), "bad guard"),
     ],
 )

@@ -307,7 +307,7 @@ def test_stream_in_body(gelu: TritonKernel) -> None:
 
 def test_module_aliased_into_local(gelu: TritonKernel) -> None:
     """A module object in a local is a path to host modules (``m.core.inspect.os``)."""
-    assert_rejected(check_source(gelu, add_body_line(gelu, "m = tl")), "kernel-body", "module 'tl'")
+    assert_rejected(check_source(gelu, add_body_line(gelu, "m = tl")), "kernel-body", "'tl'", "used as a value")
 
 
 def test_submodule_aliased_into_local(gelu: TritonKernel) -> None:
@@ -480,3 +480,346 @@ def test_device_limits_default_without_cuda() -> None:
     else:
         assert DeviceLimits.from_current_device() == DeviceLimits()
         assert DeviceLimits().max_shared_memory == 232448
+
+
+# --------------------------------------------------------------------------------------------
+# The original always passes its own gate: every real kernel Inductor wrote (fixtures of four
+# torch versions, CUDA codegen) and every example compiled here.
+
+
+def _fixture_kernels() -> list[TritonKernel]:
+    from pathlib import Path
+
+    from kernelopt_bot.compile.artifact import parse_output_code
+
+    root = Path(__file__).resolve().parent / "fixtures" / "output_code"
+    return [k for path in sorted(root.rglob("*.py")) for k in parse_output_code(path.read_text()).kernels]
+
+
+def test_every_fixture_kernel_passes_its_own_gate() -> None:
+    kernels = _fixture_kernels()
+    assert len(kernels) >= 60
+    failures = {k.name: check_source(k, k.source).reason for k in kernels if not check_source(k, k.source).passed}
+    assert not failures, failures
+
+
+# --------------------------------------------------------------------------------------------
+# The allowlist: one test per rule, several spellings of each class of attack
+
+
+def _after_load(kernel: TritonKernel, line: str) -> str:
+    """Insert ``line`` (which may use ``tmp0``, the loaded value) right after the first load."""
+    marker = "    tmp0 = tl.load(in_ptr0 + (x0), xmask)\n"
+    return edit(kernel.source, marker, marker + f"    {line}\n")
+
+
+@pytest.mark.parametrize("line", [
+    "m = tl.extra.modules",
+    "m = triton.language.extra.modules",
+    "m = tl.core.sys",
+    "m = tl.math.core",
+    "m = libdevice.core",
+    "m = triton_helpers.triton",
+    "m = triton_helpers.tl.extra",
+    "m = tl_math.core",
+])
+def test_module_attribute_chains_off_the_allowlist(gelu: TritonKernel, line: str) -> None:
+    """``tl.extra.modules`` is ``sys.modules``: only listed device paths are kernel code."""
+    result = check_source(gelu, add_body_line(gelu, line))
+    assert result.passed is False and result.numbers["rule"] in ("kernel-body", "forbidden-name"), result.reason
+
+
+@pytest.mark.parametrize("line", [
+    "m = (xnumel if xnumel else tl).extra",
+    "m = (tl if xnumel else tl).extra",
+    "m = [tl][0].extra",
+    "m = (tl,)[0].math",
+    "m = [tl, tl][xnumel - 512].float32",
+    "m = (tl or xnumel).load",
+    "m = (tl if xnumel else tl).sum(1)",
+    "m = [tl][0].to(tl.float32)",
+])
+def test_module_behind_an_expression_is_rejected(gelu: TritonKernel, line: str) -> None:
+    """A conditional or a subscript in front of an attribute chain used to skip the chain check:
+    now the attribute must be a tensor method, and a module is never a value."""
+    result = check_source(gelu, add_body_line(gelu, line))
+    assert_rejected(result, "kernel-body")
+    assert "used as a value" in result.reason or "on a value only" in result.reason
+
+
+@pytest.mark.parametrize("line, rule", [
+    ("s = '{0.__class__}'.format(tmp0)", "forbidden-name"),
+    ("s = '{0.x}'.format(tmp0)", "forbidden-name"),
+    ("s = 'abc' % tmp0", "strings"),
+    ("s = f'{tmp0}'", "kernel-body"),
+    ("s = tmp0.format_map", "forbidden-name"),
+    ("tl.device_print('x' + 'y', tmp0)", "strings"),
+    ("tmp0 = tl.load(in_ptr0 + (x0), xmask, eviction_policy='evict_' + 'last')", "strings"),
+    ("tmp0 = tl.load(in_ptr0 + (x0), xmask, eviction_policy='{x}')", "strings"),
+])
+def test_string_formatting_and_stray_strings(gelu: TritonKernel, line: str, rule: str) -> None:
+    """``str.format`` reaches dunders; strings are allowed only as literal arguments of calls."""
+    assert_rejected(check_source(gelu, _after_load(gelu, line)), rule)
+
+
+@pytest.mark.parametrize("line", [
+    "g = getattr(tl, 'extra')",
+    "g = tl.__builtins__",
+    "g = tl.load.__globals__",
+    "g = tmp0.__class__",
+    "g = __builtins__",
+    "g = __import__('os')",
+    "g = eval('1')",
+    "g = exec('x = 1')",
+    "g = globals()",
+    "g = vars(tl)",
+    "g = setattr(tl, 'x', 1)",
+])
+def test_reflection_and_builtins_are_rejected(gelu: TritonKernel, line: str) -> None:
+    assert_rejected(check_source(gelu, add_body_line(gelu, line)), "forbidden-name")
+
+
+@pytest.mark.parametrize("line", [
+    "x = open('/proc/self/environ').read()",
+    "x = os.environ",
+    "x = sys.modules",
+    "x = tl.extra.cuda.libdevice.os",
+    "x = triton.runtime.driver",
+    "x = tl.extra.modules['kernelopt_bot']",
+])
+def test_host_access_any_spelling(gelu: TritonKernel, line: str) -> None:
+    """Files, the environment, and the verifier's own module names (detecting the verifier)."""
+    result = check_source(gelu, add_body_line(gelu, line))
+    assert result.passed is False and result.numbers["rule"] in ("kernel-body", "forbidden-name"), result.reason
+
+
+@pytest.mark.parametrize("line, words", [
+    ("tmp0 = tl.load(in_ptr0 + (x0), xmask).item()", ".item()"),
+    ("tmp0 = tmp0.store(tmp0)", ".store()"),
+    ("tmp0 = tmp0.atomic_add(tmp0)", ".atomic_add()"),
+    ("tmp0 = tmp0.handle", "handle"),
+    ("tmp0 = tmp0.type.scalar", "scalar"),
+])
+def test_only_allowlisted_tensor_methods(gelu: TritonKernel, line: str, words: str) -> None:
+    result = check_source(gelu, _after_load(gelu, line))
+    assert result.passed is False and result.numbers["rule"] in ("kernel-body", "forbidden-name"), result.reason
+    assert words.strip("().") in result.reason
+
+
+@pytest.mark.parametrize("line, why", [
+    ("while xnumel > 0:\n        xnumel = xnumel - 1", "while"),
+    ("try:\n        pass\n    except Exception:\n        pass", "exception"),
+    ("with tl.extra:\n        pass", "context"),
+    ("del tmp0", "del"),
+    ("f = lambda v: v", "lambda"),
+    ("xs = [v for v in range(4)]", "comprehension"),
+    ("d = {}", "dict"),
+    ("nonlocal tmp0", "nonlocal"),
+    ("raise ValueError", "exception"),
+    ("if (n := xnumel):\n        pass", ":="),
+])
+def test_statements_off_the_allowlist(gelu: TritonKernel, line: str, why: str) -> None:
+    result = check_source(gelu, _after_load(gelu, line))
+    assert result.passed is False and result.numbers["rule"] in ("kernel-body", "forbidden-name"), result.reason
+    assert why in result.reason.lower() or why in result.reason, result.reason
+
+
+def test_nested_function_rejected(gelu: TritonKernel) -> None:
+    src = _after_load(gelu, "def inner(v):\n        return v")
+    assert_rejected(check_source(gelu, src), "kernel-body", "nested functions")
+
+
+@pytest.mark.parametrize("line", ["tmp0 = tl.str_to_ty('fp32')", "tmp0 = tl.map_elementwise(tmp0)",
+                                  "tmp0 = triton_helpers.get_backend_options()", "tmp0 = libdevice.not_a_function(tmp0)",
+                                  "tmp0 = tl.make_tensor_descriptor(in_ptr0, [1], [1], [1])"])
+def test_device_functions_off_the_allowlist(gelu: TritonKernel, line: str) -> None:
+    result = check_source(gelu, _after_load(gelu, line))
+    assert result.passed is False and result.numbers["rule"] in ("kernel-body", "strings"), result.reason
+
+
+def test_allowlisted_device_api_passes(gelu: TritonKernel) -> None:
+    """Other spellings of the same device functions, tensor methods, string keywords."""
+    src = edit(gelu.source, "tmp10 = libdevice.tanh(tmp9)",
+               "tmp10 = tl.extra.cuda.libdevice.tanh(tl.math.exp(tmp9) * 0.0 + tmp9)\n"
+               "    tmp10 = tl_math.abs(tmp10) * 0.0 + tmp10.to(tl.float32)\n"
+               "    tmp10 = tl.where(tmp10 != tmp10, float('nan'), tmp10)\n"
+               "    tmp10 = triton_helpers.maximum(tmp10, tmp10)")
+    src = edit(src, "tl.load(in_ptr0 + (x0), xmask)", "tl.load(in_ptr0 + (x0), xmask, eviction_policy='evict_last')")
+    assert_passed(check_source(gelu, src))
+
+
+def test_shadowing_an_import_is_rejected(gelu: TritonKernel) -> None:
+    assert_rejected(check_source(gelu, add_body_line(gelu, "tl = xnumel")), "kernel-body", "shadows")
+
+
+# --------------------------------------------------------------------------------------------
+# Caps: rejection is immediate
+
+
+def test_huge_source_is_rejected_fast(gelu: TritonKernel) -> None:
+    import time
+
+    huge = gelu.source + ("    tmp99 = tmp0 + 1.0\n" * 700_000)  # ~14.7 MB
+    assert len(huge) > 14_000_000
+    start = time.perf_counter()
+    result = check_source(gelu, huge)
+    assert time.perf_counter() - start < 1.0
+    assert_rejected(result, "source-size")
+
+
+def test_too_many_nodes_is_rejected(gelu: TritonKernel) -> None:
+    line = "    tmp99 = " + " + ".join(["tmp0"] * 400) + "\n"
+    src = edit(gelu.source, "    tmp2 = tmp0 * tmp1\n", "    tmp2 = tmp0 * tmp1\n" + line * 70)
+    assert len(src.encode()) < 256 * 1024
+    assert_rejected(check_source(gelu, src), "source-size", "syntax nodes")
+
+
+@pytest.mark.parametrize("loop", [
+    "for i in tl.static_range(0, 2**40):",
+    "for i in tl.static_range(0, 1 << 40):",
+    "for i in tl.static_range(0, 1024):",
+    "for i in tl.static_range(XBLOCK):",
+    "for i in range(0, 1099511627776):",
+    "for i in tl.range(0, 2**31 + 1, XBLOCK):",
+    "for i in range(0, 1 << 20):",
+    "for i in range(0, xnumel * xnumel * xnumel * 65536 * 65536):",
+    "for i in range(0, tmp0):",
+    "for i in range(0, in_ptr0):",
+    "for i in [1, 2, 3]:",
+    "for i in tl.range(0, 8, num_stages=100000):",
+    "for i in range(0, 8, 0):",
+])
+def test_loop_trip_counts_are_static_and_bounded(gelu: TritonKernel, loop: str) -> None:
+    src = _after_load(gelu, f"{loop}\n        tmp0 = tmp0 + 0.0")
+    result = check_source(gelu, src)
+    assert result.passed is False, loop
+    assert result.numbers["rule"] in ("loop-bounds", "literal-cap"), result.reason
+
+
+def test_huge_local_bound_is_seen_through(gelu: TritonKernel) -> None:
+    src = _after_load(gelu, "n = 1 << 36\n    for i in range(0, n):\n        tmp0 = tmp0 + 0.0")
+    assert_rejected(check_source(gelu, src), "loop-bounds")
+
+
+@pytest.mark.parametrize("loop", ["for i in tl.static_range(4):", "for i in tl.range(0, xnumel, XBLOCK):",
+                                  "for i in range(0, 16, 2):", "for i in tl.range(0, 64, 8, num_stages=2):"])
+def test_bounded_loops_pass(gelu: TritonKernel, loop: str) -> None:
+    assert_passed(check_source(gelu, _after_load(gelu, f"{loop}\n        tmp0 = tmp0 + 0.0")))
+
+
+@pytest.mark.parametrize("line", ["x = 10 ** 10 ** 10", "x = 1 << (1 << 30)", "x = 2 ** 65 * 2 ** 65",
+                                  "x = 99999999999999999999999999"])
+def test_literal_arithmetic_is_capped_without_computing_it(gelu: TritonKernel, line: str) -> None:
+    assert_rejected(check_source(gelu, add_body_line(gelu, line)), "literal-cap")
+
+
+@pytest.mark.parametrize("line", ["z = tl.arange(0, 2**21)", "z = tl.zeros([XBLOCK, 3], tl.float32)",
+                                  "z = tl.full([4096, 4096], 0, tl.float32)", "z = tl.arange(0, 96 - 48)",
+                                  "R0_BLOCK: tl.constexpr = 2**22"])
+def test_tile_sizes_are_powers_of_two_within_cap(gelu: TritonKernel, line: str) -> None:
+    assert_rejected(check_source(gelu, add_body_line(gelu, line)), "block-size")
+
+
+# --------------------------------------------------------------------------------------------
+# Write/read discipline
+
+
+def test_store_into_an_input_is_rejected(gelu: TritonKernel) -> None:
+    """An input used as scratch (even if restored) is read by other programs in between."""
+    src = _after_load(gelu, "tl.store(in_ptr0 + (x0), tmp0 * 2.0, xmask)")
+    assert_rejected(check_source(gelu, src), "memory-access", "in_ptr0", "never writes")
+
+
+def test_atomic_into_an_input_is_rejected(gelu: TritonKernel) -> None:
+    src = _after_load(gelu, "tl.atomic_add(in_ptr0 + (x0), tmp0, xmask)")
+    assert_rejected(check_source(gelu, src), "memory-access", "in_ptr0")
+
+
+def test_load_from_an_output_is_rejected(gelu: TritonKernel) -> None:
+    """Reading the output before writing it reads the verifier's prefill."""
+    src = _after_load(gelu, "tmp0 = tmp0 + tl.load(out_ptr0 + (x0), xmask) * 0.0")
+    assert_rejected(check_source(gelu, src), "memory-access", "out_ptr0", "prefill")
+
+
+@pytest.mark.parametrize("line", [
+    "p = in_ptr0 + (out_ptr0 - in_ptr0)\n    tl.store(p + (x0), tmp0, xmask)",
+    "p = in_ptr0 if xnumel > 0 else out_ptr0\n    tl.store(p + (x0), tmp0, xmask)",
+    "tl.store(tl.where(xmask, out_ptr0, in_ptr0) + (x0), tmp0, xmask)",
+])
+def test_mixed_pointer_provenance_is_rejected(gelu: TritonKernel, line: str) -> None:
+    assert_rejected(check_source(gelu, _after_load(gelu, line)), "memory-access", "mixes")
+
+
+def test_pointer_laundered_through_locals_is_tracked(gelu: TritonKernel) -> None:
+    src = _after_load(gelu, "p = in_ptr0\n    q = p + 1\n    tl.store(q + (x0), tmp0, xmask)")
+    assert_rejected(check_source(gelu, src), "memory-access", "in_ptr0")
+
+
+def test_store_address_without_pointer_is_rejected(gelu: TritonKernel) -> None:
+    assert_rejected(check_source(gelu, _after_load(gelu, "tl.store(x0, tmp0, xmask)")), "memory-access", "derive")
+
+
+def test_in_out_pointer_may_be_loaded_and_stored(softmax: TritonKernel) -> None:
+    """Softmax loads and stores in_out_ptr0: the original does both, so the candidate may."""
+    assert "in_out_ptr0" in softmax.source
+    assert_passed(check_source(softmax, softmax.source))
+
+
+def test_local_pointer_alias_passes(gelu: TritonKernel) -> None:
+    src = edit(gelu.source, "    tl.store(out_ptr0 + (x0), tmp13, xmask)",
+               "    dst = out_ptr0 + x0\n    tl.store(dst, tmp13, xmask)")
+    assert_passed(check_source(gelu, src))
+
+
+# --------------------------------------------------------------------------------------------
+# Strict launch configs: LaunchConfig.from_json and check_config
+
+
+@pytest.mark.parametrize("data, words", [
+    ({"kwargs": {"XBLOCK": 256}, "num_warps": 4.9}, "num_warps"),
+    ({"kwargs": {"XBLOCK": 256}, "num_warps": True}, "num_warps"),
+    ({"kwargs": {"XBLOCK": 256}, "num_warps": "4"}, "num_warps"),
+    ({"kwargs": {"XBLOCK": 256}, "num_warps": -4}, "num_warps"),
+    ({"kwargs": {"XBLOCK": 256}, "num_warps": 64}, "num_warps"),
+    ({"kwargs": {"XBLOCK": 256}, "num_stages": True}, "num_stages"),
+    ({"kwargs": {"XBLOCK": 256}, "num_stages": 2.0}, "num_stages"),
+    ({"kwargs": {"XBLOCK": 256}, "num_stages": 0}, "num_stages"),
+    ({"kwargs": {"XBLOCK": 256}, "num_stages": 9}, "num_stages"),
+    ({"kwargs": {"XBLOCK": 256}, "maxnreg": 128}, "unknown key"),
+    ({"kwargs": {"XBLOCK": 256}, "pre_hook": "os.system"}, "unknown key"),
+    ({"kwargs": {"XBLOCK": 48}}, "XBLOCK"),
+    ({"kwargs": {"XBLOCK": True}}, "XBLOCK"),
+    ({"kwargs": {"XBLOCK": "256"}}, "XBLOCK"),
+    ({"kwargs": {"XBLOCK": -256}}, "XBLOCK"),
+    ({"kwargs": {"XBLOCK": 2**21}}, "XBLOCK"),
+    ({"kwargs": {"__class__": 2}}, "__class__"),
+    ({"kwargs": [256]}, "kwargs"),
+    ([256], "object"),
+])
+def test_launch_config_from_json_is_strict(data: object, words: str) -> None:
+    from kernelopt_bot.stitch.pack import PackError
+
+    with pytest.raises(PackError, match="launch config") as info:
+        LaunchConfig.from_json(data)
+    assert words in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_launch_config_from_json_round_trip() -> None:
+    config = LaunchConfig({"XBLOCK": 256, "R0_BLOCK": 64}, num_warps=8, num_stages=3)
+    assert LaunchConfig.from_json(config.to_json()) == config
+    assert LaunchConfig.from_json({"kwargs": {"XBLOCK": 8}}) == LaunchConfig({"XBLOCK": 8}, 4, 1)
+
+
+@pytest.mark.parametrize("config, rule", [
+    (LaunchConfig({"XBLOCK": 256}, num_warps=4.9), "num_warps"),  # type: ignore[arg-type]
+    (LaunchConfig({"XBLOCK": 256}, num_warps=True), "num_warps"),
+    (LaunchConfig({"XBLOCK": 256}, num_stages=True), "num_stages"),
+    (LaunchConfig({"XBLOCK": 256}, num_stages=2.0), "num_stages"),  # type: ignore[arg-type]
+    (LaunchConfig({"XBLOCK": "256"}), "config-value"),  # type: ignore[dict-item]
+    (LaunchConfig({"XBLOCK": 2**21}), "config-value"),
+    (LaunchConfig({"XBLOCK": 256, "num_ctas": 1}), "config-key"),
+])
+def test_check_config_is_strict(gelu: TritonKernel, config: LaunchConfig, rule: str) -> None:
+    big = DeviceLimits(max_threads_per_block=1 << 20)
+    assert_rejected(check_config(gelu, config, big), rule)

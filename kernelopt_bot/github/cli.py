@@ -3,7 +3,9 @@
 The Action and the workflows call these, and so can a person: ``--dry-run --out DIR`` needs no
 token or network and writes everything that would be published into DIR. Without ``--dry-run``
 the bot publishes through PyGithub with ``GITHUB_TOKEN`` on ``GITHUB_REPOSITORY`` at
-``GITHUB_API_URL``. Outputs, the job summary and annotations go to the files and stream the
+``GITHUB_API_URL``. ``--stage run`` (the job that runs PR code) uses no GitHub API at all and
+removes any token from its environment; ``--stage publish`` runs no PR code and re-validates
+the results folder it is given. Outputs, the job summary and annotations go to the files and stream the
 runner reads (``GITHUB_OUTPUT``, ``GITHUB_STEP_SUMMARY``, stdout).
 
 Exit codes: 0 done (target failures are reported, not fatal), 1 GitHub API or internal error,
@@ -46,19 +48,37 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return fn(*args, **kwargs)
         except KerneloptError as exc:
-            click.echo(f"error: {exc}", err=True)
+            _log(f"error: {exc}")
             sys.exit(exc.exit_code)
         except (click.exceptions.Exit, click.ClickException, click.Abort):
             raise
         except Exception as exc:  # noqa: BLE001 - the last line of defence
-            click.echo(f"error: internal error: {type(exc).__name__}: {exc}", err=True)
+            _log(f"error: internal error: {type(exc).__name__}: {exc}")
             sys.exit(1)
 
     return wrapper
 
 
 def _log(msg: str) -> None:
-    click.echo(msg, err=True)
+    """Log lines carry untrusted text (target names, errors, comment bodies): in Actions, any line
+    that could hold a workflow command (``::``) is echoed inside a stop-commands block."""
+    if actions_io.in_actions() and "::" in msg:
+        click.echo(actions_io.untrusted_block(msg), err=True, nl=False)
+    else:
+        click.echo(msg, err=True)
+
+
+# Variables that carry a GitHub credential; the run stage (which runs PR code) drops them.
+TOKEN_VARS = ("GITHUB_TOKEN", "INPUT_GITHUB_TOKEN", "INPUT_GITHUB-TOKEN", "GH_TOKEN", "KERNELOPT_TOKEN",
+              "ACTIONS_RUNTIME_TOKEN", "ACTIONS_ID_TOKEN_REQUEST_TOKEN", "ACTIONS_ID_TOKEN_REQUEST_URL")
+
+
+def _drop_tokens() -> list[str]:
+    """Remove GitHub credentials from this process's environment (and so from its children's)."""
+    dropped = [k for k in TOKEN_VARS if k in os.environ]
+    for k in dropped:
+        del os.environ[k]
+    return dropped
 
 
 def _config(config: str, root: Path) -> tuple[KerneloptConfig, str]:
@@ -84,10 +104,11 @@ def github_gateway(repository: str) -> GitHubGateway:
     token = os.environ.get("GITHUB_TOKEN") or os.environ.get("INPUT_GITHUB_TOKEN")
     if not token:
         raise BadInputError("GITHUB_TOKEN is not set (or use --dry-run to publish into a folder)")
-    repo = connect(token, repository, os.environ.get("GITHUB_API_URL") or None,
-                   retries=_env_int("KERNELOPT_GITHUB_RETRIES", 3),
-                   throttle=os.environ.get("KERNELOPT_GITHUB_THROTTLE", "1") != "0")
-    return GitHubGateway(repo, bot_login=os.environ.get("KERNELOPT_BOT_LOGIN") or None)
+    retries = _env_int("KERNELOPT_GITHUB_RETRIES", 3)
+    throttle = os.environ.get("KERNELOPT_GITHUB_THROTTLE", "1") != "0"
+    repo = connect(token, repository, os.environ.get("GITHUB_API_URL") or None, retries=retries, throttle=throttle)
+    return GitHubGateway(repo, bot_login=os.environ.get("KERNELOPT_BOT_LOGIN") or None, retries=retries,
+                         backoff=1.0 if throttle else 0.0)
 
 
 def _run_url() -> str:
@@ -137,8 +158,11 @@ def _api_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
 @click.option("--out", "out", default="kernelopt-out", show_default=True, type=click.Path(file_okay=False),
               help="Where results, reports (and in a dry run, everything to publish) go.")
 @click.option("--stage", type=click.Choice(["all", "ack", "run", "publish"]), default="all", show_default=True,
-              help="For /kernelopt commands: run one stage (ack, run, publish) of a split workflow.")
-@click.option("--pinned-sha", default=None, help="Run stage: the PR head SHA recorded by the ack stage.")
+              help="Run one stage of a split workflow: ack (commands), run (no GitHub access: runs the PR's "
+                   "code), publish (never runs PR code; re-validates the run's results).")
+@click.option("--pinned-sha", default=None, help="Command run/publish stages: the commit the ack stage pinned.")
+@click.option("--base-sha", default=None, help="Command run stage: the base commit the ack stage read "
+                                               "(its config decides where the LLM key goes).")
 @click.option("--results", default=None, type=click.Path(file_okay=False),
               help="Publish stage: the results folder written by the run stage (default OUT/results).")
 @click.option("--permission", default="write", show_default=True,
@@ -146,10 +170,10 @@ def _api_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
 @handle_errors
 @_api_errors
 def bot(event_name: str, event_path: str, config: str, repo_root: str, dry_run: bool, out: str, stage: str,
-        pinned_sha: str | None, results: str | None, permission: str) -> None:
+        pinned_sha: str | None, base_sha: str | None, results: str | None, permission: str) -> None:
     """React to a GitHub event: a PR push, a /kernelopt comment, a schedule or a dispatch."""
     from kernelopt_bot.github.dryrun import DryRunGateway
-    from kernelopt_bot.github.flows import BotContext, run_issue_comment, run_pull_request
+    from kernelopt_bot.github.flows import BotContext, NoGateway, run_issue_comment, run_pull_request
 
     if not event_name or not event_path:
         raise BadInputError("give --event-name and --event-path (or run inside Actions)")
@@ -157,12 +181,18 @@ def bot(event_name: str, event_path: str, config: str, repo_root: str, dry_run: 
     out_dir = Path(out).resolve()
     event = load_event(event_name, event_path, os.environ.get("GITHUB_REPOSITORY"))
     cfg, config_rel = _config(config, root)
-    gateway: Gateway
-    if dry_run:
+    gateway: Gateway | NoGateway
+    if stage == "run":
+        # The run stage executes the PR's code: it gets no GitHub access at all, not even a read token.
+        dropped = _drop_tokens()
+        if dropped:
+            _log(f"run stage: removed {', '.join(dropped)} from the environment (the run stage needs no token)")
+        gateway = NoGateway()
+    elif dry_run:
         pull = None
         if isinstance(event, PullRequestEvent):
             pull = PullInfo(event.number, event.head_sha, event.head_ref, event.head_repo, event.base_ref,
-                            event.repo.full_name)
+                            event.repo.full_name, base_sha=event.base_sha)
         gateway = DryRunGateway(root, event.repo.full_name, default_branch=event.repo.default_branch,
                                 permission=permission, pull=pull)
     else:
@@ -170,11 +200,14 @@ def bot(event_name: str, event_path: str, config: str, repo_root: str, dry_run: 
     ctx = BotContext(cfg=cfg, config_path=config_rel, repo_root=root, out_dir=out_dir, gateway=gateway,
                      runner=RUNNER_FACTORY(root), run_url=_run_url(), log=_log)
     try:
+        results_dir = Path(results).resolve() if results else None
         if isinstance(event, PullRequestEvent):
-            outcome = run_pull_request(ctx, event)
+            outcome = run_pull_request(ctx, event, stage=stage, results=results_dir)
         elif isinstance(event, IssueCommentEvent):
-            outcome = run_issue_comment(ctx, event, stage=stage, pinned_sha=pinned_sha,
-                                        results=Path(results).resolve() if results else None)
+            outcome = run_issue_comment(ctx, event, stage=stage, pinned_sha=pinned_sha, base_sha=base_sha,
+                                        results=results_dir)
+        elif stage != "all":
+            raise BadInputError(f"--stage {stage} is for pull_request and issue_comment events")
         else:
             outcome = _sweep_all(ctx, cfg)
     finally:
@@ -212,10 +245,9 @@ def _merge_and_publish(cfg: KerneloptConfig, gateway: Gateway, dirs: list[Path],
     failures = []
     for o in result.outcomes:
         if o.failed:
-            tb = o.out_dir / "traceback.txt"
             failures.append(Failure(f"target {o.job.name} ({o.job.dtype}) failed: {o.result.error or 'unknown'}",
                                     file=config_rel, line=cfg.target_lines.get(o.job.name),
-                                    detail=tb.read_text() if tb.is_file() else o.result.error))
+                                    detail=o.traceback or o.result.error))
     ctx = base_context(result.rows)
     url = ref.url if ref is not None and ref.action in ("created", "updated") else ""
     outputs = {"speedup": "" if ctx["geomean"] is None else f"{ctx['geomean']:.4f}",

@@ -17,10 +17,13 @@ PREFIX = "/kernelopt"
 ALLOWED_PERMISSIONS = ("admin", "write", "maintain")
 TARGET_TOKEN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
+SHA_RE = re.compile(r"^[0-9a-f]{40}$")
+
 HELP = """\
-`/kernelopt run [TARGET ...] [--budget N] [--gamma G]`: optimize the named targets (default: all) \
-at this PR's current head commit; `--budget` caps candidates per target, `--gamma` is the required \
-end-to-end speedup (at least 1.0).
+`/kernelopt run [TARGET ...] [--budget N] [--gamma G] [sha=SHA]`: optimize the named targets \
+(default: all) at the commit `sha` names, which must be the PR's head; `--budget` caps candidates \
+per target, `--gamma` is the required end-to-end speedup (at least 1.0). On a PR from a fork, `sha` \
+(the full 40-character SHA of the commit you reviewed) is required: only that commit runs.
 `/kernelopt status`: show the last report and the follow-up PR.
 `/kernelopt help`: this text.
 Commands are taken from people with write access to the repository, on pull requests only."""
@@ -36,6 +39,7 @@ class Command:
     targets: tuple[str, ...] = ()
     budget: int | None = None
     gamma: float | None = None
+    sha: str | None = None
     raw: str = field(default="", compare=False)
 
 
@@ -72,9 +76,12 @@ def parse_command(body: str) -> Command | None:
     targets: list[str] = []
     budget: int | None = None
     gamma: float | None = None
+    sha: str | None = None
     i = 0
     while i < len(rest):
         tok = rest[i]
+        if tok.startswith("sha="):
+            tok = "--" + tok
         if tok.startswith("--"):
             name, eq, value = tok.partition("=")
             if not eq:
@@ -93,15 +100,20 @@ def parse_command(body: str) -> Command | None:
                     raise CommandError(f"--gamma must be a number, got {value!r}") from None
                 if not (1.0 <= gamma <= 10.0):
                     raise CommandError(f"--gamma must be between 1.0 and 10, got {value!r}")
+            elif name == "--sha":
+                value = value.lower()
+                if not SHA_RE.match(value):
+                    raise CommandError("sha= must be a full 40-character lowercase commit SHA")
+                sha = value
             else:
-                raise CommandError(f"unknown option {name!r} (options: --budget, --gamma)")
+                raise CommandError(f"unknown option {name!r} (options: --budget, --gamma, sha=)")
         else:
             if not TARGET_TOKEN.match(tok):
                 raise CommandError(f"{tok!r} is not a target name")
             if tok not in targets:
                 targets.append(tok)
         i += 1
-    return Command("run", tuple(targets), budget, gamma, raw=line)
+    return Command("run", tuple(targets), budget, gamma, sha, raw=line)
 
 
 @dataclass(frozen=True)

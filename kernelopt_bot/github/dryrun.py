@@ -57,8 +57,9 @@ class DryRunGateway:
             return self._pull
         head = (git(self.root, "rev-parse", "HEAD") or "").strip() or "0" * 40
         branch = (git(self.root, "rev-parse", "--abbrev-ref", "HEAD") or "").strip() or "HEAD"
+        base = (git(self.root, "rev-parse", f"{self._default_branch}^{{commit}}") or "").strip()
         info = PullInfo(number=number, head_sha=head, head_ref=branch, head_repo=self.repository,
-                        base_ref=self._default_branch, base_repo=self.repository)
+                        base_ref=self._default_branch, base_repo=self.repository, base_sha=base)
         self._record("read_pull", number=number, assumed=f"local checkout {head[:12]} on {branch}")
         return info
 
@@ -82,7 +83,8 @@ class DryRunGateway:
         return self._default_branch
 
     def branch_sha(self, branch: str) -> str | None:
-        return None
+        out = git(self.root, "rev-parse", f"{branch}^{{commit}}")
+        return out.strip() if out else None
 
     def read_file(self, path: str, ref: str) -> str | None:
         p = self.root / path
@@ -93,7 +95,7 @@ class DryRunGateway:
         self.reactions.append(content)
         self._record("reaction", number=number, comment_id=comment_id, content=content)
 
-    def reply(self, number: int, body: str) -> str:
+    def reply(self, number: int, body: str, key: str) -> str:
         self.replies.append(body)
         self._record("reply", number=number, file=f"replies/{len(self.replies)}.md")
         return f"(dry run) reply {len(self.replies)} on #{number}"

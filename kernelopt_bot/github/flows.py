@@ -1,34 +1,39 @@
 """What the bot does for a pull request and for a ``/kernelopt`` command.
 
 Both end in :func:`publish_pr_results`: one sticky report comment, and a follow-up PR from
-``kernelopt/pr-<N>`` into the PR's head branch when something verified (closed with a comment
-when a later run verifies nothing).
+``kernelopt/pr-<N>`` when something verified (closed with a comment when a later run verifies
+nothing). For a same-repository PR the follow-up is built on the PR's head commit and targets its
+branch; for a fork PR it is built on the base branch's head commit as the API reports it and
+targets the base branch: a fork's commit is never pushed into the base repository, and the
+follow-up adds only ``kernelopt/`` files.
 
-A command runs in three stages that a workflow can put in three jobs, so the job that runs PR
-code on the GPU runner holds no write token:
+Stages, so that the job running PR code holds no token and the job holding one runs no PR code:
 
-* ``ack``: parse, check who asked (bots, non-PRs and users without write permission are refused),
-  react with eyes, and record the PR's head SHA from the API;
-* ``run``: refuse if the PR head moved since the ack (a fork could push new code after a
-  maintainer looked), else run the pipeline and write a results folder;
-* ``publish``: report from the results folder (comment, follow-up PR, reply, rocket/confused).
+* ``ack`` (commands only): parse; check who asked (bots, non-PRs and users without write
+  permission get nothing posted, not even a reaction); then react with eyes and pin the commit:
+  the SHA the command names (required on fork PRs, and it must be the head), else the head now.
+* ``run``: no GitHub access at all. Checks that the checkout is the pinned (or event) commit,
+  reads changed files and the base branch's config from local git, runs, writes a results folder.
+* ``publish``: derives the PR, its head, base and fork-ness from the event payload and the API,
+  never from the results folder, which it re-validates (:mod:`kernelopt_bot.github.trusted`).
 
-``stage="all"`` runs the three in one process (same-repo setups and local dry runs).
+``stage="all"`` runs them in one process (local dry runs and single-job setups); the publish
+part still reads the results back through the same validation.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kernelopt_bot.config import KerneloptConfig
+from kernelopt_bot.config import KerneloptConfig, llm_change_note, with_base_llm
+from kernelopt_bot.errors import BadInputError
+from kernelopt_bot.github import checkout
 from kernelopt_bot.github.affected import affected_targets
 from kernelopt_bot.github.commands import HELP, Command, CommandError, authorize, parse_command
-from kernelopt_bot.github.dryrun import git
 from kernelopt_bot.github.events import IssueCommentEvent, PullRequestEvent
 from kernelopt_bot.github.gateway import Gateway, ProposalRef, PullInfo
 from kernelopt_bot.github.proposal import (
@@ -66,6 +71,15 @@ class Failure:
     detail: str | None = None
 
 
+class NoGateway:
+    """The run stage's gateway: any use is a bug, because the run stage holds no token."""
+
+    dry_run = False
+
+    def __getattr__(self, name: str) -> Any:
+        raise RuntimeError(f"the run stage has no GitHub access (it asked for {name!r})")
+
+
 @dataclass
 class BotContext:
     cfg: KerneloptConfig
@@ -101,11 +115,10 @@ def _failures(ctx: BotContext, outcomes: list[JobOutcome]) -> list[Failure]:
     for o in outcomes:
         if not o.failed:
             continue
-        tb = o.out_dir / "traceback.txt"
         out.append(Failure(
             message=f"target {o.job.name} ({o.job.dtype}) failed: {o.result.error or 'unknown error'}",
             file=ctx.config_path, line=ctx.cfg.target_lines.get(o.job.name),
-            detail=tb.read_text() if tb.is_file() else o.result.error))
+            detail=o.traceback or o.result.error))
     return out
 
 
@@ -140,8 +153,21 @@ def _outputs(ctx: BotContext, rows: list[dict[str, Any]], proposal: ProposalRef 
     }
 
 
-def publish_pr_results(ctx: BotContext, pull: PullInfo, outcomes: list[JobOutcome], *,
-                       affected: dict[str, str], trigger: str) -> BotOutcome:
+def _proposal_base(gw: Gateway, pull: PullInfo, head_sha: str) -> tuple[str, str] | None:
+    """(parent commit, target branch) of the follow-up PR; None when the base branch is gone.
+
+    Same repository: the commit that ran, which is already in the repository, into the PR's branch.
+    Fork: the base branch's head from the API, into the base branch; the fork's commit stays out.
+    """
+    if not pull.is_fork:
+        return head_sha, pull.head_ref
+    parent = gw.branch_sha(pull.base_ref)
+    return (parent, pull.base_ref) if parent else None
+
+
+def publish_pr_results(ctx: BotContext, pull: PullInfo, head_sha: str, outcomes: list[JobOutcome], *,
+                       affected: dict[str, str], trigger: str, notes: list[str] | None = None) -> BotOutcome:
+    """Publish validated outcomes for ``pull`` (from the API) at ``head_sha`` (the commit that ran)."""
     cfg, gw = ctx.cfg, ctx.gateway
     rows = [result_row(o.result, why=affected.get(o.job.name, "")) for o in outcomes]
     branch = pr_branch(pull.number)
@@ -160,10 +186,13 @@ def publish_pr_results(ctx: BotContext, pull: PullInfo, outcomes: list[JobOutcom
                     carried[pack_file(t.name)] = text
 
     proposal_ref: ProposalRef | None
-    if (packs or carried) and pull.is_fork:
-        proposal_ref = ProposalRef("skipped", note="this PR comes from a fork, so no follow-up PR can target its "
-                                   "branch; the packs are in this workflow run's artifacts")
+    base = _proposal_base(gw, pull, head_sha) if (packs or carried) else None
+    if (packs or carried) and base is None:
+        proposal_ref = ProposalRef("skipped", note=f"the base branch {pull.base_ref} was not found, so no follow-up "
+                                   "PR was opened; the packs are in this workflow run's artifacts")
     elif packs or carried:
+        assert base is not None
+        parent, into = base
         files = {**carried, **proposal_files(packs)}
         verified_rows = [r for r, o in zip(rows, outcomes, strict=True) if o.job.name in packs]
         names = sorted(set(packs) | {Path(p).stem for p in carried})
@@ -176,12 +205,12 @@ def publish_pr_results(ctx: BotContext, pull: PullInfo, outcomes: list[JobOutcom
         if best is not None:
             title += f" ({best['speedup']:.2f}x on {best['name']})"
         body = render("pr_body.md.j2", **base_context(
-            verified_rows, pr_number=pull.number, head_sha=pull.head_sha, base_branch=pull.head_ref,
+            verified_rows, pr_number=pull.number, head_sha=head_sha, base_branch=into,
             files=sorted(files), activation=activation_lines(names),
             reproduce=_reproduce([o for o in outcomes if o.job.name in packs])))
         proposal = Proposal(
-            branch=branch, base=pull.head_ref, parent_sha=pull.head_sha, files=files, title=title, body=body,
-            commit_message=f"kernelopt: packs for #{pull.number} at {pull.head_sha[:12]}\n\n"
+            branch=branch, base=into, parent_sha=parent, files=files, title=title, body=body,
+            commit_message=f"kernelopt: packs for #{pull.number} at {head_sha[:12]}\n\n"
                            + "\n".join(f"- {p}" for p in sorted(files)),
             draft=cfg.publish.draft, labels=list(cfg.publish.labels), reviewers=list(cfg.publish.reviewers))
         proposal_ref = gw.publish_proposal(proposal, max_open=cfg.publish.max_open_proposals)
@@ -190,7 +219,7 @@ def publish_pr_results(ctx: BotContext, pull: PullInfo, outcomes: list[JobOutcom
                                    "an earlier follow-up PR (if any) is left as it was")
     else:
         why = _nothing_verified_reason(outcomes)
-        comment = (f"{PROPOSAL_MARKER}\nClosing: the kernelopt run on #{pull.number} at {pull.head_sha[:12]} "
+        comment = (f"{PROPOSAL_MARKER}\nClosing: the kernelopt run on #{pull.number} at {head_sha[:12]} "
                    f"verified no kernel replacement ({md(why, 800)}), so there is nothing left to propose. "
                    "A later run that verifies something reopens a proposal from the same branch.")
         closed = gw.close_proposal(branch, comment)
@@ -200,8 +229,8 @@ def publish_pr_results(ctx: BotContext, pull: PullInfo, outcomes: list[JobOutcom
                      else None, "action": proposal_ref.action, "note": proposal_ref.note,
                      "files": None}
     comment_body = render("comment.md.j2", **base_context(
-        rows, head_sha=pull.head_sha, trigger=trigger, proposal=proposal_view, affected=affected,
-        run_url=ctx.run_url, note=""))
+        rows, head_sha=head_sha, trigger=trigger, proposal=proposal_view, affected=affected,
+        run_url=ctx.run_url, note="", notes=list(notes or [])))
     comment_url = gw.upsert_sticky(pull.number, REPORT_MARKER, comment_body)
 
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
@@ -209,7 +238,7 @@ def publish_pr_results(ctx: BotContext, pull: PullInfo, outcomes: list[JobOutcom
     if proposal_view["url"]:
         links.append(("follow-up PR", proposal_view["url"]))
     summary = render("summary.md.j2", **base_context(
-        rows, title=f"PR #{pull.number} at {pull.head_sha[:12]}", links=links,
+        rows, title=f"PR #{pull.number} at {head_sha[:12]}", links=links,
         note=proposal_ref.note if proposal_ref.note else ""))
     report_path = ctx.out_dir / "report.md"
     report_path.write_text(summary, encoding="utf-8")
@@ -217,33 +246,88 @@ def publish_pr_results(ctx: BotContext, pull: PullInfo, outcomes: list[JobOutcom
                       failures=failures, message=f"reported on #{pull.number}: {comment_url}")
 
 
+def _checked(ctx: BotContext, results_dir: Path) -> list[JobOutcome]:
+    """The run stage's results, re-validated. Source replacements from a run of PR code are refused."""
+    return load_outcomes([results_dir], cfg=ctx.cfg, allow_source=False)
+
+
+def _llm_notes(ctx: BotContext, base_ref: str, head_sha: str) -> list[str]:
+    """A note when the PR changes the llm section; both files read through the API (or the dry run)."""
+    gw = ctx.gateway
+    note = llm_change_note(gw.read_file(ctx.config_path, ref=base_ref), gw.read_file(ctx.config_path, ref=head_sha),
+                           ctx.config_path)
+    return [note] if note else []
+
+
+def _base_config_from_git(ctx: BotContext, base_sha: str) -> str | None:
+    """The base commit's config text from the local checkout (the run stage has no API access)."""
+    if not checkout.has_commit(ctx.repo_root, base_sha):
+        raise BadInputError(f"the base commit {base_sha[:12] or '(none)'} is not in the checkout at {ctx.repo_root}: "
+                            "check out with fetch-depth: 0 (the base branch's config decides where the LLM key goes)")
+    return checkout.file_at(ctx.repo_root, base_sha, ctx.config_path)
+
+
+def _nothing(message: str, title: str) -> BotOutcome:
+    return BotOutcome(message=message, summary=render("summary.md.j2", **base_context(
+        [], title=title, links=[], note=message)),
+        outputs={"speedup": "", "verified-kernels": "0", "pr-url": "", "report-path": ""})
+
+
 # --- pull_request ---------------------------------------------------------------------------------
 
 
-def run_pull_request(ctx: BotContext, ev: PullRequestEvent) -> BotOutcome:
+def run_pull_request(ctx: BotContext, ev: PullRequestEvent, *, stage: str = "all",
+                     results: Path | None = None) -> BotOutcome:
     if ev.action not in PR_ACTIONS:
         return BotOutcome(message=f"pull_request {ev.action}: nothing to do", summary="")
     if ev.is_fork:
-        note = (f"PR #{ev.number} comes from a fork ({ev.head_repo}); fork PRs run only through a "
-                "`/kernelopt run` comment from a maintainer")
-        return BotOutcome(message=note, summary=render("summary.md.j2", **base_context(
-            [], title=f"PR #{ev.number}", links=[], note=note)))
-    pull = PullInfo(number=ev.number, head_sha=ev.head_sha, head_ref=ev.head_ref, head_repo=ev.head_repo,
-                    base_ref=ev.base_ref, base_repo=ev.repo.full_name)
-    changed = ctx.gateway.changed_files(ev.number, ev.base_sha, ev.head_sha)
+        return _nothing(f"PR #{ev.number} comes from a fork ({ev.head_repo}); fork PRs run only through a "
+                        "`/kernelopt run sha=<commit>` comment from a maintainer", f"PR #{ev.number}")
+    if stage == "ack":
+        raise BadInputError("--stage ack is for /kernelopt commands; a pull_request has run and publish stages")
+    if stage == "publish":
+        return _publish_pull_request(ctx, ev, results or ctx.results_dir)
+    if stage == "run":
+        local = checkout.head_sha(ctx.repo_root)
+        if local != ev.head_sha:
+            raise BadInputError(f"the checkout at {ctx.repo_root} is at {local or 'no git commit'}, not the PR head "
+                                f"{ev.head_sha}; check out the event's head SHA")
+        changed = checkout.changed_files(ctx.repo_root, ev.base_sha, ev.head_sha)
+        base_text = _base_config_from_git(ctx, ev.base_sha)
+    else:
+        changed = ctx.gateway.changed_files(ev.number, ev.base_sha, ev.head_sha)
+        base_text = ctx.gateway.read_file(ctx.config_path, ref=ev.base_sha or ev.base_ref)
     if changed is None:
-        affected = {t.name: "changed files unknown (dry run without git history)" for t in ctx.cfg.active_targets()}
+        affected = {t.name: "changed files unknown (no git history)" for t in ctx.cfg.active_targets()}
     else:
         affected = affected_targets(ctx.cfg, changed, ctx.repo_root, ctx.config_path)
     if not affected:
         note = f"no target is affected by the {len(changed or [])} changed file(s) of PR #{ev.number}"
         ctx.log(note)
-        return BotOutcome(message=note, summary=render("summary.md.j2", **base_context(
-            [], title=f"PR #{ev.number} at {ev.head_sha[:12]}", links=[], note=note)),
-            outputs={"speedup": "", "verified-kernels": "0", "pr-url": "", "report-path": ""})
-    targets = [t for t in ctx.cfg.active_targets() if t.name in affected]
-    outcomes = run_jobs(ctx.runner, make_jobs(ctx.cfg, targets), ctx.results_dir, log=ctx.log)
-    return publish_pr_results(ctx, pull, outcomes, affected=affected, trigger=f"a push to #{ev.number}")
+        return _nothing(note, f"PR #{ev.number} at {ev.head_sha[:12]}")
+    run_cfg = with_base_llm(ctx.cfg, base_text, f"{ctx.config_path} at the base commit")
+    targets = [t for t in run_cfg.active_targets() if t.name in affected]
+    run_jobs(ctx.runner, make_jobs(run_cfg, targets), ctx.results_dir, log=ctx.log)
+    if stage == "run":
+        return BotOutcome(outputs={"status": "ran"}, message=f"run stage: {len(targets)} target(s) ran")
+    return _publish_pull_request(ctx, ev, ctx.results_dir, affected=affected)
+
+
+def _publish_pull_request(ctx: BotContext, ev: PullRequestEvent, results_dir: Path, *,
+                          affected: dict[str, str] | None = None) -> BotOutcome:
+    pull = ctx.gateway.pull(ev.number)
+    if pull.is_fork:
+        return _nothing(f"PR #{ev.number} comes from a fork according to the API; nothing is published for it "
+                        "without a maintainer's command", f"PR #{ev.number}")
+    if not ctx.gateway.dry_run and pull.head_sha != ev.head_sha:
+        return _nothing(f"PR #{ev.number} moved on to {pull.head_sha[:12]} since {ev.head_sha[:12]} ran; the run for "
+                        "the new head publishes", f"PR #{ev.number} at {ev.head_sha[:12]}")
+    outcomes = _checked(ctx, results_dir)
+    if not outcomes:
+        return _nothing(f"no results to publish for PR #{ev.number}", f"PR #{ev.number} at {ev.head_sha[:12]}")
+    return publish_pr_results(ctx, pull, ev.head_sha, outcomes, affected=affected or {},
+                              trigger=f"a push to #{ev.number}",
+                              notes=_llm_notes(ctx, pull.base_sha or pull.base_ref, ev.head_sha))
 
 
 # --- issue_comment --------------------------------------------------------------------------------
@@ -257,19 +341,22 @@ class Ack:
     reason: str = ""
     command: Command | None = None
     pull: PullInfo | None = None
+    sha: str = ""
 
     def outputs(self) -> dict[str, str]:
         return {
             "run": "true" if self.kind == "run" else "false",
-            "sha": self.pull.head_sha if self.pull else "",
+            "sha": self.sha,
             "pr": str(self.pull.number) if self.pull else "",
             "fork": "true" if self.pull and self.pull.is_fork else "false",
+            "base-sha": self.pull.base_sha if self.pull and self.kind == "run" else "",
         }
 
 
 def _reply(gw: Gateway, ev: IssueCommentEvent, text: str) -> None:
+    """The bot's one reply to this comment (found and edited on a re-run). Only for authorized users."""
     quote = f"> {md(ev.body.strip().splitlines()[0] if ev.body.strip() else '', 200)}\n\n"
-    gw.reply(ev.number, f"{quote}&#64;{md(ev.login, 60)} {text}")
+    gw.reply(ev.number, f"{quote}&#64;{md(ev.login, 60)} {text}", key=str(ev.comment_id))
 
 
 def command_ack(ctx: BotContext, ev: IssueCommentEvent) -> Ack:
@@ -286,12 +373,11 @@ def command_ack(ctx: BotContext, ev: IssueCommentEvent) -> Ack:
     cheap = authorize(on_pull_request=ev.on_pull_request, from_bot=ev.from_bot, action=ev.action, permission="write")
     if not cheap.allowed:
         return Ack("ignored", cheap.reason)
-    gw.react(ev.number, ev.comment_id, "eyes")
+    # Who asked comes first: someone without write access gets nothing posted, not even a reaction.
     decision = authorize(on_pull_request=True, from_bot=False, action="created", permission=gw.permission(ev.login))
     if not decision.allowed:
-        _reply(gw, ev, f"not run: {md(decision.reason)}.")
-        gw.react(ev.number, ev.comment_id, "confused")
         return Ack("refused", decision.reason)
+    gw.react(ev.number, ev.comment_id, "eyes")
     if cmd_error is not None or cmd is None:
         _reply(gw, ev, f"I could not read that command: {md(cmd_error)}.\n\n{HELP}")
         gw.react(ev.number, ev.comment_id, "confused")
@@ -315,79 +401,87 @@ def command_ack(ctx: BotContext, ev: IssueCommentEvent) -> Ack:
         gw.react(ev.number, ev.comment_id, "confused")
         return Ack("refused", "unknown targets", cmd)
     pull = gw.pull(ev.number)
-    if pull.state != "open":
-        _reply(gw, ev, "not run: the pull request is not open.")
+    refusal = pin_refusal(cmd, pull)
+    if refusal:
+        _reply(gw, ev, f"not run: {refusal}")
         gw.react(ev.number, ev.comment_id, "confused")
-        return Ack("refused", "pull request not open", cmd, pull)
-    ctx.log(f"/kernelopt run on #{ev.number}: pinned to head {pull.head_sha}")
-    return Ack("run", "", cmd, pull)
+        return Ack("refused", refusal, cmd, pull)
+    sha = cmd.sha or pull.head_sha
+    ctx.log(f"/kernelopt run on #{ev.number}: pinned to {sha}")
+    return Ack("run", "", cmd, pull, sha)
 
 
-def _local_head(root: Path) -> str | None:
-    out = git(root, "rev-parse", "HEAD")
-    return out.strip() if out else None
+def pin_refusal(cmd: Command, pull: PullInfo) -> str | None:
+    """Why a run command must not run, or None. The commit that runs is the one the maintainer meant.
+
+    A fork's author can push between the comment and the moment the bot reads the PR, and GitHub
+    records no push time the author cannot forge (commit dates are theirs to write), so on a fork
+    PR the command must name the commit: the maintainer names what they reviewed and only that
+    runs. A named SHA must be the head when the bot reads it (that is the commit the workflow
+    checks out and the one a report is about). A same-repository PR is pushed by people with write
+    access, whose pushes already run through the pull_request workflow, so there the head at ack
+    time is run when no SHA is named.
+    """
+    if pull.state != "open":
+        return "the pull request is not open."
+    if cmd.sha is None and pull.is_fork:
+        return ("this PR comes from a fork, so the command must name the commit to run: "
+                "`/kernelopt run sha=<the full 40-character SHA of the commit you reviewed>`.")
+    if cmd.sha is not None and cmd.sha != pull.head_sha:
+        return (f"the PR head is {pull.head_sha[:12]}, not the named {cmd.sha[:12]}; review the new head and "
+                "name it in a new command.")
+    return None
 
 
-def command_run(ctx: BotContext, ev: IssueCommentEvent, pinned_sha: str) -> dict[str, Any]:
-    """Run stage: check the pin, run the pipeline, write ``results/context.json``. Never publishes."""
+def command_run(ctx: BotContext, ev: IssueCommentEvent, pinned_sha: str, base_text: str | None, *,
+                strict_checkout: bool) -> dict[str, Any]:
+    """Run stage: the checkout must be the pinned commit; run; write the results folder. No API."""
     cmd = parse_command(ev.body)
     if cmd is None or cmd.verb != "run":
         raise CommandError("the comment holds no /kernelopt run command")
+    local = checkout.head_sha(ctx.repo_root)
+    if (local is not None or strict_checkout) and local != pinned_sha:
+        raise BadInputError(f"the checkout is at {(local or 'no git commit')[:12]}, not at the commanded "
+                            f"{pinned_sha[:12]}; only the pinned commit is run")
     ctx.results_dir.mkdir(parents=True, exist_ok=True)
-    pull = ctx.gateway.pull(ev.number)
-    context: dict[str, Any] = {"pr": ev.number, "pinned_sha": pinned_sha, "pull": asdict(pull),
-                               "command": asdict(cmd), "login": ev.login}
-    refusal = None
-    if pull.head_sha != pinned_sha:
-        refusal = (f"the PR head moved from {pinned_sha[:12]} to {pull.head_sha[:12]} after the command was "
-                   "given; only the commit a maintainer saw is run. Comment `/kernelopt run` again to run the new head")
-    elif pull.state != "open":
-        refusal = "the pull request was closed"
-    else:
-        local = _local_head(ctx.repo_root)
-        if local is not None and local != pinned_sha and not ctx.gateway.dry_run:
-            refusal = f"the checkout is at {local[:12]}, not at the commanded {pinned_sha[:12]}"
-    if refusal:
-        context.update(status="refused", reason=refusal)
-    else:
-        names = set(cmd.targets)
-        targets = [t for t in ctx.cfg.targets if t.name in names] if names else ctx.cfg.active_targets()
-        run_jobs(ctx.runner, make_jobs(ctx.cfg, targets, budget=cmd.budget, gamma=cmd.gamma), ctx.results_dir,
-                 log=ctx.log)
-        context.update(status="ran", targets=sorted(t.name for t in targets))
-    (ctx.results_dir / "context.json").write_text(json.dumps(context, indent=2) + "\n")
-    return context
+    run_cfg = with_base_llm(ctx.cfg, base_text, f"{ctx.config_path} at the base commit")
+    names = set(cmd.targets)
+    targets = [t for t in run_cfg.targets if t.name in names] if names else run_cfg.active_targets()
+    run_jobs(ctx.runner, make_jobs(run_cfg, targets, budget=cmd.budget, gamma=cmd.gamma), ctx.results_dir,
+             log=ctx.log)
+    return {"status": "ran", "targets": sorted(t.name for t in targets)}
 
 
-def command_publish(ctx: BotContext, ev: IssueCommentEvent, results_dir: Path) -> BotOutcome:
+def command_publish(ctx: BotContext, ev: IssueCommentEvent, results_dir: Path, pinned_sha: str) -> BotOutcome:
+    """Publish stage: the PR from the API, the commit from the ack stage, results re-validated."""
     gw = ctx.gateway
-    try:
-        context = json.loads((results_dir / "context.json").read_text())
-    except (OSError, ValueError):
+    cmd = parse_command(ev.body)
+    if cmd is None or cmd.verb != "run":
+        raise CommandError("the comment holds no /kernelopt run command")
+    pull = gw.pull(ev.number)
+    outcomes = _checked(ctx, results_dir)
+    if cmd.targets:
+        outcomes = [o for o in outcomes if o.job.name in cmd.targets]
+    if not outcomes:
         _reply(gw, ev, "the run produced no results (see the workflow log).")
         gw.react(ev.number, ev.comment_id, "confused")
         return BotOutcome(exit_code=1, message=f"no results in {results_dir}")
-    if context.get("status") != "ran":
-        reason = str(context.get("reason") or "refused")
-        _reply(gw, ev, f"not run: {md(reason, 500)}.")
-        gw.react(ev.number, ev.comment_id, "confused")
-        return BotOutcome(message=f"refused: {reason}", summary=render("summary.md.j2", **base_context(
-            [], title=f"/kernelopt run on #{ev.number}", links=[], note=f"refused: {reason}")),
-            outputs={"speedup": "", "verified-kernels": "0", "pr-url": "", "report-path": ""})
-    pull = PullInfo(**context["pull"])
-    outcomes = [o for o in load_outcomes([results_dir])]
-    names = context.get("targets") or []
+    notes = _llm_notes(ctx, pull.base_sha or pull.base_ref, pinned_sha)
+    if pull.head_sha != pinned_sha:
+        notes.append(f"The PR head has moved to {pull.head_sha[:12]} since the command; this report is for "
+                     f"{pinned_sha[:12]}, the commit the command ran.")
     try:
-        outcome = publish_pr_results(ctx, pull, outcomes, affected={n: "named in the command" for n in names},
-                                     trigger=f"/kernelopt run by {ev.login}")
+        outcome = publish_pr_results(ctx, pull, pinned_sha, outcomes,
+                                     affected={o.job.name: "named in the command" for o in outcomes},
+                                     trigger=f"/kernelopt run by {ev.login}", notes=notes)
     except Exception:
         try:
             gw.react(ev.number, ev.comment_id, "confused")
         except Exception as exc:  # noqa: BLE001 - the original error is the one to report
             ctx.log(f"could not add the confused reaction: {exc}")
         raise
-    all_failed = bool(outcomes) and all(o.failed for o in outcomes)
-    done = (f"ran {len(outcomes)} target run(s) at {pull.head_sha[:12]}: {outcome.outputs['verified-kernels']} "
+    all_failed = all(o.failed for o in outcomes)
+    done = (f"ran {len(outcomes)} target run(s) at {pinned_sha[:12]}: {outcome.outputs['verified-kernels']} "
             f"verified kernel(s)")
     if outcome.outputs.get("speedup"):
         done += f", geometric-mean speedup {outcome.outputs['speedup']}x"
@@ -401,18 +495,24 @@ def command_publish(ctx: BotContext, ev: IssueCommentEvent, results_dir: Path) -
 
 
 def run_issue_comment(ctx: BotContext, ev: IssueCommentEvent, *, stage: str = "all",
-                      pinned_sha: str | None = None, results: Path | None = None) -> BotOutcome:
+                      pinned_sha: str | None = None, base_sha: str | None = None,
+                      results: Path | None = None) -> BotOutcome:
     if stage in ("all", "ack"):
         ack = command_ack(ctx, ev)
         ctx.log(f"command: {ack.kind}" + (f" ({ack.reason})" if ack.reason else ""))
         if stage == "ack" or ack.kind != "run":
             return BotOutcome(outputs=ack.outputs(), message=f"{ack.kind}: {ack.reason}".rstrip(": "))
         assert ack.pull is not None
-        pinned_sha = ack.pull.head_sha
-    if stage in ("all", "run"):
-        if not pinned_sha:
-            raise CommandError("the run stage needs --pinned-sha (the head SHA recorded by the ack stage)")
-        context = command_run(ctx, ev, pinned_sha)
-        if stage == "run":
-            return BotOutcome(outputs={"status": context["status"]}, message=f"run stage: {context['status']}")
-    return command_publish(ctx, ev, results or ctx.results_dir)
+        pinned_sha = ack.sha
+        base_text = ctx.gateway.read_file(ctx.config_path, ref=ack.pull.base_sha or ack.pull.base_ref)
+        command_run(ctx, ev, pinned_sha, base_text, strict_checkout=False)
+        return command_publish(ctx, ev, ctx.results_dir, pinned_sha)
+    if not pinned_sha or not checkout.SHA_RE.match(pinned_sha):
+        raise BadInputError(f"the {stage} stage needs --pinned-sha (the 40-character SHA the ack stage pinned)")
+    if stage == "run":
+        if not base_sha:
+            raise BadInputError("the run stage needs --base-sha (the base commit the ack stage read): the base "
+                                "branch's config decides where the LLM key goes")
+        context = command_run(ctx, ev, pinned_sha, _base_config_from_git(ctx, base_sha), strict_checkout=True)
+        return BotOutcome(outputs={"status": context["status"]}, message=f"run stage: {context['status']}")
+    return command_publish(ctx, ev, results or ctx.results_dir, pinned_sha)

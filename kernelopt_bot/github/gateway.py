@@ -4,9 +4,15 @@ Everything the flows need from GitHub goes through the :class:`Gateway` protocol
 flow runs against the REST API (:class:`GitHubGateway`) or records what it would do
 (:class:`kernelopt_bot.github.dryrun.DryRunGateway`).
 
-Order of a proposal, so an API error never leaves a half-made PR: tree, commit, then the ref is
-created or force-moved, and only then is the PR created or edited. A failure before the PR step
-leaves at most a branch that the next run force-moves; a failure at the PR step leaves no PR.
+Publishing is ordered and idempotent. A proposal is: tree, commit, then the ref is created or
+force-moved, then the PR is found by its head branch and edited, or created. The report comment
+and command replies are found by their hidden marker and edited, or created; closing finds the
+open PR, finds-or-creates the closing comment, then closes. Each step is a find-or-create that
+is retried as a whole on a 5xx or a dropped connection (a write that reached GitHub before the
+error is found on the retry, not made twice), and whatever a failed run left (a branch without a
+PR, a PR without a report, a PR left open) is what the next run's find-or-create repairs. The
+HTTP layer itself retries only reads and rate limits; never a write.
+
 Every API error becomes a :class:`GitHubAPIError` naming the step and the cause (server error,
 rate limit with its reset time, not found, forbidden), which the CLI prints as one line and
 exits non-zero with.
@@ -17,14 +23,21 @@ from __future__ import annotations
 import base64
 import contextlib
 import datetime as dt
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from kernelopt_bot.errors import KerneloptError
 from kernelopt_bot.github.proposal import Proposal
 
 BRANCH_PREFIX = "kernelopt/"
+T = TypeVar("T")
+
+
+def reply_marker(key: str) -> str:
+    """The hidden marker of the bot's reply to one command comment (one reply per comment)."""
+    return f"<!-- kernelopt:reply {key} -->"
 
 
 class GitHubAPIError(KerneloptError):
@@ -42,6 +55,7 @@ class PullInfo:
     base_ref: str
     base_repo: str
     state: str = "open"
+    base_sha: str = ""
 
     @property
     def is_fork(self) -> bool:
@@ -69,7 +83,7 @@ class Gateway(Protocol):
     def branch_sha(self, branch: str) -> str | None: ...
     def read_file(self, path: str, ref: str) -> str | None: ...
     def react(self, number: int, comment_id: int, content: str) -> None: ...
-    def reply(self, number: int, body: str) -> str: ...
+    def reply(self, number: int, body: str, key: str) -> str: ...
     def upsert_sticky(self, number: int, marker: str, body: str) -> str: ...
     def find_sticky(self, number: int, marker: str) -> str | None: ...
     def find_proposal(self, branch: str) -> ProposalRef | None: ...
@@ -136,9 +150,11 @@ def connect(token: str, repository: str, api_url: str | None = None, *, retries:
     retry: Any = None
     if retries:
         try:  # a rate limit that resets in an hour fails now instead of sleeping the job away
-            retry = GithubRetry(total=retries, backoff_factor=1.0, max_rate_limit_wait=60)
+            retry = GithubRetry(total=retries, backoff_factor=1.0, max_rate_limit_wait=60, status_forcelist=[],
+                                allowed_methods=frozenset({"GET", "HEAD"}))
         except TypeError:  # PyGithub before max_rate_limit_wait
-            retry = GithubRetry(total=retries, backoff_factor=1.0)
+            retry = GithubRetry(total=retries, backoff_factor=1.0, status_forcelist=[],
+                                allowed_methods=frozenset({"GET", "HEAD"}))
     gh = Github(auth=Auth.Token(token), retry=retry, timeout=30, **kwargs)
     with api_step(f"read repository {repository}"):
         return gh.get_repo(repository)
@@ -149,20 +165,43 @@ class GitHubGateway:
 
     dry_run = False
 
-    def __init__(self, repo: Any, bot_login: str | None = None) -> None:
+    def __init__(self, repo: Any, bot_login: str | None = None, *, retries: int = 3, backoff: float = 1.0) -> None:
         self.repo = repo
+        self.retries = max(0, retries)
+        self.backoff = backoff
         self.owner = repo.full_name.split("/", 1)[0]
         # Whose comments may be the sticky report: bots (GITHUB_TOKEN, Apps) and, with a personal
         # token, that account. Anyone can paste the marker into a comment; we never edit theirs.
         self.bot_login = bot_login
 
+    def _retried(self, step: str, fn: Callable[[], T], after: str = "") -> T:
+        """Run one idempotent find-or-create step; again on a 5xx or a dropped connection."""
+        from github import GithubException
+
+        attempt = 0
+        while True:
+            try:
+                with api_step(step, after):
+                    return fn()
+            except GitHubAPIError as exc:
+                cause = exc.__cause__
+                transient = (isinstance(cause, GithubException) and (cause.status or 0) >= 500) or (
+                    cause is not None and not isinstance(cause, GithubException))
+                if not transient or attempt >= self.retries:
+                    raise
+                attempt += 1
+                time.sleep(self.backoff * 2 ** (attempt - 1))
+
     # --- reads ---------------------------------------------------------------------------------
     def pull(self, number: int) -> PullInfo:
-        with api_step(f"read pull request #{number}"):
+        def read() -> PullInfo:
             pr = self.repo.get_pull(number)
             head_repo = pr.head.repo.full_name if pr.head.repo is not None else "(deleted fork)"
             return PullInfo(number=pr.number, head_sha=pr.head.sha, head_ref=pr.head.ref, head_repo=head_repo,
-                            base_ref=pr.base.ref, base_repo=self.repo.full_name, state=pr.state)
+                            base_ref=pr.base.ref, base_repo=self.repo.full_name, state=pr.state,
+                            base_sha=str(pr.base.sha or ""))
+
+        return self._retried(f"read pull request #{number}", read)
 
     def changed_files(self, number: int, base_sha: str = "", head_sha: str = "") -> list[str]:
         with api_step(f"list the files of pull request #{number}"):
@@ -210,12 +249,14 @@ class GitHubGateway:
 
     # --- comments and reactions ------------------------------------------------------------------
     def react(self, number: int, comment_id: int, content: str) -> None:
-        with api_step(f"add a {content} reaction to comment {comment_id}"):
-            self.repo.get_issue(number).get_comment(comment_id).create_reaction(content)
+        # GitHub answers an existing reaction of the same user and kind with 200: a retry adds nothing.
+        self._retried(f"add a {content} reaction to comment {comment_id}",
+                      lambda: self.repo.get_issue(number).get_comment(comment_id).create_reaction(content))
 
-    def reply(self, number: int, body: str) -> str:
-        with api_step(f"comment on #{number}"):
-            return str(self.repo.get_issue(number).create_comment(body).html_url)
+    def reply(self, number: int, body: str, key: str) -> str:
+        """The bot's one reply to command comment ``key``: edited on a re-run, never posted twice."""
+        marker = reply_marker(key)
+        return self.upsert_sticky(number, marker, f"{marker}\n{body}")
 
     def _find_comment(self, number: int, marker: str) -> Any:
         issue = self.repo.get_issue(number)
@@ -227,17 +268,22 @@ class GitHubGateway:
         return issue, None
 
     def find_sticky(self, number: int, marker: str) -> str | None:
-        with api_step(f"read the comments of #{number}"):
+        def find() -> str | None:
             _, c = self._find_comment(number, marker)
             return str(c.html_url) if c is not None else None
 
+        return self._retried(f"read the comments of #{number}", find)
+
     def upsert_sticky(self, number: int, marker: str, body: str) -> str:
-        with api_step(f"create or update the report comment on #{number}"):
+        def upsert() -> str:
             issue, c = self._find_comment(number, marker)
             if c is not None:
-                c.edit(body)
+                if c.body != body:
+                    c.edit(body)
                 return str(c.html_url)
             return str(issue.create_comment(body).html_url)
+
+        return self._retried(f"create or update the comment {marker} on #{number}", upsert)
 
     # --- proposals ---------------------------------------------------------------------------------
     def _open_pull(self, branch: str) -> Any:
@@ -245,13 +291,15 @@ class GitHubGateway:
         return next(iter(pulls), None)
 
     def find_proposal(self, branch: str) -> ProposalRef | None:
-        with api_step(f"look for the open PR from {branch}"):
+        def find() -> ProposalRef | None:
             pr = self._open_pull(branch)
             return ProposalRef("open", pr.number, pr.html_url, pr.head.sha) if pr is not None else None
 
+        return self._retried(f"look for the open PR from {branch}", find)
+
     def open_proposals(self) -> int:
-        with api_step("count open kernelopt PRs"):
-            return sum(1 for p in self.repo.get_pulls(state="open") if p.head.ref.startswith(BRANCH_PREFIX))
+        return self._retried("count open kernelopt PRs", lambda: sum(
+            1 for p in self.repo.get_pulls(state="open") if p.head.ref.startswith(BRANCH_PREFIX)))
 
     def _commit(self, parent_sha: str, files: dict[str, str | None], message: str, *,
                 base_tree: bool = True) -> str:
@@ -284,25 +332,31 @@ class GitHubGateway:
 
     def publish_proposal(self, proposal: Proposal, *, max_open: int) -> ProposalRef:
         br = proposal.branch
-        with api_step(f"look for the open PR from {br}"):
-            existing = self._open_pull(br)
+        existing = self._retried(f"look for the open PR from {br}", lambda: self._open_pull(br))
         if existing is None and max_open >= 0:
             count = self.open_proposals()
             if count >= max_open:
                 return ProposalRef("skipped", note=f"{count} kernelopt PRs are open (publish.max_open_proposals "
                                                    f"is {max_open}); close one or raise the limit")
-        with api_step(f"create the commit for {br}"):
-            sha = self._commit(proposal.parent_sha, proposal.files, proposal.commit_message)
-        with api_step(f"move branch {br} to {sha[:12]}"):
-            self._move_ref(br, sha)
-        after = f" (branch {br} points at {sha[:12]}; no pull request was opened; re-run to retry)"
-        if existing is not None:
-            with api_step(f"update PR #{existing.number}", f" (branch {br} points at {sha[:12]})"):
-                existing.edit(title=proposal.title, body=proposal.body)
-                return ProposalRef("updated", existing.number, existing.html_url, sha)
-        with api_step(f"open the PR from {br} into {proposal.base}", after):
+        sha = self._retried(f"create the commit for {br}",
+                            lambda: self._commit(proposal.parent_sha, proposal.files, proposal.commit_message))
+        self._retried(f"move branch {br} to {sha[:12]}", lambda: self._move_ref(br, sha))
+        after = f" (branch {br} points at {sha[:12]}; the next run opens or updates its PR)"
+        created: list[bool] = []
+
+        def pull_request() -> Any:
+            pr = self._open_pull(br)  # found again on a retry: a create that reached GitHub is not repeated
+            if pr is not None:
+                pr.edit(title=proposal.title, body=proposal.body)
+                return pr
             pr = self.repo.create_pull(base=proposal.base, head=br, title=proposal.title, body=proposal.body,
                                        draft=proposal.draft)
+            created.append(True)
+            return pr
+
+        pr = self._retried(f"open or update the PR from {br} into {proposal.base}", pull_request, after)
+        if existing is not None or not created:
+            return ProposalRef("updated", pr.number, pr.html_url, sha)
         # Labels and reviewers are niceties: the PR is whole without them.
         note = ""
         try:
@@ -315,18 +369,29 @@ class GitHubGateway:
         return ProposalRef("created", pr.number, pr.html_url, sha, note=note)
 
     def close_proposal(self, branch: str, comment: str) -> ProposalRef | None:
-        with api_step(f"close the PR from {branch}"):
+        """Close the open PR from ``branch`` with one closing comment (found, not repeated, on a re-run)."""
+        marker = comment.splitlines()[0] if comment else ""
+
+        def close() -> ProposalRef | None:
             pr = self._open_pull(branch)
             if pr is None:
                 return None
-            pr.create_issue_comment(comment)
+            _, c = self._find_comment(pr.number, marker) if marker.startswith("<!--") else (None, None)
+            if c is None:
+                pr.create_issue_comment(comment)
+            elif c.body != comment:
+                c.edit(comment)
             pr.edit(state="closed")
             return ProposalRef("closed", pr.number, pr.html_url)
 
+        return self._retried(f"close the PR from {branch}", close)
+
     def commit_files(self, branch: str, files: dict[str, str | None], message: str) -> str:
         """A commit on ``branch`` (created as a root commit if absent) holding ``files``."""
-        with api_step(f"write {', '.join(sorted(files))} on {branch}"):
+        def write() -> str:
             parent = self.branch_sha(branch) or ""
             sha = self._commit(parent, files, message)
             self._move_ref(branch, sha)
             return sha
+
+        return self._retried(f"write {', '.join(sorted(files))} on {branch}", write)

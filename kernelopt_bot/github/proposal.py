@@ -55,6 +55,16 @@ class Proposal:
     labels: list[str] = field(default_factory=list)
     reviewers: list[str] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        # A proposal adds the bot's own files and nothing else: no path outside kernelopt/ can be
+        # written into the repository through it, whatever a results folder claimed.
+        for path in self.files:
+            parts = path.split("/")
+            if not path.startswith("kernelopt/") or ".." in parts or "" in parts or "\\" in path:
+                raise ValueError(f"a proposal may only write under kernelopt/, not {path!r}")
+        if not self.branch.startswith("kernelopt/"):
+            raise ValueError(f"a proposal branch must be under kernelopt/, not {self.branch!r}")
+
     def to_json(self) -> dict[str, Any]:
         return {
             "branch": self.branch, "base": self.base, "parent_sha": self.parent_sha,
@@ -65,14 +75,10 @@ class Proposal:
 
 
 def load_pack(outcome: JobOutcome) -> KernelPack | None:
-    """The outcome's pack if the run was ok and verified at least one replacement."""
-    if outcome.failed or outcome.pack_path is None:
+    """The outcome's validated pack if the run was ok and verified at least one replacement."""
+    if outcome.failed or outcome.pack is None:
         return None
-    try:
-        pack = KernelPack.load(outcome.pack_path)
-    except PackError:
-        return None
-    return pack if len(pack) else None
+    return outcome.pack if len(outcome.pack) else None
 
 
 def merged_packs(outcomes: Iterable[JobOutcome]) -> dict[str, KernelPack]:

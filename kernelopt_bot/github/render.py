@@ -172,6 +172,7 @@ def base_context(rows: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
         "report_marker": REPORT_MARKER,
         "proposal_marker": PROPOSAL_MARKER,
         "sweep_marker": SWEEP_MARKER,
+        "notes": [],
     }
     ctx.update(extra)
     return ctx

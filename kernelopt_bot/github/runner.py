@@ -28,6 +28,7 @@ from typing import Any, Protocol
 
 from kernelopt_bot.config import KerneloptConfig, TargetConfig
 from kernelopt_bot.result import RunResult
+from kernelopt_bot.stitch.pack import KernelPack
 
 
 @dataclass(frozen=True)
@@ -97,14 +98,14 @@ def make_jobs(cfg: KerneloptConfig, targets: Iterable[TargetConfig], *, budget: 
 
 @dataclass
 class JobOutcome:
+    """One job's result. ``pack`` is set only on outcomes read back through :func:`load_outcomes`
+    (validated); publishing takes packs from there, never from a file path."""
+
     job: TargetJob
     result: RunResult
     out_dir: Path
-
-    @property
-    def pack_path(self) -> Path | None:
-        p = self.out_dir / "pack.json"
-        return p if p.is_file() else None
+    pack: KernelPack | None = None
+    traceback: str | None = None
 
     @property
     def failed(self) -> bool:
@@ -144,22 +145,19 @@ def run_jobs(runner: PipelineRunner, jobs: Iterable[TargetJob], results_dir: Pat
     return outcomes
 
 
-def load_outcomes(dirs: Iterable[Path]) -> list[JobOutcome]:
-    """Every result under the given directories (searched recursively), in a stable order."""
-    found: dict[str, JobOutcome] = {}
-    for d in dirs:
-        for rj in sorted(Path(d).rglob("result.json")):
-            out = rj.parent
-            try:
-                result = RunResult.load(rj)
-            except (ValueError, OSError, TypeError) as exc:
-                result = RunResult(target=str(out), name=out.name, device="?", dtype="?", status="failed",
-                                   error=f"unreadable result.json: {exc}")
-            job_file = out / "job.json"
-            job: TargetJob
-            try:
-                job = TargetJob(**json.loads(job_file.read_text()))
-            except (OSError, ValueError, TypeError):
-                job = TargetJob(name=result.name, entry=result.target, dtype=result.dtype, device=result.device)
-            found[job.slug] = JobOutcome(job, result, out)
-    return [found[k] for k in sorted(found)]
+def load_outcomes(dirs: Iterable[Path], *, cfg: KerneloptConfig | None = None,
+                  allow_source: bool = True) -> list[JobOutcome]:
+    """Every result under ``dirs``, re-validated (:mod:`kernelopt_bot.github.trusted`), in a stable order.
+
+    ``allow_source=False`` for results of a run of PR code: source replacements are rejected.
+    The job is rebuilt from the folder name and the trusted config, never read from ``job.json``.
+    """
+    from kernelopt_bot.github.trusted import check_results
+
+    outcomes = []
+    for c in check_results(list(dirs), cfg=cfg, allow_source=allow_source):
+        target = cfg.target(c.name) if cfg is not None else None
+        job = TargetJob(name=c.name, entry=c.result.target, dtype=c.dtype,
+                        device=None if target is None or target.device == "auto" else target.device)
+        outcomes.append(JobOutcome(job, c.result, Path(), pack=c.pack, traceback=c.traceback))
+    return outcomes

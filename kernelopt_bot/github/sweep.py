@@ -224,8 +224,8 @@ def history_entry(outcomes: list[JobOutcome], sha: str) -> dict[str, Any]:
     targets = {}
     for o in outcomes:
         keys: list[str] = []
-        if not o.failed and o.pack_path is not None:
-            keys = sorted(pack_keys(o.pack_path.read_text()))
+        if not o.failed and o.pack is not None:
+            keys = sorted(o.pack.entries)
         targets[o.job.slug] = {"status": o.result.status, "speedup": o.result.speedup,
                                "verified": o.result.verified_kernels, "keys": keys}
     return {"time": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "sha": sha,
@@ -332,7 +332,7 @@ def decide(cfg: KerneloptConfig, outcomes: list[JobOutcome], current: dict[str, 
 
 def merge(cfg: KerneloptConfig, dirs: list[Path], gateway: Gateway, *, history_text: str | None,
           head_sha: str) -> MergeResult:
-    outcomes = load_outcomes(dirs)
+    outcomes = load_outcomes(dirs, cfg=cfg, allow_source=True)  # shards run the default branch's code
     shards = sum(1 for d in dirs for _ in Path(d).rglob("shard-*-of-*.json")) or len(dirs)
     history = parse_history(history_text)
     prev = previous(history)

@@ -1,16 +1,54 @@
-"""Child processes that run generated code: scrubbed environment, resource limits, deadlines.
+"""The one way untrusted code is started: an isolated child process holding no secret.
 
-Kernel candidates are untrusted code. They run in a child process whose environment holds no
-secrets (tokens, keys, LLM and GitHub variables), with a wall-clock deadline enforced by the
-parent; a crash or hang of the child is a result, never a crash of the tool.
+Model code from a PR and every kernel candidate run in a child started by :func:`spawn_isolated`:
+
+* its environment is built from an allowlist (:func:`child_environment`), never inherited, so no
+  token or key is in it, not even at exec (``/proc/<pid>/environ`` shows the environment a
+  process was started with, whatever it pops later);
+* it inherits no file descriptor but its channel (and the standard streams);
+* it leads its own session and process group, so a deadline kills everything it started;
+* it runs under an isolation wrapper chosen once per run (:func:`choose_isolation`): ``bwrap``
+  when present, else ``unshare`` with user, PID, network and mount namespaces (``/proc`` shows only
+  the child's own processes, there is no network, and the child is uid 65534 without capabilities),
+  else none, with one warning: then only the scrubbed environment and the non-dumpable parent stand
+  between the child and the secrets of processes of the same user, and a child running as root can
+  still read them.
+
+Trusted processes (the CLI, the bot, the engine) call :func:`protect_this_process` so that a
+same-user child can read neither their memory nor their ``/proc/<pid>/environ``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
+import functools
+import getpass
+import io
 import os
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+import pickle
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from kernelopt_bot.errors import KerneloptError
+
+ISOLATION_ENV = "KERNELOPT_ISOLATION"  # auto | namespace | none; the CLI's --isolation sets it
+ISOLATION_CHOICES = ("auto", "namespace", "none")
+# Set by the parent for the engine, which already runs in the run's namespaces: its own children
+# get namespaces of their own where they nest (``unshare`` does, ``bwrap`` does not), else share
+# the engine's ("inherited": no network, no secret, no process outside the run visible).
+NESTED = "nested"
+CHILD_MODULE = "kernelopt_bot.harness.child"
 
 SECRET_PATTERNS = (
     "*_TOKEN",
@@ -18,12 +56,28 @@ SECRET_PATTERNS = (
     "*_SECRET",
     "*_SECRETS",
     "*_PASSWORD",
+    "*_CREDENTIALS",
     "OPENAI_*",
     "GITHUB_*",
     "ACTIONS_*",
     "AWS_*",
-    "KERNELOPT_LLM_API_KEY",
+    "KERNELOPT_LLM_API_KEY*",
+    "KERNELOPT_LLM_BASE_URL",  # the engine talks to the LLM only through the trusted parent's proxy
 )
+
+# Variables a child gets from the parent's environment (exact names), and prefixes of families.
+ALLOWED_NAMES = frozenset({
+    "PATH", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "LC_NUMERIC", "TZ", "TERM", "NO_COLOR", "COLUMNS",
+    "PYTHONUNBUFFERED", "PYTHONHASHSEED", "PYTHONDONTWRITEBYTECODE", "PYTHONWARNINGS", "VIRTUAL_ENV",
+    "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "CUDA_PATH", "CUDA_LAUNCH_BLOCKING", "CUDA_MODULE_LOADING",
+    "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "LD_LIBRARY_PATH",
+    "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+})
+ALLOWED_PREFIXES = ("KERNELOPT_", "TRITON_", "TORCHINDUCTOR_", "TORCH_", "PYTORCH_", "NCCL_")
+
+
+class IsolationUnavailable(KerneloptError):
+    """``--isolation namespace`` was asked for and no namespace tool works here."""
 
 
 def is_secret(name: str) -> bool:
@@ -31,20 +85,314 @@ def is_secret(name: str) -> bool:
     return any(fnmatch.fnmatchcase(upper, p) for p in SECRET_PATTERNS)
 
 
-def scrubbed(environ: Mapping[str, str]) -> dict[str, str]:
-    """A copy of ``environ`` without anything that looks like a secret."""
-    return {k: v for k, v in environ.items() if not is_secret(k)}
+def child_environment(home: str | os.PathLike[str], extra: Mapping[str, str] | None = None,
+                      environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The whole environment of an isolated child: allowlisted names of ``environ`` (default
+    ``os.environ``) that are not secrets, a private ``HOME``/``TMPDIR``, the caches the parent
+    would use (so compiled kernels and roofline numbers survive the private ``HOME``), the
+    parent's ``sys.path`` and the isolation mode, then ``extra``."""
+    source = os.environ if environ is None else environ
+    env = {k: v for k, v in source.items()
+           if (k in ALLOWED_NAMES or k.startswith(ALLOWED_PREFIXES)) and not is_secret(k)}
+    env["HOME"] = str(home)
+    env.setdefault("PATH", os.defpath)
+    env.setdefault("TRITON_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".triton", "cache"))
+    env.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(tempfile.gettempdir(), "torchinductor_" + _user()))
+    env.setdefault("KERNELOPT_CACHE_DIR", os.path.join(
+        source.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "kernelopt"))
+    env["TMPDIR"] = str(home)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))
+    env[ISOLATION_ENV] = isolation_mode(source)
+    env.update(extra or {})
+    return env
 
 
-@contextmanager
-def scrubbed_environ() -> Iterator[None]:
-    """Remove secrets from ``os.environ`` while a child process is being started.
-
-    ``multiprocessing`` children inherit ``os.environ`` at start; the parent's values come back
-    afterwards.
-    """
-    removed = {k: os.environ.pop(k) for k in list(os.environ) if is_secret(k)}
+def _user() -> str:
     try:
-        yield
+        return "".join(c if c.isalnum() or c in "-_" else "_" for c in getpass.getuser())
+    except (KeyError, OSError):
+        return str(os.getuid())
+
+
+# --- the isolation wrapper ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Isolation:
+    """How isolated children are wrapped: ``method`` is ``bwrap``, ``unshare`` or ``none``."""
+
+    method: str
+    prefix: tuple[str, ...]
+
+    def command(self, argv: Sequence[str], *, writable: Sequence[str] = ()) -> list[str]:
+        """``argv`` wrapped; under ``bwrap`` (read-only root) the ``writable`` folders are bound
+        writable (the others see every folder as it is)."""
+        if self.method != "bwrap":
+            return [*self.prefix, *argv]
+        binds = [arg for path in dict.fromkeys(writable) if os.path.isdir(path) for arg in ("--bind", path, path)]
+        return [*self.prefix, *binds, "--", *argv]
+
+
+_UNSHARE = ("unshare", "--user", "--map-user=65534", "--map-group=65534", "--pid", "--fork", "--kill-child",
+            "--mount-proc", "--net")
+
+
+def _bwrap_prefix(binary: str) -> tuple[str, ...]:
+    # Read-only root (the target and the code stay readable wherever they are), private /proc and
+    # /dev (the GPU's device nodes bound in), no network, new user/PID/IPC/UTS namespaces, killed
+    # with its parent. The child's private home (its TMPDIR), the compiler caches and the
+    # caller's folders (the run's output and store) are bound writable by Isolation.command.
+    gpu_nodes: list[str] = []
+    for node in sorted(Path("/dev").glob("nvidia*")):
+        gpu_nodes += ["--dev-bind", str(node), str(node)]
+    return (binary, "--unshare-all", "--die-with-parent", "--new-session", "--ro-bind", "/", "/",
+            "--proc", "/proc", "--dev", "/dev", *gpu_nodes,
+            "--uid", "65534", "--gid", "65534", "--cap-drop", "ALL")
+
+
+def isolation_mode(environ: Mapping[str, str] | None = None) -> str:
+    """The requested mode: ``KERNELOPT_ISOLATION`` (set by ``--isolation``), default ``auto``."""
+    mode = (os.environ if environ is None else environ).get(ISOLATION_ENV, "auto").strip().lower() or "auto"
+    if mode not in (*ISOLATION_CHOICES, NESTED):
+        raise IsolationUnavailable(f"{ISOLATION_ENV}={mode!r}: expected one of {', '.join(ISOLATION_CHOICES)}")
+    return mode
+
+
+def _works(argv: Sequence[str]) -> bool:
+    try:
+        return subprocess.run([*argv, "true"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, timeout=30, check=False).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+@functools.cache
+def _probe() -> Isolation | None:
+    """The strongest wrapper that really starts a process here (tried once per process)."""
+    bwrap = shutil.which("bwrap")
+    if bwrap and _works([*_bwrap_prefix(bwrap), "--"]):
+        return Isolation("bwrap", _bwrap_prefix(bwrap))
+    unshare = shutil.which("unshare")
+    if unshare and _works([unshare, *_UNSHARE[1:]]):
+        return Isolation("unshare", (unshare, *_UNSHARE[1:]))
+    return None
+
+
+_WARNED = False
+
+
+def choose_isolation(mode: str | None = None) -> Isolation:
+    """The wrapper for ``mode`` (default: :func:`isolation_mode`); ``namespace`` fails closed."""
+    global _WARNED
+    mode = mode or isolation_mode()
+    if mode == "none":
+        return Isolation("none", ())
+    found = _probe()
+    if found is not None:
+        return found
+    if mode == NESTED:
+        return Isolation("inherited", ())
+    if mode == "namespace":
+        raise IsolationUnavailable(
+            "--isolation namespace: neither bwrap nor unshare can create user, PID and network namespaces "
+            "here (install bubblewrap, or allow unprivileged user namespaces); refusing to run untrusted code")
+    if not _WARNED:
+        _WARNED = True
+        warnings.warn("kernelopt: no namespace tool works here (bwrap, unshare): untrusted code runs without "
+                      "namespaces, protected only by a scrubbed environment and a non-dumpable parent; a "
+                      "child running as root can still read other processes' secrets", stacklevel=2)
+    return Isolation("none", ())
+
+
+def isolation_method() -> str:
+    """Which wrapper this run's untrusted children get: ``bwrap``, ``unshare`` or ``none`` (in the
+    engine also ``inherited``: the engine's own namespaces)."""
+    return choose_isolation().method
+
+
+# --- protecting trusted processes ----------------------------------------------------------------
+
+PR_SET_DUMPABLE = 4
+
+
+def protect_this_process() -> None:
+    """Make this process non-dumpable: a child of the same user can then read neither its memory
+    nor its ``/proc/<pid>/environ``, and cannot ptrace it (Linux only; a no-op elsewhere)."""
+    if not sys.platform.startswith("linux"):
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+
+
+# --- the channel ---------------------------------------------------------------------------------
+
+
+class Channel:
+    """Length-prefixed pickles over a socket, read with an allowlist of what may be rebuilt.
+
+    The other end may be untrusted (an engine running PR code, a candidate's child): a plain
+    unpickler would let it run any function here. :class:`_SafeUnpickler` rebuilds only plain
+    data, tensors (sent as dtype, shape and bytes, never as shared-memory handles), torch
+    dtypes/devices/sizes, numpy scalars and arrays, and the dataclasses and enums of this package.
+    """
+
+    def __init__(self, fd: int) -> None:
+        self._conn = Connection(fd)
+
+    def send(self, obj: object) -> None:
+        buffer = io.BytesIO()
+        _TensorPickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
+        self._conn.send_bytes(buffer.getvalue())
+
+    def recv(self) -> Any:
+        data = self._conn.recv_bytes()
+        try:
+            return _SafeUnpickler(io.BytesIO(data)).load()
+        except pickle.UnpicklingError as exc:
+            raise OSError(f"unreadable message from the other process: {exc}") from exc
+
+    def poll(self, timeout: float = 0.0) -> bool:
+        return self._conn.poll(timeout)
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+def _rebuild_tensor(dtype: str, shape: tuple[int, ...], data: bytes) -> Any:
+    import torch
+
+    dt = getattr(torch, dtype)
+    if not isinstance(dt, torch.dtype):
+        raise pickle.UnpicklingError(f"not a dtype: {dtype!r}")
+    if not data:
+        return torch.empty(shape, dtype=dt)
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8).view(dt).reshape(shape)
+
+
+class _TensorPickler(pickle.Pickler):
+    def reducer_override(self, obj: Any) -> Any:
+        torch = sys.modules.get("torch")
+        if torch is not None and isinstance(obj, torch.Tensor):
+            flat = obj.detach().cpu().contiguous()
+            data = flat.reshape(-1).view(torch.uint8).numpy().tobytes() if flat.numel() else b""
+            return _rebuild_tensor, (str(flat.dtype).removeprefix("torch."), tuple(flat.shape), data)
+        return NotImplemented
+
+
+_SAFE_BUILTINS = frozenset({"set", "frozenset", "slice", "complex", "range", "bytearray", "bytes", "str", "int",
+                            "float", "list", "dict", "tuple", "bool", "object"})
+_SAFE_GLOBALS = frozenset({
+    ("collections", "OrderedDict"), ("collections", "deque"), ("copyreg", "_reconstructor"),
+    ("copyreg", "__newobj__"), ("kernelopt_bot.harness.isolation", "_rebuild_tensor"), ("torch", "Size"),
+    ("torch", "device"), ("numpy", "dtype"), ("numpy", "ndarray"), ("numpy.core.multiarray", "scalar"),
+    ("numpy._core.multiarray", "scalar"), ("numpy.core.multiarray", "_reconstruct"),
+    ("numpy._core.multiarray", "_reconstruct"), ("pathlib", "PosixPath"), ("pathlib", "Path"),
+    ("torch.torch_version", "TorchVersion"),
+})
+
+
+class _SafeUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        if (module == "builtins" and name in _SAFE_BUILTINS) or (module, name) in _SAFE_GLOBALS:
+            return super().find_class(module, name)
+        if module == "torch":
+            value = super().find_class(module, name)
+            if type(value).__name__ == "dtype":
+                return value
+        if module.startswith("kernelopt_bot.") and "." not in name:
+            import dataclasses
+            import enum
+
+            value = super().find_class(module, name)
+            if isinstance(value, type) and (dataclasses.is_dataclass(value) or issubclass(value, enum.Enum)):
+                return value
+        raise pickle.UnpicklingError(f"refusing to rebuild {module}.{name}")
+
+
+# --- spawning ----------------------------------------------------------------------------------
+
+
+class IsolatedProcess:
+    """A running isolated child and its :class:`Channel`, ``conn``."""
+
+    def __init__(self, popen: subprocess.Popen[bytes], conn: Channel, home: str) -> None:
+        self.popen, self.conn, self._home = popen, conn, home
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def wait(self, timeout: float) -> int | None:
+        try:
+            return self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def kill(self) -> None:
+        """Kill the child's whole process group (it and everything it started)."""
+        with contextlib.suppress(OSError):
+            os.killpg(self.popen.pid, signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            self.popen.kill()
+        self.wait(10)
+
+    def close(self) -> None:
+        self.kill()
+        with contextlib.suppress(OSError):
+            self.conn.close()
+        shutil.rmtree(self._home, ignore_errors=True)
+
+
+def spawn_isolated(entry: str, *args: object, extra_env: Mapping[str, str] | None = None,
+                   writable: Sequence[str | os.PathLike[str]] = (), isolation: Isolation | None = None,
+                   name: str = "kernelopt-child") -> IsolatedProcess:
+    """Start ``entry(conn, *args)`` (a module-level function by import path) in an isolated child.
+
+    The child (:mod:`kernelopt_bot.harness.child`) receives ``(entry, args)`` over its channel,
+    then the function talks over the same channel. ``writable``: folders the child writes besides
+    its private home, the working directory and the compiler caches (a read-only root under
+    ``bwrap``). Raises :class:`IsolationUnavailable` when ``namespace`` isolation was required and
+    is not available, ``OSError`` when the child cannot be started.
+    """
+    protect_this_process()
+    wrapper = isolation or choose_isolation()
+    home = tempfile.mkdtemp(prefix=f"{name}-")
+    os.chmod(home, 0o700)
+    ours, theirs = socket.socketpair()
+    try:
+        fd = theirs.fileno()
+        env = child_environment(home, extra_env)
+        caches = [env[k] for k in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "KERNELOPT_CACHE_DIR")]
+        for cache in caches:
+            with contextlib.suppress(OSError):
+                os.makedirs(cache, exist_ok=True)
+        argv = [sys.executable, "-m", CHILD_MODULE, str(fd)]
+        popen = subprocess.Popen(
+            wrapper.command(argv, writable=[home, os.getcwd(), *caches, *map(os.fspath, writable)]),
+            env=env, stdin=subprocess.DEVNULL, pass_fds=(fd,), close_fds=True, start_new_session=True)
+    except BaseException:
+        ours.close()
+        shutil.rmtree(home, ignore_errors=True)
+        raise
     finally:
-        os.environ.update(removed)
+        theirs.close()
+    conn = Channel(ours.detach())
+    child = IsolatedProcess(popen, conn, home)
+    with contextlib.suppress(OSError, ValueError):  # a child that died at once shows when read
+        conn.send((entry, args))
+    return child
+
+
+def describe_exit(code: int | None) -> str:
+    """A child's exit status in words; ``bwrap`` reports a child killed by signal N as 128 + N."""
+    if code is None:
+        return "no exit code"
+    signum = -code if code < 0 else code - 128 if code > 128 else 0
+    if signum:
+        try:
+            return f"killed by {signal.Signals(signum).name}"
+        except ValueError:
+            return f"signal {signum}" if code < 0 else f"exit code {code}"
+    return f"exit code {code}"

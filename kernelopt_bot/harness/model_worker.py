@@ -3,8 +3,9 @@
 Every end-to-end comparison (baseline against packed, baseline against baseline) runs each arm in
 its own process: a clean ``torch.compile`` for the baseline, ``install(pack)`` then
 ``torch.compile`` for the packed arm. Nothing compiled for one arm can leak into the other
-through Dynamo's or Inductor's in-process caches, the packed arm runs candidate code with a
-scrubbed environment, and a crash or hang of an arm is reported, not inherited. The parent asks
+through Dynamo's or Inductor's in-process caches, every arm (model code from a PR, candidate
+code) runs isolated (:func:`kernelopt_bot.harness.isolation.spawn_isolated`: no secrets, own
+namespaces where the machine allows), and a crash or hang of an arm is reported, not inherited. The parent asks
 the arms in turn, so only one uses the GPU at a time.
 """
 
@@ -12,14 +13,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import multiprocessing as mp
 import traceback
 from dataclasses import dataclass, field
-from multiprocessing.connection import Connection
 from typing import Any
 
 from kernelopt_bot.errors import KerneloptError
-from kernelopt_bot.harness.isolation import scrubbed_environ
+from kernelopt_bot.harness.isolation import Channel, describe_exit, spawn_isolated
 
 
 class WorkerError(KerneloptError):
@@ -55,7 +54,7 @@ def flatten_outputs(out: Any, device: str = "cpu") -> list[Any]:
     return []
 
 
-def _serve(spec: WorkerSpec, conn: Connection) -> None:
+def _serve(spec: WorkerSpec, conn: Channel) -> None:
     import torch
 
     from kernelopt_bot.compile.capture import compile_fresh, prepare_device
@@ -94,7 +93,7 @@ def _serve(spec: WorkerSpec, conn: Connection) -> None:
                 conn.send(("error", f"unknown request {op!r}"))
 
 
-def worker_main(spec: WorkerSpec, conn: Connection) -> None:
+def worker_main(conn: Channel, spec: WorkerSpec) -> None:
     """Child entry point: serve requests until told to quit; report any failure and exit."""
     try:
         _serve(spec, conn)
@@ -112,13 +111,12 @@ class ModelWorker:
     def __init__(self, spec: WorkerSpec, *, start_timeout_s: float = 900.0) -> None:
         self.spec = spec
         self.start_timeout_s = start_timeout_s
-        ctx = mp.get_context("spawn")
-        self._conn, child = ctx.Pipe()
-        self._proc = ctx.Process(target=worker_main, args=(spec, child), daemon=True,
-                                 name=f"kernelopt-{spec.label}")
-        with scrubbed_environ():
-            self._proc.start()
-        child.close()
+        try:
+            self._proc = spawn_isolated("kernelopt_bot.harness.model_worker.worker_main", spec,
+                                        name=f"kernelopt-{spec.label}")
+        except OSError as exc:
+            raise WorkerError(f"{spec.label}: could not be started ({exc})") from exc
+        self._conn = self._proc.conn
         self.info: dict[str, Any] = {}
         self.ready = False  # compiled and answering (after wait_ready)
 
@@ -147,31 +145,28 @@ class ModelWorker:
         try:
             kind, payload = self._conn.recv()
         except (EOFError, OSError) as exc:
-            self._proc.join(5)
-            raise WorkerError(f"{self.spec.label}: process died during {what} "
-                              f"(exit code {self._proc.exitcode})") from exc
+            code = self._proc.wait(5)
+            raise WorkerError(f"{self.spec.label}: process died during {what} ({describe_exit(code)})") from exc
         if kind == "error":
             raise WorkerError(f"{self.spec.label}: {payload}")
         return kind, payload
 
     @property
     def alive(self) -> bool:
-        return self._proc.is_alive()
+        return self._proc.alive()
 
     def kill(self) -> None:
-        if self._proc.is_alive():
-            self._proc.kill()
-        self._proc.join(5)
+        """Kill the arm's whole process group."""
+        self._proc.kill()
 
     def close(self) -> None:
         """Ask a ready arm to quit; kill one still compiling (it reads its pipe only once ready,
         so asking would only wait out the join)."""
-        if self._proc.is_alive() and self.ready:
+        if self._proc.alive() and self.ready:
             with contextlib.suppress(OSError, ValueError):
                 self._conn.send(("quit",))
-            self._proc.join(10)
-        self.kill()
-        self._conn.close()
+            self._proc.wait(10)
+        self._proc.close()
 
     def __enter__(self) -> ModelWorker:
         return self

@@ -41,7 +41,8 @@ class LLMSearch:
     def connect(cls, llm: dict[str, Any], *, log: Callable[[str], None] = lambda _m: None) -> LLMSearch | None:
         """Settings from the run's options and the environment; bad settings mean offline only."""
         try:
-            settings = LLMSettings.from_env(base_url=llm.get("base_url"), model=llm.get("model"))
+            settings = LLMSettings.from_env(base_url=llm.get("base_url"), model=llm.get("model"),
+                                            unix_socket=llm.get("unix_socket"))
         except BadInputError as exc:
             log(f"warning: LLM agents disabled ({exc}); using the offline tuner only")
             return None

@@ -173,6 +173,8 @@ class Orchestrator:
             self.store.record_candidate(self.run_id, kernel.key, proposal.strategy, cand.label, cand.source,
                                         cand.config.to_json() if cand.config else None, verdict,
                                         _speedup(verdict), tokens=int(proposal.extra.get("tokens", 0)))
+            if verdict.infrastructure is not None:
+                return verdict  # our failure teaches nothing about the candidate
             self.store.remember(kernel.kind, self.env.gpu or self.device, proposal.note or proposal.strategy,
                                 verdict.status, _speedup(verdict), cand.label[:300], kernel_key=kernel.key)
         return verdict
@@ -204,12 +206,21 @@ class Orchestrator:
             if self.store is not None and self.device == "cuda":
                 self.store.cache_negative(*self._cache_key(kernel), outcome.detail, self.run_id)
             return
-        statuses = Counter(v.status for _, v in tried)
+        statuses = Counter(_shown_status(v) for _, v in tried)
         outcome.status = "no candidate accepted"
         outcome.detail = "; ".join(f"{n} {s}" for s, n in statuses.most_common())
-        # Only a GPU verdict is final: without one, performance was never measured.
-        if self.store is not None and self.device == "cuda":
+        # Only a GPU verdict is final: without one, performance was never measured. A candidate
+        # our side failed to verify was not judged, so the kernel is not settled either.
+        unjudged = any(v.infrastructure is not None for _, v in tried)
+        if self.store is not None and self.device == "cuda" and not unjudged:
             self.store.cache_negative(*self._cache_key(kernel), outcome.detail, self.run_id)
+
+
+def _shown_status(verdict: Verdict) -> str:
+    """A verdict's phrase for the report: ours failing reads as not verified, never a rejection."""
+    if verdict.infrastructure is not None:
+        return f"not verified (infrastructure: {verdict.infrastructure})"
+    return verdict.status
 
 
 def _steps(seconds: dict[str, float]) -> str:

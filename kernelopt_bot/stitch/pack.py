@@ -64,6 +64,22 @@ def base_version(version: str | None) -> str:
     return "" if version is None else str(version).split("+", 1)[0].strip()
 
 
+_CONFIG_KEYS = frozenset({"kwargs", "num_warps", "num_stages"})
+# Format limits of a launch config (gate 1 checks the device-specific ones again).
+_MAX_BLOCK = 2**20  # Triton's TRITON_MAX_TENSOR_NUMEL
+_MAX_WARPS = 32
+_MAX_STAGES = 8
+
+
+def _is_int(value: Any) -> bool:
+    """An int that is not a bool: JSON ``true`` is not a count."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_power_of_two(value: Any) -> bool:
+    return _is_int(value) and value > 0 and value & (value - 1) == 0
+
+
 @dataclass(frozen=True)
 class LaunchConfig:
     """One Triton launch config: block-size constexprs plus warps and stages."""
@@ -77,20 +93,28 @@ class LaunchConfig:
 
     @classmethod
     def from_json(cls, data: Any) -> LaunchConfig:
-        if not isinstance(data, dict) or not isinstance(data.get("kwargs", {}), dict):
-            raise PackError(f"launch config must be an object with 'kwargs': {data!r}")
+        """Strict: a config comes from a pack or a candidate file, i.e. from outside, so nothing is
+        coerced (``4.9`` is not 4 warps, ``true`` is not 1 stage) and unknown keys are errors."""
+        if not isinstance(data, dict):
+            raise PackError(f"launch config must be an object, got {type(data).__name__}")
+        unknown = sorted(map(str, set(data) - _CONFIG_KEYS))
+        if unknown:
+            raise PackError(f"launch config has unknown key(s) {unknown}; allowed: {sorted(_CONFIG_KEYS)}")
         kwargs = data.get("kwargs", {})
+        if not isinstance(kwargs, dict):
+            raise PackError(f"launch config 'kwargs' must be an object, got {type(kwargs).__name__}")
         for k, v in kwargs.items():
-            if not isinstance(k, str) or not isinstance(v, int) or isinstance(v, bool):
-                raise PackError(f"launch config kwarg {k!r} must be an int, got {v!r}")
-        try:
-            return cls(
-                kwargs=dict(kwargs),
-                num_warps=int(data.get("num_warps", 4)),
-                num_stages=int(data.get("num_stages", 1)),
-            )
-        except (TypeError, ValueError) as exc:
-            raise PackError(f"bad launch config {data!r}: {exc}") from exc
+            if not (isinstance(k, str) and k.isidentifier() and not k.startswith("_")):
+                raise PackError(f"launch config kwarg name {k!r} is not a constexpr name")
+            if not _is_power_of_two(v) or v > _MAX_BLOCK:
+                raise PackError(f"launch config kwarg {k}={v!r} must be a power-of-two int <= {_MAX_BLOCK}")
+        num_warps = data.get("num_warps", 4)
+        if not _is_power_of_two(num_warps) or num_warps > _MAX_WARPS:
+            raise PackError(f"launch config num_warps={num_warps!r} must be a power-of-two int <= {_MAX_WARPS}")
+        num_stages = data.get("num_stages", 1)
+        if not (_is_int(num_stages) and 1 <= num_stages <= _MAX_STAGES):
+            raise PackError(f"launch config num_stages={num_stages!r} must be an int from 1 to {_MAX_STAGES}")
+        return cls(kwargs=dict(kwargs), num_warps=num_warps, num_stages=num_stages)
 
     def describe(self) -> str:
         blocks = ", ".join(f"{k}={v}" for k, v in sorted(self.kwargs.items()))
@@ -108,6 +132,11 @@ class PackEntry:
     guard: Guard = field(default_factory=Guard)
     measured: dict[str, Any] = field(default_factory=dict)
     note: str = ""
+    # The integer (non-constexpr) launch arguments (xnumel, r0_numel, ks0, ...) the replacement
+    # was verified with, one tuple per verified launch. A dynamic-shape kernel gets the same key
+    # at every size, so the runtime uses the replacement only for launches with one of these;
+    # empty (packs written before this field): no shape guard.
+    shapes: tuple[tuple[int, ...], ...] = ()
 
     def __post_init__(self) -> None:
         if self.source is None and self.config is None:
@@ -122,6 +151,7 @@ class PackEntry:
             "guard": asdict(self.guard),
             "measured": self.measured,
             "note": self.note,
+            "shapes": [list(s) for s in self.shapes],
         }
 
     @classmethod
@@ -145,7 +175,25 @@ class PackEntry:
             guard=Guard(**{k: None if v is None else str(v) for k, v in guard.items()}),
             measured=dict(data.get("measured") or {}),
             note=str(data.get("note") or ""),
+            shapes=_shapes(data.get("shapes"), data["key"]),
         )
+
+
+def _shapes(raw: Any, key: str) -> tuple[tuple[int, ...], ...]:
+    """A pack entry's ``shapes``: a list of lists of ints (absent: none recorded)."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or not all(
+        isinstance(row, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in row) for row in raw
+    ):
+        raise PackError(f"entry {key[:12]}: shapes must be a list of lists of integers, got {raw!r}")
+    return tuple(tuple(row) for row in raw)
+
+
+def integer_arguments(args: Any) -> tuple[int, ...]:
+    """The integer launch arguments of a kernel call (sizes such as xnumel, r0_numel, ks0): what
+    a shape guard compares. Tensors, floats and flags are not sizes."""
+    return tuple(int(a) for a in args if isinstance(a, int) and not isinstance(a, bool))
 
 
 @dataclass

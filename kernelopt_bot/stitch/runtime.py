@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelopt_bot.stitch.keys import KernelSourceError, kernel_function_name, kernel_key
-from kernelopt_bot.stitch.pack import Guard, KernelPack, LaunchConfig, PackEntry
+from kernelopt_bot.stitch.pack import Guard, KernelPack, LaunchConfig, PackEntry, integer_arguments
 
 log = logging.getLogger("kernelopt.runtime")
 
@@ -123,37 +123,95 @@ def replacement_source(original: str, kernel_name: str, entry: PackEntry) -> str
     return source
 
 
-def rewrite(kernel_name: str, source: str, device_str: str = "cuda") -> str:
-    """Apply the installed pack to one kernel; unknown or guarded-out kernels pass unchanged."""
+def _applicable_entry(kernel_name: str, source: str, device_str: str) -> PackEntry | None:
+    """The installed pack's entry for this kernel if its guard matches this machine."""
     pack = _STATE.pack
     if pack is None or not pack.entries:
-        return source
+        return None
     try:
         key = kernel_key(source)
     except KernelSourceError:
-        return source
+        return None
     entry = pack.entries.get(key)
     if entry is None:
-        return source
+        return None
     env = running_environment(device_str)
     reason = entry.guard.mismatch(env)
     if reason is not None:
         log.info("kernelopt: not applying %s (%s)", kernel_name, reason)
         _STATE.skipped.append(SkippedReplacement(kernel_name, key, reason))
-        return source
+        return None
+    return entry
+
+
+def _replace(kernel_name: str, source: str, entry: PackEntry) -> str:
     new = replacement_source(source, kernel_name, entry)
-    _STATE.applied.append(
-        AppliedReplacement(kernel_name, key, entry.source is not None, entry.config)
-    )
+    _STATE.applied.append(AppliedReplacement(kernel_name, entry.key, entry.source is not None, entry.config))
     log.info("kernelopt: applied replacement for %s", kernel_name)
     return new
 
 
+def rewrite(kernel_name: str, source: str, device_str: str = "cuda") -> str:
+    """Apply the installed pack to one kernel; unknown or guarded-out kernels pass unchanged."""
+    entry = _applicable_entry(kernel_name, source, device_str)
+    return source if entry is None else _replace(kernel_name, source, entry)
+
+
+_DEF = re.compile(r"^def \w+\((?P<params>[^)]*)\):", re.M)
+
+
+def sizes_baked_in(source: str) -> bool:
+    """Does the kernel fix every integer parameter itself (Inductor's static-shape kernels start
+    with ``xnumel = 512``)? Then it runs at one shape only and a shape guard has nothing to add."""
+    match = _DEF.search(source)
+    if match is None:
+        return False
+    names = [p.split(":")[0].strip() for p in match["params"].split(",") if p.strip()]
+    sizes = [n for n in names if "ptr" not in n and not re.search(rf"\b{re.escape(n)}\s*:\s*tl\.constexpr", match["params"])]
+    return all(re.search(rf"^\s+{re.escape(n)} = \d+\s*$", source, re.M) for n in sizes)
+
+
+class ShapeGuardedKernel:
+    """The replacement where it was verified, the compiler's kernel everywhere else.
+
+    A dynamic-shape kernel has one key for every size; its replacement was verified only at the
+    integer launch arguments recorded in the pack entry (``shapes``), so each launch checks its
+    own and runs the compiler's kernel for any other. Everything but ``run`` is the replacement's.
+    """
+
+    def __init__(self, replacement: Any, original: Any, shapes: tuple[tuple[int, ...], ...], name: str) -> None:
+        self.replacement = replacement
+        self.original = original
+        self.shapes = frozenset(shapes)
+        self.name = name
+
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        chosen = self.replacement if integer_arguments(args) in self.shapes else self.original
+        return chosen.run(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.replacement, name)
+
+
+def _resolved(kernel: Any) -> Any:
+    """A compiled kernel, waiting for it if Inductor handed back a future."""
+    if not hasattr(kernel, "run") and callable(getattr(kernel, "result", None)):
+        return kernel.result()
+    return kernel
+
+
 def _hooked_triton(self: Any, kernel_name: str, source_code: str, *args: Any, **kwargs: Any) -> Any:
     device_str = kwargs.get("device_str", args[0] if args else "cuda")
-    new_source = rewrite(kernel_name, source_code, str(device_str))
-    assert _STATE.original is not None
-    return _STATE.original(self, kernel_name, new_source, *args, **kwargs)
+    original = _STATE.original
+    assert original is not None
+    entry = _applicable_entry(kernel_name, source_code, str(device_str))
+    if entry is None:
+        return original(self, kernel_name, source_code, *args, **kwargs)
+    replacement = original(self, kernel_name, _replace(kernel_name, source_code, entry), *args, **kwargs)
+    if not entry.shapes or sizes_baked_in(source_code):
+        return replacement
+    fallback = original(self, kernel_name, source_code, *args, **kwargs)
+    return ShapeGuardedKernel(_resolved(replacement), _resolved(fallback), entry.shapes, kernel_name)
 
 
 def clear_loaded_modules(*, dynamo: bool) -> None:

@@ -22,14 +22,21 @@ from kernelopt_bot.compile.artifact import TritonKernel
 from kernelopt_bot.compile.capture import Capture
 from kernelopt_bot.harness.arena import Arena
 from kernelopt_bot.harness.model_worker import ModelWorker, WorkerError
-from kernelopt_bot.stitch.pack import KernelPack, LaunchConfig, PackEntry, PackError
+from kernelopt_bot.stitch.pack import KernelPack, LaunchConfig, PackEntry, PackError, integer_arguments
 from kernelopt_bot.stitch.runtime import running_environment
 from kernelopt_bot.targets import dtype_name
 from kernelopt_bot.verify.correctness import DEFAULT_SEEDS, DISTRIBUTIONS
 from kernelopt_bot.verify.model import DEFAULT_MODEL_SEEDS, check_model
 from kernelopt_bot.verify.perf import DEFAULT_GAMMA, check_performance
-from kernelopt_bot.verify.result import GATE_ORDER, GateResult, StepClock, Verdict
-from kernelopt_bot.verify.sandbox import SandboxLimits, run_sandboxed
+from kernelopt_bot.verify.result import (
+    GATE_ORDER,
+    GateResult,
+    InfrastructureFailure,
+    StepClock,
+    Verdict,
+    is_infrastructure_text,
+)
+from kernelopt_bot.verify.sandbox import SandboxLimits, SandboxOutcome, run_sandboxed
 from kernelopt_bot.verify.static import DeviceLimits, check_config, check_source
 
 
@@ -80,9 +87,11 @@ def candidate_pack(capture: Capture, kernel: TritonKernel, candidate: Candidate,
                    measured: dict[str, Any] | None = None) -> KernelPack:
     """A one-entry pack that installs ``candidate`` for ``kernel`` on this machine."""
     pack = KernelPack(target=capture.target.spec, created_by="kernelopt verify")
+    # Gate 2 ran the candidate with the recorded launch's sizes only: the entry is guarded to them.
+    verified = integer_arguments(capture.recording(kernel.graph, kernel.name).args)
     pack.add(PackEntry(kernel.key, kernel.name, source=candidate.source, config=candidate.config,
                        guard=running_environment(capture.target.device), measured=measured or {},
-                       note=candidate.label))
+                       note=candidate.label, shapes=(verified,)))
     return pack
 
 
@@ -161,11 +170,14 @@ class Cascade:
                      if self.device == "cuda" else None)
         clock = StepClock(verdict.seconds)
         try:
-            outcome = run_sandboxed("kernelopt_bot.verify.jobs.kernel_job", payload, device=self.device,
-                                    limits=sandbox or opts.sandbox)
+            outcome = self._sandboxed_kernel_job(payload, sandbox or opts.sandbox)
             clock.done("sandbox")
+            if not outcome.ok and _is_infrastructure(outcome):
+                return _not_verified(verdict, outcome.reason)
             if outcome.ok:
                 verdict.seconds.update({f"sandbox {k}": v for k, v in (outcome.value.get("seconds") or {}).items()})
+            if outcome.ok and not outcome.value.get("compiled") and _is_out_of_memory(outcome.value.get("reason", "")):
+                return _not_verified(verdict, outcome.value["reason"])
             if outcome.ok and not outcome.value.get("compiled"):
                 gates.append(GateResult.fail("static", outcome.value.get("reason", "does not compile")))
                 return _finish(verdict)
@@ -179,11 +191,26 @@ class Cascade:
             if not correctness.passed:
                 return _finish(verdict)
 
-            gates.extend(self._model_and_performance(kernel, candidate, job, early_arm, clock))
+            try:
+                gates.extend(self._model_and_performance(kernel, candidate, job, early_arm, clock))
+            except InfrastructureFailure as exc:
+                return _not_verified(verdict, str(exc))
             return _finish(verdict)
         finally:
             if early_arm is not None:
                 early_arm.close()
+
+    def _sandboxed_kernel_job(self, payload: dict[str, Any], limits: SandboxLimits) -> SandboxOutcome:
+        """Gate 2's sandbox job; run once more, after freeing this process's GPU memory, when it
+        ran out of memory (the arms and the last job may have held what it needed). A deadline
+        of ours is not retried: the same deadline would pass the same way."""
+        outcome = run_sandboxed("kernelopt_bot.verify.jobs.kernel_job", payload, device=self.device,
+                                limits=limits)
+        if not outcome.ok and _is_infrastructure(outcome) and _is_out_of_memory(outcome.reason):
+            _free_memory(self.device)
+            outcome = run_sandboxed("kernelopt_bot.verify.jobs.kernel_job", payload, device=self.device,
+                                    limits=limits)
+        return outcome
 
     def _model_and_performance(self, kernel: TritonKernel, candidate: Candidate, job: dict[str, Any],
                                arm: ModelWorker | None, clock: StepClock) -> list[GateResult]:
@@ -199,7 +226,21 @@ class Cascade:
                 arm.wait_ready()
             clock.done("arm ready")
         except WorkerError as exc:
-            return [GateResult.fail("model", f"the packed model did not compile or run: {exc}")]
+            if not _is_out_of_memory(str(exc)):
+                return [GateResult.fail("model", f"the packed model did not compile or run: {exc}")]
+            # Out of memory while starting is ours (other arms, the sandbox): free what this
+            # process holds and start the arm once more before calling it infrastructure.
+            if arm is not None:
+                arm.close()
+            _free_memory(self.device)
+            try:
+                baseline, repeat = self.arena.baselines()
+                arm = self.arena.candidate(candidate_pack(self.capture, kernel, candidate))
+            except WorkerError as again:
+                if _is_out_of_memory(str(again)):
+                    raise InfrastructureFailure(f"out of memory starting the model arms: {again}") from again
+                return [GateResult.fail("model", f"the packed model did not compile or run: {again}")]
+            clock.done("arm ready")
         with arm:
             model = check_model(target, baseline, arm, kernel.name, seeds=opts.model_seeds,
                                 factor=opts.f64_factor)
@@ -246,6 +287,37 @@ class Cascade:
             roof = device_roofline()
             self._copy_gbps = roof.copy_gbps if roof else None
         return self._copy_gbps
+
+
+def _is_infrastructure(outcome: SandboxOutcome) -> bool:
+    """Did the sandbox fail on our side (our deadline, memory, a child that could not start)?
+    Until the sandbox flags it itself, a reason starting with "timed out" or saying "out of
+    memory" (CUDA's OOM inside the job included) is taken as ours."""
+    return bool(getattr(outcome, "infrastructure", False)) or is_infrastructure_text(outcome.reason)
+
+
+def _is_out_of_memory(text: str) -> bool:
+    lowered = text.lower()
+    return "out of memory" in lowered or "outofmemoryerror" in lowered
+
+
+def _free_memory(device: str) -> None:
+    """Give back what this process caches, before a retry after running out of memory."""
+    import gc
+
+    gc.collect()
+    if device == "cuda" and torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def _not_verified(verdict: Verdict, reason: str) -> Verdict:
+    """Our side failed: record why, judge nothing (every gate not yet decided is not run)."""
+    verdict.infrastructure = reason
+    ran = {g.name for g in verdict.gates}
+    for name in GATE_ORDER:
+        if name not in ran:
+            verdict.gates.append(GateResult.not_run(name, f"not run: infrastructure failure ({reason})"))
+    return verdict
 
 
 def _finish(verdict: Verdict) -> Verdict:

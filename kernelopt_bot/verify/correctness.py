@@ -3,21 +3,32 @@
 Runs inside the sandbox (:mod:`kernelopt_bot.verify.sandbox`), on fresh data laid out exactly like
 the arguments the kernel got in the model:
 
-* every trial draws new values for the kernel's inputs (several seeds, and normal, uniform, large,
-  mixed-sign and special-value distributions), so nothing can be cached between trials;
-* outputs are pre-filled with NaN (integer outputs with a sentinel), so an element the candidate
-  never writes fails;
+* every trial draws new values for the kernel's inputs (several seeds of normal, uniform, large,
+  mixed-sign and special-value inputs, and one seed of each structured distribution: all-negative,
+  all-equal and zero rows, a large common offset, per-row scales over eight orders of magnitude,
+  denormals), so nothing can be cached between trials and a kernel right only on the easy
+  patterns fails;
+* outputs are pre-filled with a pattern that changes between trials (NaN, a large finite
+  sentinel, zeros, random garbage), so an element the candidate never writes fails, and so does a
+  kernel that reads its output and is right only when it finds one particular prefill;
 * the candidate runs first; the compiler's kernel runs afterwards on fresh buffers, so the
   candidate can never read a result the reference left behind;
-* inputs the original does not mutate must come back unchanged;
-* every output and every mutated argument is compared (:mod:`kernelopt_bot.verify.tolerance`).
+* inputs the original does not mutate must come back bit-for-bit unchanged after every run;
+* every output and every mutated argument is compared (:mod:`kernelopt_bot.verify.tolerance`:
+  elementwise, on the norm, for systematic bias, and for values flushed to zero);
+* write discipline: on the CPU interpreter the first trial records which elements each program
+  stores and loads (:mod:`kernelopt_bot.compile.memory_trace`); the candidate must write only
+  what the original writes, from disjoint programs, and read no output before writing it. On a
+  GPU, where programs really run at once, the candidate runs several times on identical inputs
+  and must give bitwise-identical results (a race shows as nondeterminism).
 
-Inductor kernels are specialised to their shapes (sizes are baked into the source), so there is no
-other valid shape to try; that is reported, not hidden.
+Inductor kernels are usually specialised to their shapes; a dynamic-shape kernel is verified at
+the recorded sizes only, and its pack entry is guarded to them (:mod:`kernelopt_bot.stitch.pack`).
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,9 +38,19 @@ from kernelopt_bot.compile.artifact import TritonKernel
 from kernelopt_bot.verify.result import GateResult
 from kernelopt_bot.verify.tolerance import compare
 
-DISTRIBUTIONS = ("normal", "uniform", "large", "mixed", "special")
+BASE_DISTRIBUTIONS = ("normal", "uniform", "large", "mixed", "special")
+# Structure along each input's rows (its last dimension, or blocks of the reduction length):
+# each runs with the first seed only, the interpreter being slow.
+STRUCTURED_DISTRIBUTIONS = ("negative_rows", "equal_rows", "zero_rows", "offset", "row_scales", "denormal")
+DISTRIBUTIONS = BASE_DISTRIBUTIONS + STRUCTURED_DISTRIBUTIONS
+# Inputs built to cancel: the reference's small outputs there are rounding noise, not values.
+CANCELLING_DISTRIBUTIONS = frozenset({"equal_rows", "zero_rows", "offset"})
 DEFAULT_SEEDS = (0, 1, 2)
 INT_SENTINEL = -123_456_789
+PREFILLS = ("nan", "sentinel", "zeros", "garbage")
+FLOAT_SENTINEL = 1.0e4  # finite, representable in every float dtype, far from typical results
+REPEATS_ON_GPU = 3  # identical runs whose results must agree bitwise
+LARGE_OFFSET = 1.0e3  # breaks one-pass variance (E[x^2] - E[x]^2) in float32
 
 
 @dataclass(frozen=True)
@@ -65,10 +86,25 @@ def _storage_view(t: torch.Tensor) -> torch.Tensor:
     return torch.empty(0, dtype=t.dtype, device=t.device).set_(t.untyped_storage(), 0, (n,), (1,))
 
 
-def draw(distribution: str, n: int, gen: torch.Generator) -> torch.Tensor:
-    """``n`` float32 values from one of :data:`DISTRIBUTIONS`, reproducible, on ``gen``'s device."""
+def trial_plan(seeds: tuple[int, ...], distributions: tuple[str, ...]) -> list[tuple[int, str]]:
+    """(seed, distribution) per trial: every seed for the plain distributions, the first seed for
+    the structured ones."""
+    plain = [(seed, d) for seed in seeds for d in distributions if d not in STRUCTURED_DISTRIBUTIONS]
+    structured = [(seeds[0], d) for d in distributions if d in STRUCTURED_DISTRIBUTIONS] if seeds else []
+    return plain + structured
+
+
+def draw(distribution: str, n: int, gen: torch.Generator, *, row: int = 1,
+         dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """``n`` float32 values from one of :data:`DISTRIBUTIONS`, reproducible, on ``gen``'s device;
+    ``row`` elements make one row for the structured distributions, ``dtype`` (the tensor's)
+    sets what a denormal is."""
     dev = gen.device
     base = torch.randn(n, generator=gen, device=dev)
+    row = max(1, min(row, n))
+    rows = torch.arange(n, device=dev) // row
+    even = rows % 2 == 0
+    n_rows = int(rows[-1]) + 1 if n else 0
     if distribution == "normal":
         return base
     if distribution == "uniform":
@@ -84,17 +120,80 @@ def draw(distribution: str, n: int, gen: torch.Generator) -> torch.Tensor:
         chosen = torch.rand(n, generator=gen, device=dev) < 0.02
         pattern = specials[torch.arange(n, device=dev) % specials.numel()]
         return torch.where(chosen, pattern, base)
+    if distribution == "negative_rows":  # every other row entirely negative
+        return torch.where(even, -base.abs() - 1e-3, base)
+    if distribution == "equal_rows":  # every other row one repeated value
+        per_row = torch.randn(n_rows, generator=gen, device=dev)
+        return torch.where(even, per_row[rows], base)
+    if distribution == "zero_rows":  # every other row all zeros
+        return torch.where(even, torch.zeros_like(base), base)
+    if distribution == "offset":  # a large common offset on every element
+        return base + LARGE_OFFSET
+    if distribution == "row_scales":  # each row scaled by 1e-4 .. 1e4
+        exponents = torch.rand(n_rows, generator=gen, device=dev) * 8.0 - 4.0
+        return base * torch.pow(10.0, exponents)[rows]
+    if distribution == "denormal":  # half the elements below the dtype's smallest normal
+        tiny = torch.finfo(dtype).tiny if dtype.is_floating_point else torch.finfo(torch.float32).tiny
+        return torch.where(torch.rand(n, generator=gen, device=dev) < 0.5, base * (tiny / 4.0), base)
     raise ValueError(f"unknown distribution {distribution!r}")
 
 
+def row_length(t: torch.Tensor, reduction: int | None) -> int:
+    """Elements in one "row" of ``t``: its last dimension when that is contiguous, otherwise the
+    kernel's reduction length, otherwise 64-element blocks."""
+    if t.dim() >= 2 and t.stride(-1) == 1 and t.size(-1) > 1:
+        return int(t.size(-1))
+    if reduction:
+        return int(reduction)
+    return 64
+
+
+def reduction_length(kernel: TritonKernel, recorded: tuple[Any, ...]) -> int | None:
+    """The kernel's reduction length (``r0_numel``/``rnumel``), when it is an argument."""
+    for name, value in zip(kernel.params, recorded):
+        if name in ("r0_numel", "rnumel") and isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
+def _prefill(flat: torch.Tensor, pattern: str, gen: torch.Generator) -> None:
+    """Poison an output's whole storage with one of :data:`PREFILLS`."""
+    if flat.dtype == torch.bool:
+        flat.fill_(pattern in ("nan", "sentinel"))
+        return
+    if flat.is_floating_point():
+        if pattern == "nan":
+            flat.fill_(float("nan"))
+        elif pattern == "sentinel":
+            flat.fill_(FLOAT_SENTINEL)
+        elif pattern == "zeros":
+            flat.zero_()
+        else:
+            flat.copy_((torch.randn(flat.numel(), generator=gen, device=flat.device) * 100.0).to(flat.dtype))
+        return
+    info = torch.iinfo(flat.dtype)
+    if pattern == "zeros":
+        flat.zero_()
+    elif pattern == "garbage":
+        low, high = max(info.min, -(2**31)), min(info.max, 2**31 - 1)
+        flat.copy_(torch.randint(low, high, (flat.numel(),), generator=gen, device=flat.device).to(flat.dtype))
+    else:
+        flat.fill_(INT_SENTINEL if info.min < INT_SENTINEL else -1)
+
+
 def trial_arguments(recorded: tuple[Any, ...], roles: list[ArgRole], seed: int,
-                    distribution: str) -> tuple[Any, ...]:
-    """Fresh buffers laid out like ``recorded``: inputs drawn anew, outputs poisoned."""
+                    distribution: str, prefill: str = "nan", reduction: int | None = None) -> tuple[Any, ...]:
+    """Fresh buffers laid out like ``recorded``: inputs drawn anew, outputs poisoned with
+    ``prefill``. The same arguments give the same buffers, bit for bit."""
     from kernelopt_bot.compile.capture import snapshot
 
     device = next((a.device for a in recorded if isinstance(a, torch.Tensor)), torch.device("cpu"))
     gen = torch.Generator(device=device).manual_seed(seed * 1000 + DISTRIBUTIONS.index(distribution))
     by_index = {r.index: r for r in roles}
+    # A large common offset is what activations get; smaller inputs (weights, biases) stay
+    # ordinary, or they would swamp the result the offset is meant to strain.
+    largest = max((a.numel() for i, a in enumerate(recorded) if isinstance(a, torch.Tensor)
+                   and i in by_index and by_index[i].role in ("in", "inout")), default=0)
     out: list[Any] = []
     for i, arg in enumerate(recorded):
         if not isinstance(arg, torch.Tensor):
@@ -104,12 +203,10 @@ def trial_arguments(recorded: tuple[Any, ...], roles: list[ArgRole], seed: int,
         flat = _storage_view(fresh)
         role = by_index[i].role if i in by_index else "other"
         if role == "out":
-            if fresh.is_floating_point():
-                flat.fill_(float("nan"))
-            elif fresh.dtype != torch.bool:
-                flat.fill_(INT_SENTINEL if torch.iinfo(fresh.dtype).min < INT_SENTINEL else -1)
+            _prefill(flat, prefill, gen)
         elif role in ("in", "inout") and fresh.is_floating_point():
-            values = draw(distribution, flat.numel(), gen)
+            dist = "normal" if distribution == "offset" and fresh.numel() < largest else distribution
+            values = draw(dist, flat.numel(), gen, row=row_length(fresh, reduction), dtype=fresh.dtype)
             if fresh.dtype == torch.float16:  # keep finite values finite; specials stay special
                 values = torch.where(values.isfinite(), values.clamp(-6e4, 6e4), values)
             flat.copy_(values.to(dtype=flat.dtype))
@@ -130,34 +227,104 @@ def check_correctness(kernel: TritonKernel, recorded: tuple[Any, ...], kwargs: d
     if not compared:
         return GateResult.fail("correctness", "kernel has no output argument to compare")
     read_only = [r for r in roles if r.role == "in"]
+    reduction = reduction_length(kernel, recorded)
+    traced = device == "cpu" and os.environ.get("TRITON_INTERPRET") == "1"
     worst = 0.0
-    trials = 0
-    for seed in seeds:
-        for dist in distributions:
-            cand_args = trial_arguments(recorded, roles, seed, dist)
-            before = {r.index: cand_args[r.index].clone() for r in read_only}
-            launch_candidate(cand_args)
-            if device == "cuda":
-                torch.cuda.synchronize()
-            for r in read_only:
-                if not _same(before[r.index], cand_args[r.index]):
-                    return GateResult.fail("correctness", f"input {r.name} was modified in place "
-                                                          f"(seed {seed}, {dist} inputs)", seed=seed)
-            ref_args = trial_arguments(recorded, roles, seed, dist)  # fresh buffers, after the candidate
+    plan = trial_plan(seeds, distributions)
+    for trial, (seed, dist) in enumerate(plan):
+        prefill = PREFILLS[trial % len(PREFILLS)]
+        where = f"seed {seed}, {dist} inputs, {prefill} prefill"
+
+        def fresh(seed: int = seed, dist: str = dist, prefill: str = prefill) -> tuple[Any, ...]:
+            return trial_arguments(recorded, roles, seed, dist, prefill, reduction)
+
+        cand_args = fresh()
+        if traced and trial == 0:
+            problem = _write_discipline(roles, cand_args, fresh(), launch_candidate, launch_reference)
+            if problem is not None:
+                return GateResult.fail("correctness", f"write discipline: {problem}", seed=seed)
+            cand_args = fresh()
+        problem = _run_checked(launch_candidate, cand_args, read_only, device)
+        if problem is not None:
+            return GateResult.fail("correctness", f"{problem} ({where})", seed=seed)
+        ref_args = fresh()  # fresh buffers, after the candidate
+        launch_reference(ref_args)
+        _sync(device)
+        for r in compared:
+            result = compare(cand_args[r.index], ref_args[r.index], what=r.name,
+                             check_flush=dist not in CANCELLING_DISTRIBUTIONS)
+            if not result.ok:
+                return GateResult.fail("correctness", f"{result.reason} ({where})",
+                                       seed=seed, distribution=dist, prefill=prefill, **result.numbers)
+            worst = max(worst, float(result.numbers.get("rel_norm_err", 0.0)))
+        if device == "cuda" and trial == 0:
+            problem = _repeatable(fresh, cand_args, compared, read_only, launch_candidate, launch_reference, device)
+            if problem is not None:
+                return GateResult.fail("correctness", f"{problem} ({where})", seed=seed)
+    how = "write sets recorded in the interpreter" if traced else (
+        f"{REPEATS_ON_GPU} bitwise-identical runs" if device == "cuda" else "no write-set record")
+    return GateResult.ok("correctness", f"matched the compiler's kernel on {len(plan)} trials "
+                                        f"({len(seeds)} seeds, {len(distributions)} distributions, "
+                                        f"{len(PREFILLS)} prefills; {how}; recorded shape only)",
+                         trials=len(plan), worst_rel_norm_err=worst)
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def _run_checked(launch: Any, args: tuple[Any, ...], read_only: list[ArgRole], device: str) -> str | None:
+    """Launch once; why the read-only inputs did not come back bit-for-bit, or ``None``."""
+    before = {r.index: args[r.index].clone() for r in read_only}
+    launch(args)
+    _sync(device)
+    for r in read_only:
+        if not _same(before[r.index], args[r.index]):
+            return f"input {r.name} was modified in place"
+    return None
+
+
+def _write_discipline(roles: list[ArgRole], cand_args: tuple[Any, ...], ref_args: tuple[Any, ...],
+                      launch_candidate: Any, launch_reference: Any) -> str | None:
+    """Record both kernels' memory accesses in the interpreter and compare them."""
+    from kernelopt_bot.compile.memory_trace import recording_memory, write_discipline
+
+    outputs = {r.name for r in roles if r.role in ("out", "inout")}
+
+    def traced(launch: Any, args: tuple[Any, ...]) -> Any:
+        with recording_memory({r.name: args[r.index] for r in roles}, watch_reads=outputs) as trace:
+            launch(args)
+        return trace
+
+    candidate = traced(launch_candidate, cand_args)
+    original = traced(launch_reference, ref_args)
+    return write_discipline(original, candidate)
+
+
+def _repeatable(fresh: Any, first: tuple[Any, ...], compared: list[ArgRole], read_only: list[ArgRole],
+                launch_candidate: Any, launch_reference: Any, device: str) -> str | None:
+    """On a GPU: the candidate run again on identical inputs must give identical bits (programs
+    that race show as runs that differ), unless the compiler's kernel itself is not repeatable."""
+    for _ in range(REPEATS_ON_GPU - 1):
+        again = fresh()
+        problem = _run_checked(launch_candidate, again, read_only, device)
+        if problem is not None:
+            return problem
+        differs = next((r.name for r in compared if not _same(first[r.index], again[r.index])), None)
+        if differs is None:
+            continue
+        ref_runs = []
+        for _ in range(REPEATS_ON_GPU):
+            ref_args = fresh()
             launch_reference(ref_args)
-            if device == "cuda":
-                torch.cuda.synchronize()
-            for r in compared:
-                result = compare(cand_args[r.index], ref_args[r.index], what=r.name)
-                if not result.ok:
-                    return GateResult.fail("correctness", f"{result.reason} (seed {seed}, {dist} inputs)",
-                                           seed=seed, distribution=dist, **result.numbers)
-                worst = max(worst, float(result.numbers.get("rel_norm_err", 0.0)))
-            trials += 1
-    return GateResult.ok("correctness", f"matched the compiler's kernel on {trials} trials "
-                                        f"({len(seeds)} seeds x {len(distributions)} distributions; "
-                                        "shape-specialised kernel, one shape)",
-                         trials=trials, worst_rel_norm_err=worst)
+            _sync(device)
+            ref_runs.append(ref_args)
+        if all(_same(ref_runs[0][r.index], run[r.index]) for run in ref_runs[1:] for r in compared):
+            return (f"output {differs} differs bitwise between identical runs while the compiler's "
+                    "kernel's does not (a race between programs)")
+        return None
+    return None
 
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:

@@ -11,6 +11,19 @@ GateName = Literal["static", "correctness", "model", "performance"]
 GATE_ORDER: tuple[GateName, ...] = ("static", "correctness", "model", "performance")
 
 
+class InfrastructureFailure(Exception):
+    """Our side failed (a deadline of ours, out of memory, a process that could not start): the
+    candidate was not judged, so this is never a verdict on it."""
+
+
+def is_infrastructure_text(text: str) -> bool:
+    """Does an error text say our side failed (our deadline, out of memory) rather than the
+    candidate's code? Used where only a reason string comes back (a worker's error, a sandbox
+    outcome without its ``infrastructure`` flag)."""
+    lowered = text.lower()
+    return lowered.startswith("timed out") or "out of memory" in lowered or "outofmemoryerror" in lowered
+
+
 class StepClock:
     """Seconds per step, written into ``seconds`` as each step ends: a slow search shows which
     step was slow. With ``sent_at`` (the parent's :func:`time.time` when it started this process)
@@ -75,18 +88,27 @@ class Verdict:
     gates: list[GateResult] = field(default_factory=list)
     # Where this candidate's verification time went (seconds per step), for the run's log.
     seconds: dict[str, float] = field(default_factory=dict)
+    # Set when our side failed before the gates could decide (why, in one line): the candidate is
+    # then neither accepted nor rejected, and nothing may be cached about it.
+    infrastructure: str | None = None
 
     @property
     def accepted(self) -> bool:
-        return len(self.gates) == len(GATE_ORDER) and all(g.passed is True for g in self.gates)
+        return (self.infrastructure is None and len(self.gates) == len(GATE_ORDER)
+                and all(g.passed is True for g in self.gates))
 
     @property
     def rejected_by(self) -> GateName | None:
+        if self.infrastructure is not None:
+            return None
         return next((g.name for g in self.gates if g.passed is False), None)
 
     @property
     def status(self) -> str:
-        """One phrase for tables: accepted, rejected by a gate, or unmeasured after gates 1-3."""
+        """One phrase for tables: accepted, rejected by a gate, not verified because our side
+        failed, or unmeasured after gates 1-3."""
+        if self.infrastructure is not None:
+            return f"not verified: infrastructure failure ({self.infrastructure})"
         if self.accepted:
             return "accepted"
         if self.rejected_by:
@@ -102,6 +124,7 @@ class Verdict:
             "candidate": self.candidate,
             "accepted": self.accepted,
             "rejected_by": self.rejected_by,
+            "infrastructure": self.infrastructure,
             "status": self.status,
             "gates": [g.to_json() for g in self.gates],
         }

@@ -1,28 +1,24 @@
-"""Run one job on untrusted kernel code in a child process: scrubbed env, memory cap, deadline.
+"""Run one job on untrusted kernel code in an isolated child process: no secrets, memory cap, deadline.
 
-A job is a module-level function named by its import path plus a JSON-able payload. The child
-inherits no secrets (:mod:`kernelopt_bot.harness.isolation`), gets an address-space limit on the
-CPU interpreter (CUDA maps far more virtual memory than it uses, so there it gets a cap on the
-fraction of GPU memory instead), and is killed at the deadline. A crash, a hang, a CUDA error or an
-exception all come back as a :class:`SandboxOutcome` with ``ok=False`` and a reason; the tool itself
-never dies of a candidate.
+A job is a module-level function named by its import path plus a JSON-able payload. The child is
+started by :func:`kernelopt_bot.harness.isolation.spawn_isolated` (allowlisted environment, own
+namespaces where the machine allows, own process group), gets an address-space limit on the CPU
+interpreter (CUDA maps far more virtual memory than it uses, so there it gets a cap on the
+fraction of GPU memory instead), and its process group is killed at the deadline. A crash, a
+hang, a CUDA error or an exception all come back as a :class:`SandboxOutcome` with ``ok=False``
+and a reason; the tool itself never dies of a candidate. ``infrastructure`` says the failure was
+ours (deadline, memory limit, a child that could not be started), not the job's.
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib
-import multiprocessing as mp
-import os
-import signal
-import sys
 import traceback
 from dataclasses import dataclass
-from multiprocessing.connection import Connection
 from typing import Any
 
-from kernelopt_bot.errors import one_line
-from kernelopt_bot.harness.isolation import scrubbed_environ
+from kernelopt_bot.errors import KerneloptError, one_line
+from kernelopt_bot.harness.isolation import Channel, describe_exit, spawn_isolated
 
 
 @dataclass(frozen=True)
@@ -37,83 +33,66 @@ class SandboxOutcome:
     ok: bool
     value: Any = None
     reason: str = ""
+    infrastructure: bool = False  # our deadline or memory limit, or a child we could not start
 
 
-def _child(job: str, payload: dict[str, Any], limits: SandboxLimits, conn: Connection) -> None:
+def serve_job(conn: Channel, job: str, payload: dict[str, Any], limits: SandboxLimits, device: str) -> None:
+    """Child side: apply the limits, run ``job(payload)``, send ``(kind, value)`` back once."""
+    import importlib
+
     try:
-        if os.environ.get("KERNELOPT_DEVICE") != "cuda" and limits.memory_mb > 0:
+        if device != "cuda" and limits.memory_mb > 0:
             import resource
 
             cap = limits.memory_mb << 20
             resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
-        if os.environ.get("KERNELOPT_DEVICE") == "cuda":
+        if device == "cuda":
             import torch
 
             torch.cuda.set_per_process_memory_fraction(limits.gpu_memory_fraction)
         module_name, _, fn_name = job.rpartition(".")
         fn = getattr(importlib.import_module(module_name), fn_name)
-        conn.send(("ok", fn(payload)))
+        reply: tuple[str, Any] = ("ok", fn(payload))
     except MemoryError:
-        conn.send(("error", f"out of memory (limit {limits.memory_mb} MiB)"))
+        reply = ("limit", f"out of memory (limit {limits.memory_mb} MiB)")
     except BaseException as exc:  # noqa: BLE001 - every failure is a result
         last = traceback.format_exc().strip().splitlines()[-1]
-        conn.send(("error", f"{one_line(exc)} [{last[:300]}]"))
-    finally:
-        conn.close()
-    # Exit now: threads the job left behind (a compile past its deadline, a candidate's own
-    # thread) would otherwise hold the process until the parent kills it.
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    os._exit(0)
+        kind = "limit" if _cuda_out_of_memory(exc) else "error"
+        reply = (kind, f"{one_line(exc)} [{last[:300]}]")
+    try:
+        conn.send(reply)
+    except Exception as exc:  # noqa: BLE001 - a value that cannot be pickled
+        conn.send(("error", f"result could not be sent back: {one_line(exc)}"))
+    conn.close()
+
+
+def _cuda_out_of_memory(exc: BaseException) -> bool:
+    return type(exc).__name__ == "OutOfMemoryError" or "CUDA out of memory" in str(exc)
 
 
 def run_sandboxed(job: str, payload: dict[str, Any], *, device: str,
                   limits: SandboxLimits | None = None) -> SandboxOutcome:
-    """Run ``job(payload)`` in a fresh child process; never raises for the job's failures."""
+    """Run ``job(payload)`` in a fresh isolated child process; never raises for the job's failures."""
     limits = limits or SandboxLimits()
-    ctx = mp.get_context("spawn")
-    parent, child = ctx.Pipe(duplex=False)
-    previous = os.environ.get("KERNELOPT_DEVICE")
-    os.environ["KERNELOPT_DEVICE"] = device
     try:
-        with scrubbed_environ():
-            proc = ctx.Process(target=_child, args=(job, payload, limits, child), daemon=True,
-                               name="kernelopt-sandbox")
-            proc.start()
-    finally:
-        if previous is None:
-            os.environ.pop("KERNELOPT_DEVICE", None)
-        else:
-            os.environ["KERNELOPT_DEVICE"] = previous
-    child.close()
+        child = spawn_isolated("kernelopt_bot.verify.sandbox.serve_job", job, payload, limits, device,
+                               extra_env={"KERNELOPT_DEVICE": device}, name="kernelopt-sandbox")
+    except (OSError, KerneloptError) as exc:
+        return SandboxOutcome(False, reason=f"sandbox could not be started: {one_line(exc)}", infrastructure=True)
     try:
-        if not parent.poll(limits.timeout_s):
-            proc.kill()
-            proc.join(10)
-            return SandboxOutcome(False, reason=f"timed out after {limits.timeout_s:.0f} s (hang); killed")
+        if not child.conn.poll(limits.timeout_s):
+            child.kill()
+            return SandboxOutcome(False, reason=f"timed out after {limits.timeout_s:.0f} s (our deadline); killed",
+                                  infrastructure=True)
         try:
-            kind, value = parent.recv()
+            kind, value = child.conn.recv()
         except (EOFError, OSError):
-            proc.join(10)
-            return SandboxOutcome(False, reason=f"crashed ({_describe_exit(proc.exitcode)})")
-        proc.join(30)
+            code = child.wait(10)
+            return SandboxOutcome(False, reason=f"crashed ({describe_exit(code)})")
+        child.wait(30)
         if kind == "ok":
             return SandboxOutcome(True, value)
-        return SandboxOutcome(False, reason=str(value))
+        return SandboxOutcome(False, reason=str(value), infrastructure=kind == "limit")
     finally:
-        if proc.is_alive():
-            proc.kill()
-            proc.join(5)
-        parent.close()
-
-
-def _describe_exit(code: int | None) -> str:
-    if code is None:
-        return "no exit code"
-    if code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"signal {-code}"
-    return f"exit code {code}"
+        with contextlib.suppress(Exception):
+            child.close()

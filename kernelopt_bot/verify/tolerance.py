@@ -8,6 +8,7 @@ here).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,8 +61,13 @@ def _scale(ref: torch.Tensor) -> float:
 
 
 def compare(candidate: torch.Tensor, reference: torch.Tensor,
-            table: dict[torch.dtype, Tolerance] | None = None, what: str = "output") -> Comparison:
-    """Is ``candidate`` the same tensor as ``reference`` within the dtype's tolerance?"""
+            table: dict[torch.dtype, Tolerance] | None = None, what: str = "output", *,
+            check_flush: bool = True) -> Comparison:
+    """Is ``candidate`` the same tensor as ``reference`` within the dtype's tolerance?
+
+    ``check_flush=False`` skips the flushed-to-zero rule, for inputs built to cancel (equal or zero
+    rows, a large common offset): there the reference's small values are rounding noise, and an
+    honest reordering may compute them as exactly 0."""
     if candidate.shape != reference.shape:
         return Comparison(False, f"{what}: shape {tuple(candidate.shape)} != {tuple(reference.shape)}", {})
     if candidate.dtype != reference.dtype:
@@ -100,7 +106,62 @@ def compare(candidate: torch.Tensor, reference: torch.Tensor,
                                  f"atol={tol.atol:g}*max|ref| (max abs err {numbers['max_abs_err']:.3g})", numbers)
     if rel_norm > tol.norm:
         return Comparison(False, f"{what}: relative norm error {rel_norm:.3g} > {tol.norm:g}", numbers)
+    bias = systematic_bias(c, r, reference.dtype)
+    numbers.update(bias_signed=bias.signed, bias_bound=bias.bound)
+    if not bias.ok:
+        return Comparison(False, f"{what}: systematic error: mean signed relative error {bias.signed:+.3g} "
+                                 f"exceeds {bias.bound:.3g} (rounding of {reference.dtype} plus "
+                                 "4 x the spread an unbiased error would have)", numbers)
+    flushed, normal = flushed_to_zero(c, r, reference.dtype)
+    numbers.update(flushed_to_zero=flushed)
+    if check_flush and flushed > FLUSH_FRACTION * normal and flushed > 1:
+        return Comparison(False, f"{what}: {flushed} of {normal} normal nonzero reference values are exactly "
+                                 "0 in the candidate (small values flushed to zero)", numbers)
     return Comparison(True, "within tolerance", numbers)
+
+
+# Where the reference holds a normal nonzero value, a candidate may give exactly 0 on at most this
+# fraction of elements (cancellation can do that honestly; flushing small values does it widely).
+FLUSH_FRACTION = 0.01
+BIAS_SIGMAS = 4.0  # how far beyond an unbiased error's spread a mean signed error may go
+
+
+@dataclass(frozen=True)
+class Bias:
+    """The mean signed relative error of a result and the most an honest one may have."""
+
+    signed: float
+    bound: float
+
+    @property
+    def ok(self) -> bool:
+        return abs(self.signed) <= self.bound
+
+
+def systematic_bias(value: torch.Tensor, reference: torch.Tensor, dtype: torch.dtype) -> Bias:
+    """``sum((value - ref) * sign(ref)) / sum(|ref|)`` over finite nonzero reference elements: an
+    error that pushes results away from (or toward) zero everywhere adds up here, while honest
+    rounding and reordering errors, of either sign, cancel. The bound is half the dtype's rounding
+    unit plus ``BIAS_SIGMAS`` times what unbiased errors of the observed size would average to
+    (``||value - ref|| / sum|ref|``), so it shrinks with the number of elements."""
+    v, r = value.double().flatten(), reference.double().flatten()
+    keep = torch.isfinite(v) & torch.isfinite(r) & (r != 0)
+    v, r = v[keep], r[keep]
+    total = float(r.abs().sum())
+    if total == 0.0 or not math.isfinite(total):
+        return Bias(0.0, math.inf)
+    diff = v - r
+    signed = float((diff * r.sign()).sum()) / total
+    spread = float(diff.norm()) / total
+    return Bias(signed, 0.5 * UNIT_ROUNDOFF.get(dtype, UNIT_ROUNDOFF[torch.float32]) + BIAS_SIGMAS * spread)
+
+
+def flushed_to_zero(value: torch.Tensor, reference: torch.Tensor, dtype: torch.dtype) -> tuple[int, int]:
+    """(elements exactly 0 in ``value`` where ``reference`` is a normal nonzero number, such
+    reference elements in all)."""
+    tiny = torch.finfo(dtype).tiny if dtype.is_floating_point else 0.0
+    normal = torch.isfinite(reference) & (reference.abs() >= tiny)
+    return int((normal & (value == 0)).sum()), int(normal.sum())
 
 
 def relative_error(value: torch.Tensor, reference: torch.Tensor) -> float:

@@ -163,3 +163,48 @@ def fake_runner() -> FakeRunner:
 @pytest.fixture
 def harness(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_runner: FakeRunner) -> Harness:
     return Harness(tmp_path, monkeypatch, fake_runner)
+
+
+def git(repo: Path, *args: str) -> str:
+    import subprocess
+
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True,
+                          env={"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+                               "GIT_COMMITTER_EMAIL": "t@t", "PATH": "/usr/bin:/bin"}).stdout.strip()
+
+
+@dataclass
+class CheckedOutPR:
+    """A PR whose head is checked out locally with real git, and known to the loopback server
+    under the same SHAs (the base commit is the server's ``main``)."""
+
+    checkout: Path
+    base: str
+    head: str
+    number: int
+    files: dict[str, str]
+
+
+def checked_out_pr(gh: GH, root: Path, head_changes: dict[str, str], *, fork: bool,
+                   base_files: dict[str, str] | None = None) -> CheckedOutPR:
+    base_files = dict(base_files or FILES)
+    write_repo(root, base_files)
+    git(root, "init", "-q", "-b", "main")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "base")
+    base = git(root, "rev-parse", "HEAD")
+    gh.state.add_commit(base, base_files, [])
+    gh.state.refs["heads/main"] = base
+    write_repo(root, head_changes)
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "the PR's change")
+    head = git(root, "rev-parse", "HEAD")
+    files = {**base_files, **head_changes}
+    gh.state.add_commit(head, files, [base])
+    ref = "fork-work" if fork else "feature-git"
+    if not fork:
+        gh.state.refs[f"heads/{ref}"] = head
+    number = gh.state.open_pull(ref, "main", head_repo="mallory/models" if fork else None, head_sha=head,
+                                user="mallory" if fork else "alice")
+    gh.state.pull_files[number] = sorted(head_changes)
+    return CheckedOutPR(root, base, head, number, files)

@@ -12,6 +12,7 @@ Runs on 127.0.0.1 on an ephemeral port in a daemon thread; :meth:`GitHubServer.s
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import itertools
 import json
@@ -38,6 +39,7 @@ class Fault:
     status: int
     remaining: int
     rate_limit: bool = False
+    after: bool = False  # the request takes effect, then the answer is the error (a write GitHub made)
 
 
 @dataclass
@@ -119,6 +121,12 @@ class State:
         self.comments[cid] = {"id": cid, "issue": number, "body": body, "user": user or BOT_USER}
         return cid
 
+    def add_commit(self, sha: str, files: dict[str, str], parents: list[str], message: str = "mirrored") -> str:
+        """Test helper: a commit under a given SHA (one made by real git in a local checkout)."""
+        self.commits[sha] = {"message": message, "tree": self.tree({p: self.blob(c) for p, c in files.items()}),
+                             "parents": list(parents)}
+        return sha
+
     def comments_on(self, number: int) -> list[dict[str, Any]]:
         return [c for c in self.comments.values() if c["issue"] == number]
 
@@ -157,6 +165,9 @@ class _Handler(BaseHTTPRequestHandler):
             for fault in srv.state.faults:
                 if fault.remaining > 0 and fault.method in (method, "*") and fault.pattern.search(path):
                     fault.remaining -= 1
+                    if fault.after:
+                        with contextlib.suppress(KeyError):
+                            srv.api.dispatch(method, path, query, payload)
                     if fault.rate_limit:
                         self._reply(403, {"message": "API rate limit exceeded for installation.",
                                           "documentation_url": "https://docs.github.com/rest/rate-limit"},
@@ -549,10 +560,16 @@ class GitHubServer:
             self._srv.server_close()
             self._srv = None
 
-    def fail(self, method: str, pattern: str, status: int = 502, count: int = 1, *, rate_limit: bool = False) -> None:
-        """The next ``count`` requests matching make the server answer ``status`` (or a rate limit)."""
+    def fail(self, method: str, pattern: str, status: int = 502, count: int = 1, *, rate_limit: bool = False,
+             after: bool = False) -> None:
+        """The next ``count`` requests matching make the server answer ``status`` (or a rate limit).
+
+        ``after``: the request is carried out first and only the answer is the error, as when GitHub
+        made a write but the response was lost (a retry must find it, not make it twice).
+        """
         with self._srv.lock if self._srv else threading.Lock():
-            self.state.faults.append(Fault(method, re.compile(pattern), 403 if rate_limit else status, count, rate_limit))
+            self.state.faults.append(Fault(method, re.compile(pattern), 403 if rate_limit else status, count, rate_limit,
+                                           after))
 
     def requests(self, method: str | None = None, pattern: str = "") -> list[tuple[str, str]]:
         rx = re.compile(pattern)

@@ -39,3 +39,16 @@ def test_outside_actions_nothing_is_written(monkeypatch, tmp_path: Path) -> None
     actions_io.set_output("a", "b")
     actions_io.append_summary("x")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_bot_log_lines_that_could_hold_a_workflow_command_are_fenced(monkeypatch, capsys) -> None:
+    from kernelopt_bot.github.cli import _log
+
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    _log("attn.fp32: failed (\n::add-mask::x\n::set-env name=A::b)")
+    _log("plain line")
+    err = capsys.readouterr().err
+    token = err.split("::stop-commands::", 1)[1].split("\n", 1)[0]
+    assert err.startswith(f"::stop-commands::{token}\n") and f"::{token}::\n" in err
+    assert err.index("::add-mask::x") < err.index(f"::{token}::")
+    assert err.endswith("plain line\n")

@@ -13,6 +13,8 @@ from tests.github.fakes import FakeRunner
     ("/kernelopt run", Command("run")),
     ("/kernelopt run mlp attn --budget 8 --gamma 1.05", Command("run", ("mlp", "attn"), 8, 1.05)),
     ("/kernelopt run --budget=3 'mlp'", Command("run", ("mlp",), 3)),
+    ("/kernelopt run mlp sha=" + "A" * 40, Command("run", ("mlp",), sha="a" * 40)),
+    ("/kernelopt run --sha " + "0" * 40, Command("run", sha="0" * 40)),
     ("looks good\n  /kernelopt status\nthanks", Command("status")),
     ("/kernelopt help", Command("help")),
     ("/kernelopt", Command("help")),
@@ -35,6 +37,7 @@ def test_parse(body: str, expected: Command | None) -> None:
     ("/kernelopt status now", "takes no arguments"),
     ("/kernelopt run 'unterminated", "cannot read the command"),
     ("/kernelopt run --budget", "--budget needs a value"),
+    ("/kernelopt run sha=abc1234", "full 40-character"),
 ])
 def test_parse_errors(body: str, message: str) -> None:
     with pytest.raises(CommandError, match=message.replace("$", r"\$")):
@@ -62,18 +65,18 @@ def _command(h: Harness, gh: GH, body: str, login: str = "alice", user_type: str
     return cid, h.event("issue_comment", **patch)
 
 
-def test_read_only_user_is_refused_with_reply_and_confused(harness: Harness, gh: GH, repo_dir,
-                                                          fake_runner: FakeRunner) -> None:
+def test_read_only_user_gets_nothing_posted(harness: Harness, gh: GH, repo_dir, fake_runner: FakeRunner) -> None:
+    """Permission comes before any reaction or reply: an unauthorized comment leaves no trace."""
     harness.use_server(gh)
-    cid, ev = _command(harness, gh, "/kernelopt run", login="mallory")
-    run = harness.bot("issue_comment", ev, repo_dir)
-    assert run.code == 0, run.text
+    for body in ("/kernelopt run", "/kernelopt run --gamma 0.2 <b>@everyone</b>", "/kernelopt help"):
+        cid, ev = _command(harness, gh, body, login="mallory")
+        run = harness.bot("issue_comment", ev, repo_dir)
+        assert run.code == 0, run.text
+        assert run.outputs["run"] == "false"
+        assert cid not in gh.state.reactions
     assert fake_runner.calls == []
-    assert gh.state.reactions[cid] == ["eyes", "confused"]
-    replies = [c for c in gh.state.comments_on(gh.pr) if c["id"] != cid]
-    assert len(replies) == 1 and "not run: commands need write access" in replies[0]["body"]
-    assert "(yours: read)" in replies[0]["body"]
-    assert run.outputs["run"] == "false"
+    assert gh.server.requests("POST") == [] and gh.server.requests("PATCH") == []
+    assert all(c["user"]["login"] == "mallory" for c in gh.state.comments_on(gh.pr))
     assert gh.server.requests("GET", "/collaborators/mallory/permission")
 
 
@@ -136,60 +139,6 @@ def test_help_and_status(harness: Harness, gh: GH, repo_dir) -> None:
     assert harness.bot("issue_comment", ev2, repo_dir).code == 0
     assert gh.state.reactions[cid2] == ["eyes", "rocket"]
     assert any("last report: none yet" in c["body"] for c in gh.state.comments_on(gh.pr))
-
-
-def _fork_pr(gh: GH) -> int:
-    sha = gh.state.commit_files("fork-work", {"pkg/b.py": "def build():\n    return 'fork'\n"}, "fork change")
-    del gh.state.refs["heads/fork-work"]  # the branch lives in the fork, not here
-    return gh.state.open_pull("fork-work", "main", head_repo="mallory/models", head_sha=sha, user="mallory")
-
-
-def test_fork_pr_runs_at_the_sha_pinned_by_the_command(harness: Harness, gh: GH, repo_dir,
-                                                       fake_runner: FakeRunner) -> None:
-    harness.use_server(gh)
-    gh.pr = _fork_pr(gh)
-    pinned = gh.state.pulls[gh.pr]["head_sha"]
-    cid, ev = _command(harness, gh, "/kernelopt run attn")
-    ack = harness.bot("issue_comment", ev, repo_dir, "--stage", "ack")
-    assert ack.code == 0, ack.text
-    assert ack.outputs == {"run": "true", "sha": pinned, "pr": str(gh.pr), "fork": "true"}
-    assert gh.state.reactions[cid] == ["eyes"] and fake_runner.calls == []
-
-    out = harness.tmp / "cmd-out"
-    writes = len(gh.server.requests("POST")) + len(gh.server.requests("PATCH"))
-    run = harness.bot("issue_comment", ev, repo_dir, "--stage", "run", "--pinned-sha", pinned, out=out)
-    assert run.code == 0, run.text
-    assert fake_runner.calls == ["attn.fp32"]
-    # the run stage (the job that runs PR code) writes nothing to GitHub
-    assert len(gh.server.requests("POST")) + len(gh.server.requests("PATCH")) == writes
-
-    pub = harness.bot("issue_comment", ev, repo_dir, "--stage", "publish", "--results", str(out / "results"))
-    assert pub.code == 0, pub.text
-    assert gh.state.reactions[cid] == ["eyes", "rocket"]
-    body = next(c["body"] for c in gh.state.comments_on(gh.pr) if c["body"].startswith("<!-- kernelopt:report"))
-    assert "comes from a fork" in body
-    assert not [p for p in gh.state.pulls.values() if p["head_ref"].startswith("kernelopt/")]
-
-
-def test_fork_pr_head_moved_after_the_command_is_refused(harness: Harness, gh: GH, repo_dir,
-                                                         fake_runner: FakeRunner) -> None:
-    harness.use_server(gh)
-    gh.pr = _fork_pr(gh)
-    cid, ev = _command(harness, gh, "/kernelopt run")
-    ack = harness.bot("issue_comment", ev, repo_dir, "--stage", "ack")
-    pinned = ack.outputs["sha"]
-    # the fork pushes new code while the GPU job waits in the queue
-    gh.state.pulls[gh.pr]["head_sha"] = gh.state.commit("evil", gh.state.commits[pinned]["tree"], [pinned])
-
-    out = harness.tmp / "cmd-out"
-    run = harness.bot("issue_comment", ev, repo_dir, "--stage", "run", "--pinned-sha", pinned, out=out)
-    assert run.code == 0 and run.outputs["status"] == "refused"
-    assert fake_runner.calls == []
-    pub = harness.bot("issue_comment", ev, repo_dir, "--stage", "publish", "--results", str(out / "results"))
-    assert pub.code == 0
-    assert gh.state.reactions[cid] == ["eyes", "confused"]
-    reply = [c["body"] for c in gh.state.comments_on(gh.pr) if c["id"] != cid][-1]
-    assert f"the PR head moved from {pinned[:12]}" in reply and "/kernelopt run" in reply
 
 
 def test_run_stage_needs_the_pin(harness: Harness, gh: GH, repo_dir) -> None:

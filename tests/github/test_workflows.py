@@ -105,19 +105,76 @@ def test_least_privilege_timeouts_concurrency(path: Path) -> None:
         perms = job.get("permissions") or {}
         writes = {k for k, v in perms.items() if v == "write"}
         if writes:
-            assert name in {"optimize", "ack", "publish", "merge"}, f"{path.name}:{name} writes {writes}"
+            assert name in {"ack", "publish", "merge"}, f"{path.name}:{name} writes {writes}"
         gpu = job.get("runs-on") == ["self-hosted", "gpu"]
-        if gpu and path.name != "kernelopt-pr.yml":
+        if gpu:
             assert not writes, f"{path.name}:{name} runs PR or engine code on the GPU runner with write access"
 
 
-def test_pr_workflow_runs_only_same_repo_prs_with_a_paths_filter() -> None:
+def _checks_out_pr_code(doc: dict[str, Any], step: dict[str, Any]) -> bool:
+    """A checkout of the PR's code: its head or the pinned SHA, or (on pull_request) the default merge ref."""
+    if "actions/checkout" not in step.get("uses", ""):
+        return False
+    ref = (step.get("with") or {}).get("ref", "")
+    if "pull_request.head" in ref or "needs.ack.outputs.sha" in ref:
+        return True
+    return "pull_request" in doc["on"] and ref != "${{ github.event.repository.default_branch }}"
+
+
+def _secrets(job: dict[str, Any]) -> set[str]:
+    return set(re.findall(r"secrets\.([A-Za-z0-9_]+)", yaml.safe_dump(job))) | (
+        {"github.token"} if "github.token" in yaml.safe_dump(job) else set())
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+def test_no_job_that_checks_out_pr_code_holds_a_write_permission_or_a_token(path: Path) -> None:
+    doc = _load(path)
+    for name, job in doc["jobs"].items():
+        steps = job.get("steps") or []
+        if not any(_checks_out_pr_code(doc, s) for s in steps):
+            continue
+        perms = job.get("permissions") or doc["permissions"]
+        assert perms == {"contents": "read"}, f"{path.name}:{name} runs PR code with {perms}"
+        # Only the LLM key, which the engine needs; never a GitHub token.
+        assert _secrets(job) <= {"KERNELOPT_LLM_API_KEY"}, f"{path.name}:{name}: {_secrets(job)}"
+        for s in steps:
+            if "actions/checkout" in s.get("uses", ""):
+                assert s["with"]["persist-credentials"] == "false", f"{path.name}:{name}"
+            if s.get("uses") == "./":
+                assert s["with"].get("github-token") == "" and s["with"]["stage"] == "run", f"{path.name}:{name}"
+                assert s["with"]["repo-root"] == "pr"  # the action itself comes from the default branch
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+def test_jobs_that_write_run_no_pr_code(path: Path) -> None:
+    doc = _load(path)
+    for name, job in doc["jobs"].items():
+        perms = job.get("permissions") or {}
+        if "write" not in perms.values():
+            continue
+        for s in job.get("steps") or []:
+            assert not _checks_out_pr_code(doc, s), f"{path.name}:{name} checks out PR code with write access"
+            if "actions/checkout" in s.get("uses", ""):  # only the default branch, at the workspace root
+                assert "path" not in (s.get("with") or {}), f"{path.name}:{name}"
+            if s.get("uses") == "./":
+                assert s["with"].get("stage") in ("ack", "publish"), f"{path.name}:{name}"
+
+
+def test_pr_workflow_is_split_into_run_and_publish() -> None:
     doc = _load(ROOT / ".github/workflows/kernelopt-pr.yml")
     assert doc["on"]["pull_request"]["paths"]
     assert "pull_request_target" not in doc["on"]
-    job = doc["jobs"]["optimize"]
-    assert "github.event.pull_request.head.repo.full_name == github.repository" in job["if"]
-    assert job["runs-on"] == ["self-hosted", "gpu"]
+    run_job, publish = doc["jobs"]["run"], doc["jobs"]["publish"]
+    assert "github.event.pull_request.head.repo.full_name == github.repository" in run_job["if"]
+    assert run_job["runs-on"] == ["self-hosted", "gpu"] and run_job["permissions"] == {"contents": "read"}
+    pr_checkout = next(s for s in run_job["steps"] if (s.get("with") or {}).get("path") == "pr")
+    assert pr_checkout["with"]["ref"] == "${{ github.event.pull_request.head.sha }}"
+    assert pr_checkout["with"]["fetch-depth"] == "0"  # the base commit: changed files and the base config
+    assert any("upload-artifact" in s.get("uses", "") for s in run_job["steps"])
+    assert publish["needs"] == "run" and publish["runs-on"] == "ubuntu-latest"
+    assert any("download-artifact" in s.get("uses", "") for s in publish["steps"])
+    bot = next(s for s in publish["steps"] if s.get("uses") == "./")
+    assert bot["with"]["stage"] == "publish" and bot["with"]["install"] == "light"
 
 
 def test_command_workflow_pins_the_sha_and_splits_privilege() -> None:
@@ -130,7 +187,10 @@ def test_command_workflow_pins_the_sha_and_splits_privilege() -> None:
     assert pr_checkout["with"]["ref"] == "${{ needs.ack.outputs.sha }}"
     bot_step = next(s for s in run_job["steps"] if s.get("uses") == "./")
     assert bot_step["with"]["pinned-sha"] == "${{ needs.ack.outputs.sha }}"
+    assert bot_step["with"]["base-sha"] == "${{ needs.ack.outputs.base-sha }}"
     assert bot_step["with"]["stage"] == "run"
+    publish = next(s for s in jobs["publish"]["steps"] if s.get("uses") == "./")
+    assert publish["with"]["pinned-sha"] == "${{ needs.ack.outputs.sha }}"  # from the ack job, not the run job
 
 
 def test_nightly_matrix_artifacts_and_single_publish() -> None:
@@ -151,11 +211,26 @@ def test_nightly_matrix_artifacts_and_single_publish() -> None:
 def test_action_metadata() -> None:
     doc = _load(ACTION)
     assert doc["runs"]["using"] == "composite" and doc["branding"]["icon"]
-    assert set(doc["outputs"]) >= {"speedup", "verified-kernels", "pr-url", "report-path"}
+    assert set(doc["outputs"]) >= {"speedup", "verified-kernels", "pr-url", "report-path", "sha", "base-sha"}
     for name, out in doc["outputs"].items():
         assert out["value"] == f"${{{{ steps.bot.outputs.{name} }}}}"
     run_step = next(s for s in doc["runs"]["steps"] if s.get("id") == "bot")
+    env_text = " ".join(run_step["env"].values())
     for name in doc["inputs"]:
-        if name != "install":
-            assert f"${{{{ inputs.{name} }}}}" in run_step["env"].values(), name
-    assert "$GITHUB_ACTION_PATH" in doc["runs"]["steps"][0]["run"]
+        if name not in ("install", "python"):
+            assert f"inputs.{name}" in env_text, name
+    # the run stage never receives the token, whatever the caller passes
+    assert run_step["env"]["GITHUB_TOKEN"] == "${{ inputs.stage != 'run' && inputs.github-token || '' }}"
+
+
+def test_action_installs_into_a_throwaway_venv() -> None:
+    steps = _load(ACTION)["runs"]["steps"]
+    venv = next(s for s in steps if s.get("id") == "venv")
+    assert "$RUNNER_TEMP" in venv["run"] and "-m venv" in venv["run"]
+    for s in steps:
+        if "pip install" in s.get("run", ""):
+            assert all(line.strip().startswith('"$KO_VENV_PYTHON" -m pip')
+                       for line in s["run"].splitlines() if "pip install" in line), s["run"]
+    cleanup = steps[-1]
+    assert cleanup["if"].startswith("always()") and "rm -rf" in cleanup["run"]
+    assert "steps.venv.outputs.dir" in cleanup["env"]["KO_VENV"]

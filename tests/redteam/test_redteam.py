@@ -6,36 +6,23 @@ Runs in CI on the CPU interpreter at tiny shapes and on the H200 at full shapes 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-
 import pytest
 
 from kernelopt_bot.compile.artifact import TritonKernel
 from kernelopt_bot.stitch.pack import LaunchConfig
-from kernelopt_bot.verify.cascade import Candidate, Cascade, VerifyOptions
-from kernelopt_bot.verify.result import Verdict
-from kernelopt_bot.verify.sandbox import SandboxLimits
-from tests.helpers import DEVICE as FORCED_DEVICE
-from tests.helpers import captured
+from kernelopt_bot.verify.cascade import Candidate
 from tests.redteam import cheats
-
-ON_GPU = FORCED_DEVICE == "cuda" or __import__("torch").cuda.is_available()
-HANG_TIMEOUT_S = 60.0 if ON_GPU else 25.0
-
-
-@dataclass(frozen=True)
-class Case:
-    id: str
-    example: str
-    make: Callable[[TritonKernel, dict | None], Candidate]
-    gate: str | None  # the gate that must reject it; None: honest, must pass gates 1-3
-    row: str  # VERIFY.md pitfall (or "honest")
-    gpu_only: bool = False
-
-
-def src(fn: Callable[[str], str]) -> Callable[[TritonKernel, dict | None], Candidate]:
-    return lambda k, _cfg: Candidate("source", source=fn(k.source))
+from tests.redteam.harness import (
+    ON_GPU,
+    Cascades,
+    Case,
+    assert_passes_gates_1_to_3,
+    assert_rejected_by_responsible_gate,
+    cheaters,
+    honest,
+    report,
+    src,
+)
 
 
 def other_config(kernel: TritonKernel, chosen: dict | None) -> Candidate:
@@ -65,7 +52,7 @@ CASES = [
     Case("module_level_cache", "gelu.py", src(lambda s: cheats.module_level(s, "_KERNELOPT_CACHE = {}")),
          "static", "result cached between calls"),
     # inputs modified in place
-    Case("mutates_input", "gelu.py", src(cheats.write_input), "correctness", "inputs modified in place"),
+    Case("mutates_input", "gelu.py", src(cheats.write_input), "static", "inputs modified in place (store discipline)"),
     # work moved to another stream or thread
     Case("side_stream", "gelu.py", src(lambda s: cheats.module_level(
         s, "import torch", "_SIDE = torch.cuda.Stream()", before_kernel=True)), "static", "work moved to another stream"),
@@ -79,8 +66,15 @@ CASES = [
     Case("one_percent_off", "linear_epilogue.py", src(lambda s: cheats.map_store(s, "{v} * 1.01")),
          "correctness", "tolerance too loose"),
     # lower precision slipped in
+    # (gate 2 sees it first since its inputs include per-row scales down to 1e-4 and denormals:
+    # fp16 flushes values float32 holds to exactly 0)
     Case("fp16_output_rounding", "linear_epilogue.py",
-         src(lambda s: cheats.map_store(s, "{v}.to(tl.float16).to(tl.float32)")), "model", "lower precision"),
+         src(lambda s: cheats.map_store(s, "{v}.to(tl.float16).to(tl.float32)")), "correctness", "lower precision"),
+    # the same rounding only where fp16 has normal numbers: within gate 2's kernel tolerance and
+    # unbiased, so the float64 referee of gate 3 is what catches it
+    Case("fp16_rounding_normal_range", "linear_epilogue.py",
+         src(lambda s: cheats.map_store(s, "tl.where(tl.abs({v}) < 1e-4, {v}, {v}.to(tl.float16).to(tl.float32))")),
+         "model", "lower precision"),
     # correct only for the inputs that were tested
     Case("narrow_input_range", "gelu.py",
          src(lambda s: cheats.after_first_load(s, "{var} = tl.minimum(tl.maximum({var}, -8.0), 8.0)")),
@@ -93,7 +87,7 @@ CASES = [
         cheats.module_level(s, "import os", before_kernel=True), "kernelopt_flag = os.environ.get('X')")),
          "static", "host code"),
     # hung or crashing candidate
-    Case("hangs", "gelu.py", src(spin), "correctness", "hung candidate"),
+    Case("hangs", "gelu.py", src(spin), "static", "hung candidate (2**40 trips: the loop-bounds cap)"),
     Case("out_of_bounds_crash", "gelu.py", src(lambda s: cheats.offset_first_load(s, "1099511627776")),
          "correctness", "crashing candidate"),
     # static contract
@@ -120,61 +114,23 @@ CASES = [
 ]
 
 
-_CASCADES: dict[str, Cascade] = {}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _close_cascades() -> Iterator[None]:
-    yield
-    for cascade in _CASCADES.values():
-        cascade.close()
-    _CASCADES.clear()
-
-
-def _verify(case: Case) -> Verdict:
-    """One cascade per example, so its baseline arms are compiled once for all its cases."""
-    cap = captured(case.example)
-    if case.example not in _CASCADES:
-        _CASCADES[case.example] = Cascade(cap, VerifyOptions(rounds=6 if ON_GPU else 1, reps=20))
-    kernel = cap.artifact.kernels[-1] if case.example != "gelu.py" else cap.artifact.kernels[0]
-    chosen = cap.recording(kernel.graph, kernel.name).config
-    timeout = HANG_TIMEOUT_S if case.id == "hangs" else 600.0
-    return _CASCADES[case.example].verify(kernel, case.make(kernel, chosen),
-                                          sandbox=SandboxLimits(timeout_s=timeout))
-
-
-@pytest.mark.parametrize("case", [c for c in CASES if c.gate is not None], ids=lambda c: c.id)
-def test_cheater_is_rejected_by_the_responsible_gate(case: Case) -> None:
+@pytest.mark.parametrize("case", cheaters(CASES), ids=lambda c: c.id)
+def test_cheater_is_rejected_by_the_responsible_gate(case: Case, cascades: Cascades) -> None:
     if case.gpu_only and not ON_GPU:
         pytest.skip("gate 4 measures on a GPU only")
-    verdict = _verify(case)
-    print(f"REDTEAM {case.id:28} {case.row:40} -> {verdict.status}: "
-          f"{next((g.reason for g in verdict.gates if g.passed is False), '')[:160]}")
-    assert not verdict.accepted
-    assert verdict.rejected_by == case.gate, [g.to_json() for g in verdict.gates]
-    order = ["static", "correctness", "model", "performance"]
-    for gate in verdict.gates[: order.index(case.gate)]:
-        assert gate.passed is True, f"{gate.name} should have passed before {case.gate}: {gate.reason}"
+    verdict, _ = cascades.verify(case)
+    report(case, verdict)
+    assert_rejected_by_responsible_gate(case, verdict)
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if c.gate is None], ids=lambda c: c.id)
-def test_honest_candidate_passes_gates_1_to_3(case: Case) -> None:
-    verdict = _verify(case)
-    perf_gate = verdict.gate("performance")
-    print(f"HONEST  {case.id:28} -> {verdict.status}; "
-          f"model: {verdict.gate('model').reason if verdict.gate('model') else '-'}; "
-          f"performance: {perf_gate.reason if perf_gate else '-'}")
-    for name in ("static", "correctness", "model"):
-        gate = verdict.gate(name)
-        assert gate is not None and gate.passed is True, f"{name}: {gate.reason if gate else 'missing'}"
-    perf = verdict.gate("performance")
-    assert perf is not None
-    if not ON_GPU:
-        assert perf.passed is None and "not measured" in perf.reason
+@pytest.mark.parametrize("case", honest(CASES), ids=lambda c: c.id)
+def test_honest_candidate_passes_gates_1_to_3(case: Case, cascades: Cascades) -> None:
+    verdict, _ = cascades.verify(case)
+    report(case, verdict)
+    assert_passes_gates_1_to_3(verdict)
 
 
 def test_red_team_covers_every_pitfall_row() -> None:
-    cheaters = [c for c in CASES if c.gate is not None]
-    assert len(cheaters) >= 14
-    assert len([c for c in CASES if c.gate is None]) >= 4
-    assert {c.gate for c in cheaters} == {"static", "correctness", "model", "performance"}
+    assert len(cheaters(CASES)) >= 14
+    assert len(honest(CASES)) >= 4
+    assert {c.gate for c in cheaters(CASES)} == {"static", "correctness", "model", "performance"}

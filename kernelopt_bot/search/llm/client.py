@@ -29,6 +29,8 @@ from kernelopt_bot.errors import KerneloptError
 from kernelopt_bot.search.budget import LLM_RESOURCES, Budget, BudgetExceeded
 from kernelopt_bot.search.llm.config import LLMConfigError, LLMSettings
 
+UPSTREAM_REFUSED = "kernelopt_upstream_refused"  # the proxy's error type (harness/llm_proxy.py)
+
 log = logging.getLogger(__name__)
 
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
@@ -111,6 +113,8 @@ class LLMClient:
             "timeout": settings.timeout_s,
             "max_retries": 0,
         }
+        if http_client is None and settings.unix_socket:
+            http_client = _unix_socket_client(settings.unix_socket)
         if http_client is not None:
             kwargs["http_client"] = http_client
         self._openai = openai.OpenAI(**kwargs)
@@ -230,6 +234,9 @@ class LLMClient:
     def _status_error(self, exc: openai.APIStatusError) -> Exception:
         status = exc.status_code
         message = _short(_error_message(exc))
+        if status == 502 and _error_type(exc) == UPSTREAM_REFUSED:
+            # The parent's proxy could not connect upstream: what a refused connection means here.
+            return LLMUnavailable(self._redact(message))
         if status in RETRYABLE_STATUS:
             return _Retry(f"HTTP {status}: {message}", status=status, retry_after=_retry_after(exc.response))
         hint = ""
@@ -320,6 +327,21 @@ def _error_message(exc: openai.APIStatusError) -> str:
     text = getattr(exc, "message", "") or str(exc)
     return text.removeprefix(f"Error code: {exc.status_code} - ").removeprefix(f"Error code: {exc.status_code}") or (
         "no message")
+
+
+def _error_type(exc: openai.APIStatusError) -> str | None:
+    body = exc.body
+    error = body.get("error", body) if isinstance(body, dict) else None
+    return error.get("type") if isinstance(error, dict) else None
+
+
+def _unix_socket_client(path: str) -> Any:
+    """An HTTP client for openai that reaches every URL through the Unix socket ``path``."""
+    try:
+        import httpx2 as httpx  # what this openai release is built on
+    except ImportError:  # pragma: no cover - openai releases built on httpx
+        import httpx  # type: ignore[no-redef]
+    return openai.DefaultHttpxClient(transport=httpx.HTTPTransport(uds=path))
 
 
 def _refused(exc: BaseException) -> bool:

