@@ -1,6 +1,12 @@
 """The ``kernelopt`` command line: the engine's terminal front door.
 
 Exit codes: 0 success, 2 bad input (target, pack, flags), 1 internal error.
+
+Order matters on a machine without a GPU: Triton must be imported in interpreter mode, and much
+of the engine (Inductor's config, the harness, the gates) imports it. So every command first
+checks what it can without torch (a missing target file is reported at once), then calls
+:func:`_start`, which picks the device and turns interpreter mode on, and only then imports the
+rest. Progress goes to stderr (:mod:`kernelopt_bot.progress`); stdout keeps the result.
 """
 
 from __future__ import annotations
@@ -8,6 +14,7 @@ from __future__ import annotations
 import functools
 import json
 import sys
+import traceback
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
@@ -16,7 +23,7 @@ from typing import Any, TypeVar
 import click
 from rich.markup import escape
 
-from kernelopt_bot.errors import BadInputError, KerneloptError
+from kernelopt_bot.errors import KerneloptError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -25,6 +32,22 @@ DEVICE = click.option("--device", type=click.Choice(["cpu", "cuda"]), default=No
 DTYPE = click.option("--dtype", type=click.Choice(["fp32", "bf16", "fp16"]), default="fp32",
                      show_default=True, help="Precision of the model and its floating-point inputs.")
 
+# --debug and --verbose: accepted before the command (`kernelopt --debug bench ...`) and after it.
+_FLAGS = {"debug": False, "verbose": False}
+
+
+def _set_flag(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if value and param.name:
+        _FLAGS[param.name] = True
+
+
+def output_flags(fn: F) -> F:
+    """The ``--verbose`` and ``--debug`` options of every command."""
+    fn = click.option("--debug", is_flag=True, expose_value=False, callback=_set_flag,
+                      help="On an internal error, print its traceback.")(fn)
+    return click.option("-v", "--verbose", is_flag=True, expose_value=False, callback=_set_flag,
+                        help="Show internal steps and their seconds as they happen.")(fn)
+
 
 def _fail(message: str, code: int) -> None:
     click.echo(f"error: {message}", err=True)
@@ -32,33 +55,73 @@ def _fail(message: str, code: int) -> None:
 
 
 def handle_errors(fn: F) -> F:
-    """One line on stderr and the documented exit code for every failure."""
+    """One line on stderr and the documented exit code for every failure (``--debug``: and the
+    traceback of an internal one)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from kernelopt_bot.harness.model_worker import ArmRaised
+
         try:
             return fn(*args, **kwargs)
-        except BadInputError as exc:
-            _fail(str(exc), 2)
+        except (click.exceptions.Exit, click.ClickException, click.Abort):
+            raise
         except KerneloptError as exc:
-            _fail(str(exc), exc.exit_code)
-        except click.exceptions.Exit:
-            raise
-        except (click.ClickException, click.Abort):
-            raise
+            if _FLAGS["debug"] and exc.exit_code == 1:
+                traceback.print_exc()
+            message = f"{exc.label}: {exc.reason}" if isinstance(exc, ArmRaised) and not _FLAGS["debug"] else str(exc)
+            _fail(message, exc.exit_code)
         except Exception as exc:  # noqa: BLE001 - the last line of defence
-            _fail(f"internal error: {type(exc).__name__}: {exc}", 1)
+            if _FLAGS["debug"]:
+                traceback.print_exc()
+            hint = "" if _FLAGS["debug"] else " (run again with --debug for the traceback)"
+            _fail(f"internal error: {type(exc).__name__}: {exc}{hint}", 1)
 
     return wrapper  # type: ignore[return-value]
 
 
-@click.group()
+HELP_SETTINGS = {"help_option_names": ["-h", "--help"]}
+
+
+@click.group(context_settings=HELP_SETTINGS)
 @click.version_option(package_name="kernelopt-bot")
+@output_flags
 def main() -> None:
     """Make torch.compile'd models faster with verified Triton kernel replacements."""
     from kernelopt_bot.harness.isolation import protect_this_process
 
     protect_this_process()  # children of the same user cannot read this process's memory or environ
+
+
+def _check_target_spec(target: str) -> None:
+    """Bad input that needs neither torch nor the target's code: a missing file, a malformed spec."""
+    from kernelopt_bot.errors import BadInputError
+
+    if target.endswith(".py"):
+        if not Path(target).is_file():
+            raise BadInputError(f"{target}: no such file")
+    elif ":" not in target:
+        raise BadInputError(f"target {target!r} is neither a .py file nor package.module:factory")
+
+
+def _start(target: str, device: str | None, *, interpreter: bool = True) -> str:
+    """Check ``target`` without torch, then pick the device; on the CPU turn interpreter mode on
+    before anything imports triton (``interpreter=False``: this process runs no kernel)."""
+    _check_target_spec(target)
+    from kernelopt_bot.targets import resolve_device
+
+    chosen = resolve_device(device)
+    if chosen == "cpu" and interpreter:
+        from kernelopt_bot.compile.interpret import enable_interpreter_mode
+
+        enable_interpreter_mode()
+    return chosen
+
+
+def _progress(**kwargs: Any) -> Any:
+    from kernelopt_bot.progress import Progress
+
+    return Progress(verbose=_FLAGS["verbose"], **kwargs)
 
 
 def _console() -> Any:
@@ -77,16 +140,22 @@ def _fmt(value: float | None, spec: str = ".3f", missing: str = "not measured") 
 @DEVICE
 @DTYPE
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
+@output_flags
 @handle_errors
 def inspect(target: str, device: str | None, dtype: str, as_json: bool) -> None:
     """Compile TARGET and list its Triton kernels and preserved vendor calls."""
+    device = _start(target, device)
     from kernelopt_bot.compile.capture import capture
     from kernelopt_bot.profile import profile
     from kernelopt_bot.targets import load_target
 
-    tgt = load_target(target, device, dtype)
-    cap = capture(tgt)
-    prof = profile(cap)
+    with _progress() as progress:
+        progress.step(f"loading {target}")
+        tgt = load_target(target, device, dtype)
+        progress.step("compiling and capturing")
+        cap = capture(tgt)
+        progress.step("profiling")
+        prof = profile(cap)
     art = cap.artifact
     if as_json:
         kernels = []
@@ -135,13 +204,16 @@ def _print_inspect(label: str, art: Any, prof: Any) -> None:
             (kp.bound if kp else None) or "-", k.key[:12],
         )
     console.print(table)
-    ext = Table(title="Vendor / fallback calls (preserved)")
-    ext.add_column("op")
-    ext.add_column("kind")
-    ext.add_column("graph")
-    for c in art.extern_calls:
-        ext.add_row(c.op, c.kind, str(c.graph))
-    console.print(ext)
+    if art.extern_calls:
+        ext = Table(title="Vendor / fallback calls (preserved)")
+        ext.add_column("op")
+        ext.add_column("kind")
+        ext.add_column("graph")
+        for c in art.extern_calls:
+            ext.add_row(c.op, c.kind, str(c.graph))
+        console.print(ext)
+    else:
+        console.print("vendor / fallback calls: none (every op became a Triton kernel)")
     if prof.measured:
         roof = f", copy roofline {prof.roofline.copy_gbps:.0f} GB/s" if prof.roofline else ""
         console.print(f"model {prof.model_ms:.4f} ms, vendor bucket {_fmt(prof.vendor_ms, '.4f')} ms{roof}")
@@ -150,8 +222,11 @@ def _print_inspect(label: str, art: Any, prof: Any) -> None:
 
 
 def _parse_config(items: tuple[str, ...]) -> dict[str, Any]:
-    """``KEY=VALUE`` pairs; values are read as JSON (true, 3, "x") and else kept as strings."""
+    """``KEY=VALUE`` pairs; values are read as JSON (true, 3, "x") and else kept as strings.
+    Imports Inductor's config, hence triton: only after :func:`_start`."""
     import torch._inductor.config as inductor_config
+
+    from kernelopt_bot.errors import BadInputError
 
     known = set(inductor_config.get_config_copy())
     config: dict[str, Any] = {}
@@ -167,12 +242,14 @@ def _parse_config(items: tuple[str, ...]) -> dict[str, Any]:
 
 
 def _load_pack(path: str) -> Any:
+    from kernelopt_bot.errors import BadInputError
     from kernelopt_bot.stitch.pack import KernelPack, PackError
 
     try:
         return KernelPack.load(path)
     except PackError as exc:
-        raise BadInputError(str(exc)) from exc
+        message = str(exc)
+        raise BadInputError(message if path in message else f"pack {path}: {message}") from exc
 
 
 @main.command()
@@ -188,24 +265,45 @@ def _load_pack(path: str) -> Any:
 @click.option("--inductor-config", "config_items", multiple=True, metavar="KEY=VALUE",
               help="Inductor config for both arms, e.g. coordinate_descent_tuning=true (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a summary.")
+@output_flags
 @handle_errors
 def bench(target: str, pack_path: str, device: str | None, dtype: str, rounds: int, reps: int,
           mode: str | None, config_items: tuple[str, ...], as_json: bool) -> None:
     """torch.compile baseline against TARGET with PACK installed, end to end."""
+    device = _start(target, device)
     from kernelopt_bot.bench import bench as run_bench
+    from kernelopt_bot.errors import BadInputError
+    from kernelopt_bot.harness.model_worker import ArmRaised
     from kernelopt_bot.targets import load_target
 
     config = _parse_config(config_items)
     pack = _load_pack(pack_path)
-    tgt = load_target(target, device, dtype)  # bad targets fail here, with exit code 2
-    result = run_bench(target, pack, device=tgt.device, dtype=dtype, rounds=rounds, reps=reps,
-                       mode=mode, config=config)
+    with _progress() as progress:
+        progress.step(f"loading {target}")
+        tgt = load_target(target, device, dtype)  # bad targets fail here, with exit code 2
+        progress.step("compiling the baseline and packed arms" + (f", then {rounds} timed rounds"
+                                                                    if device == "cuda" else ""))
+        try:
+            result = run_bench(target, pack, device=tgt.device, dtype=dtype, rounds=rounds, reps=reps,
+                               mode=mode, config=config)
+        except ArmRaised as exc:
+            if exc.label != "packed":
+                raise
+            # The baselines compiled and ran; only the pack differs in this arm.
+            raise BadInputError(f"{pack_path} does not run with {target}: {exc.reason}") from exc
     if as_json:
         click.echo(json.dumps(result.to_json()))
         return
     console = _console()
-    console.print(escape(f"{tgt.label} with {pack_path}: {len(pack)} entries, applied to "
+    console.print(escape(f"{tgt.label} with {pack_path}: {len(pack)} entr{'y' if len(pack) == 1 else 'ies'}, applied to "
                          f"{', '.join(result.applied) or 'no kernel'}"))
+    for skipped in result.skipped:  # "kernel: why its guard does not match this machine"
+        name, _, why = skipped.partition(": ")
+        console.print(escape(f"  not applied to {name}: the entry is for another machine ({why})"))
+    unmatched = len(pack) - len(set(result.applied)) - len({s.partition(": ")[0] for s in result.skipped})
+    if unmatched > 0:
+        console.print(f"  {unmatched} entr{'y matches' if unmatched == 1 else 'ies match'} no kernel this "
+                      "target compiles to here (another model, shape, dtype or Inductor version?)")
     if result.measured:
         console.print(f"baseline {result.baseline_ms:.4f} ms, packed {result.packed_ms:.4f} ms, "
                       f"speedup {result.speedup:.3f}x, noise floor {_fmt(result.noise_floor, '.2%')} "
@@ -217,6 +315,7 @@ def bench(target: str, pack_path: str, device: str | None, dtype: str, rounds: i
 
 def _parse_budget(items: tuple[str, ...]) -> dict[str, Any]:
     """``--budget N`` (candidates) or ``--budget KEY=VALUE`` (see pipeline.DEFAULT_BUDGET)."""
+    from kernelopt_bot.errors import BadInputError
     from kernelopt_bot.pipeline import DEFAULT_BUDGET
 
     budget: dict[str, Any] = {}
@@ -226,8 +325,9 @@ def _parse_budget(items: tuple[str, ...]) -> dict[str, Any]:
             key, raw = "candidates", item
         if key not in DEFAULT_BUDGET:
             raise BadInputError(f"--budget {item!r}: unknown key {key!r} (known: {', '.join(DEFAULT_BUDGET)})")
+        words = {"true": True, "false": False, "null": None, "none": None}  # True/False/None as typed too
         try:
-            value = json.loads(raw)
+            value = words[raw.strip().lower()] if raw.strip().lower() in words else json.loads(raw)
         except json.JSONDecodeError as exc:
             raise BadInputError(f"--budget {item!r}: value is not a number or true/false") from exc
         if not (value is None or isinstance(value, (int, float, bool))) or (
@@ -240,7 +340,7 @@ def _parse_budget(items: tuple[str, ...]) -> dict[str, Any]:
 @main.command()
 @click.argument("target")
 @click.option("--out", "out_dir", default=None, type=click.Path(file_okay=False),
-              help="Where report.md, result.json and pack.json go (default: kernelopt-out/<target>).")
+              help="Where report.md, result.json, pack.json and run.log go (default: kernelopt-out/<target>).")
 @DEVICE
 @DTYPE
 @click.option("--budget", "budget_items", multiple=True, metavar="N|KEY=VALUE",
@@ -257,6 +357,7 @@ def _parse_budget(items: tuple[str, ...]) -> dict[str, Any]:
               envvar="KERNELOPT_ISOLATION",
               help="How the target's code and every candidate are isolated: auto (bwrap, else unshare namespaces, "
                    "else none with a warning), namespace (fail if no namespace tool works), none.")
+@output_flags
 @handle_errors
 def optimize(target: str, out_dir: str | None, device: str | None, dtype: str, budget_items: tuple[str, ...],
              gamma: float, llm_base_url: str | None, llm_model: str | None, store_path: str | None,
@@ -264,55 +365,46 @@ def optimize(target: str, out_dir: str | None, device: str | None, dtype: str, b
     """Capture, profile, search, verify, pack and benchmark TARGET; write a report.
 
     The target is loaded only in an isolated engine process that holds no secret. Exit code 0
-    when the run completed, whatever it found; 2 on bad input; 1 if the run failed.
+    when the run completed, whatever it found; 2 on bad input (the target included); 1 if the
+    run failed.
     """
     import os
 
-    from kernelopt_bot.harness.isolation import ISOLATION_ENV, choose_isolation
-    from kernelopt_bot.pipeline import run_pipeline
-
     budget = _parse_budget(budget_items)
-    _check_target_spec(target, device)  # what can be told without running the target; the engine loads it
+    _start(target, device, interpreter=False)  # the engine loads the target and runs every kernel
+    from kernelopt_bot.folders import make_dirs
+    from kernelopt_bot.harness.isolation import ISOLATION_ENV, choose_isolation
+    from kernelopt_bot.pipeline import DEFAULT_BUDGET, run_pipeline
+
     os.environ[ISOLATION_ENV] = isolation  # the engine and every child it starts
     method = choose_isolation(isolation).method  # --isolation namespace without namespaces stops here
     name = Path(target).stem if target.endswith(".py") else target.rpartition(":")[2]
     out = Path(out_dir) if out_dir else Path("kernelopt-out") / name
     llm = {"base_url": llm_base_url, "model": llm_model} if llm_base_url else None
-    console = _console()
-    console.print(f"isolation: {method}")
-    with console.status("starting") as status:
-        def log(message: str) -> None:
-            status.update(escape(message))
-            console.print(escape(message))  # every step, also where no spinner shows (CI, the suite's logs)
-
+    plan = {**DEFAULT_BUDGET, **budget}
+    make_dirs(out)
+    with _progress(planned=plan["candidates"], deadline_s=plan["wall_seconds"],
+                   log_path=out / "run.log") as progress:
+        progress.note(f"isolation: {method}")
         result = run_pipeline(target, device=device, dtype=dtype, out_dir=out, budget=budget, gamma=gamma,
-                              llm=llm, store_path=store_path, log=log)
-    _print_result(console, result, out)
+                              llm=llm, store_path=store_path, log=progress.relay)
+    _print_result(_console(), result, out)
     if result.status != "ok":
-        _fail(f"run failed: {result.error}", 1)
-
-
-def _check_target_spec(target: str, device: str | None) -> None:
-    """Bad input that needs no import of the target: a missing file, a malformed spec, no CUDA."""
-    from kernelopt_bot.targets import resolve_device
-
-    resolve_device(device)
-    if target.endswith(".py"):
-        if not Path(target).is_file():
-            raise BadInputError(f"{target}: no such file")
-    elif ":" not in target:
-        raise BadInputError(f"target {target!r} is neither a .py file nor package.module:factory")
+        bad_input = result.error_kind == "bad input"
+        _fail(str(result.error) if bad_input else f"run failed: {result.error}", 2 if bad_input else 1)
 
 
 def _print_result(console: Any, result: Any, out: Path) -> None:
     from rich.table import Table
 
+    from kernelopt_bot.progress import plain_names
+
     table = Table(title=escape(f"{result.name} [{result.device}, {result.dtype}]: {result.status}"))
     for col in ("kernel", "kind", "share", "candidates", "verdict", "speedup"):
         table.add_column(col)
     for k in result.kernels:
-        table.add_row(escape(k.name), k.kind, _fmt(k.share, ".1%", "-"), str(k.candidates), escape(k.status),
-                      _fmt(k.speedup, ".3f", "-"))
+        table.add_row(escape(plain_names(k.name)), k.kind, _fmt(k.share, ".1%", "-"), str(k.candidates),
+                      escape(k.status), _fmt(k.speedup, ".3f", "-"))
     console.print(table)
     if result.measured:
         console.print(f"end to end: {result.baseline_ms:.4f} ms -> {result.optimized_ms:.4f} ms, "
@@ -321,7 +413,7 @@ def _print_result(console: Any, result: Any, out: Path) -> None:
         console.print("end to end: not measured (no CUDA device)")
     for rec in result.recommendations:
         _print_recommendation(console, rec)
-    console.print(escape(f"wrote {out}/report.md, result.json, pack.json"))
+    console.print(escape(f"wrote {out}/report.md, result.json, pack.json, run.log"))
 
 
 def _print_recommendation(console: Any, rec: Any) -> None:
@@ -338,6 +430,7 @@ def _print_recommendation(console: Any, rec: Any) -> None:
 @click.option("--rounds", default=10, show_default=True, type=click.IntRange(1, 1000))
 @click.option("--gamma", default=1.03, show_default=True, type=click.FloatRange(min=1.0))
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON list instead of a summary.")
+@output_flags
 @handle_errors
 def modes(target: str, device: str | None, dtype: str, option_labels: tuple[str, ...], rounds: int, gamma: float,
           as_json: bool) -> None:
@@ -346,6 +439,8 @@ def modes(target: str, device: str | None, dtype: str, option_labels: tuple[str,
     Each option compiles in its own process and passes gate 3 (same outputs) before it is timed
     against the default with the interleaved harness; without CUDA nothing is measured.
     """
+    device = _start(target, device)
+    from kernelopt_bot.errors import BadInputError
     from kernelopt_bot.harness.arena import Arena
     from kernelopt_bot.search.compile_options import COMPILE_OPTIONS, recommend
     from kernelopt_bot.targets import dtype_name, load_target
@@ -355,9 +450,12 @@ def modes(target: str, device: str | None, dtype: str, option_labels: tuple[str,
     if unknown:
         raise BadInputError(f"unknown option {unknown[0]!r} (known: {', '.join(known)})")
     chosen = tuple(known[label] for label in option_labels) or COMPILE_OPTIONS
-    tgt = load_target(target, device, dtype)
-    with Arena(tgt.spec, tgt.device, dtype_name(tgt.dtype)) as arena:
-        recs = recommend(arena, tgt, gamma=gamma, rounds=rounds, options=chosen)
+    with _progress() as progress:
+        progress.step(f"loading {target}")
+        tgt = load_target(target, device, dtype)
+        progress.step(f"compiling the default and {len(chosen)} option(s), each in its own process")
+        with Arena(tgt.spec, tgt.device, dtype_name(tgt.dtype)) as arena:
+            recs = recommend(arena, tgt, gamma=gamma, rounds=rounds, options=chosen)
     if as_json:
         click.echo(json.dumps([asdict(r) for r in recs]))
         return
@@ -386,11 +484,13 @@ def modes(target: str, device: str | None, dtype: str, option_labels: tuple[str,
 @click.option("--reference/--no-reference", default=True, show_default=True,
               help="Measure max-autotune-no-cudagraphs for the 'vs max-autotune' column when optimize's "
                    "budget did not (one more compile and benchmark per problem).")
+@output_flags
 @handle_errors
 def suite(suite_dir: str, out_dir: str, shard: str, device: str | None, dtypes: tuple[str, ...],
           only: tuple[str, ...], budget_items: tuple[str, ...], gamma: float, timeout_s: float,
           gpus: str | None, reference: bool) -> None:
     """Run `kernelopt optimize` on every problem of SUITE_DIR, each in its own process."""
+    from kernelopt_bot.errors import BadInputError
     from kernelopt_bot.gpu_pool import cuda_device_count, select_gpus
     from kernelopt_bot.suite import parse_shard, run_suite
 
@@ -413,6 +513,7 @@ def suite(suite_dir: str, out_dir: str, shard: str, device: str | None, dtypes: 
 @main.command("suite-merge")
 @click.argument("shard_dirs", nargs=-1, required=True, type=click.Path(file_okay=False))
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False))
+@output_flags
 @handle_errors
 def suite_merge(shard_dirs: tuple[str, ...], out_dir: str) -> None:
     """Merge the results of suite shards into one report."""
@@ -438,6 +539,7 @@ def suite_merge(shard_dirs: tuple[str, ...], out_dir: str) -> None:
               help="Wall-clock limit for each sandboxed candidate run (seconds).")
 @click.option("--allow-inline-asm", is_flag=True, help="Let gate 1 accept inline assembly.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
+@output_flags
 @handle_errors
 def verify(target: str, kernel_name: str, candidate_path: str, device: str | None, dtype: str, gamma: float,
            f64_factor: float, timeout_s: float, allow_inline_asm: bool, as_json: bool) -> None:
@@ -445,6 +547,11 @@ def verify(target: str, kernel_name: str, candidate_path: str, device: str | Non
 
     Exit code 0 whenever the cascade ran, whatever the verdict; 2 on bad input.
     """
+    from kernelopt_bot.errors import BadInputError
+
+    if not Path(candidate_path).is_file():
+        raise BadInputError(f"{candidate_path}: no such file")
+    device = _start(target, device)
     from kernelopt_bot.compile.capture import capture
     from kernelopt_bot.targets import load_target
     from kernelopt_bot.verify.cascade import Candidate, CandidateError, Cascade, VerifyOptions
@@ -454,16 +561,23 @@ def verify(target: str, kernel_name: str, candidate_path: str, device: str | Non
         candidate = Candidate.from_file(candidate_path)
     except CandidateError as exc:
         raise BadInputError(str(exc)) from exc
-    tgt = load_target(target, device, dtype)
-    cap = capture(tgt)
-    try:
-        kernel = cap.artifact.kernel(kernel_name)
-    except KeyError as exc:
-        raise BadInputError(str(exc.args[0])) from exc
-    options = VerifyOptions(gamma=gamma, f64_factor=f64_factor, allow_inline_asm=allow_inline_asm,
-                            sandbox=SandboxLimits(timeout_s=timeout_s))
-    with Cascade(cap, options) as cascade:
-        verdict = cascade.verify(kernel, candidate)
+    with _progress() as progress:
+        progress.step(f"loading {target}")
+        tgt = load_target(target, device, dtype)
+        progress.step("compiling and capturing")
+        cap = capture(tgt)
+        try:
+            kernel = cap.artifact.kernel(kernel_name)
+        except KeyError as exc:
+            raise BadInputError(str(exc.args[0])) from exc
+        options = VerifyOptions(gamma=gamma, f64_factor=f64_factor, allow_inline_asm=allow_inline_asm,
+                                sandbox=SandboxLimits(timeout_s=timeout_s))
+        progress.step(f"verifying {candidate.label} for {kernel.qualified_name}: gate 1 (static), gate 2 (the "
+                      "kernel alone, sandboxed), gates 3-4 (the whole model)")
+        with Cascade(cap, options) as cascade:
+            verdict = cascade.verify(kernel, candidate)
+        for step, seconds in verdict.seconds.items():
+            progress.detail(f"  {step} {seconds:.2f} s")
     if as_json:
         click.echo(json.dumps({
             "kernel": verdict.kernel, "candidate": verdict.candidate, "accepted": verdict.accepted,
@@ -483,11 +597,38 @@ def verify(target: str, kernel_name: str, candidate_path: str, device: str | Non
     _console().print(table)
 
 
+_CONFIG_FIELDS = ("kwargs", "num_warps", "num_stages")
+
+
+def _launch_config(text: str) -> Any:
+    """``--config``: ``{"XBLOCK": 64, "num_warps": 4}`` (flat) or ``{"kwargs": {"XBLOCK": 64},
+    "num_warps": 4, "num_stages": 1}`` (a pack's form); checked as strictly as a pack's."""
+    from kernelopt_bot.errors import BadInputError
+    from kernelopt_bot.stitch.pack import LaunchConfig, PackError
+
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BadInputError(f"--config is not JSON: {exc}") from exc
+    if isinstance(data, dict) and isinstance(data.get("kwargs", {}), dict):
+        flat = {k: v for k, v in data.items() if k not in _CONFIG_FIELDS}
+        both = sorted(set(flat) & set(data.get("kwargs", {})))
+        if both:
+            raise BadInputError(f"--config: {', '.join(both)} given twice (flat and in kwargs)")
+        data = {**{k: v for k, v in data.items() if k in _CONFIG_FIELDS},
+                "kwargs": {**data.get("kwargs", {}), **flat}}
+    try:
+        return LaunchConfig.from_json(data)
+    except PackError as exc:
+        raise BadInputError(f"--config: {exc}") from exc
+
+
 @main.command()
 @click.argument("target")
 @click.option("--kernel", "kernel_name", required=True, help="Kernel name (or g<graph>:name).")
 @click.option("--config", "config_json", default=None,
-              help='Launch config to pin, e.g. \'{"kwargs": {"XBLOCK": 64}, "num_warps": 4, "num_stages": 1}\'.')
+              help='Launch config to pin, e.g. \'{"XBLOCK": 64, "num_warps": 4}\' (block sizes, num_warps, '
+                   'num_stages; or the pack\'s form \'{"kwargs": {"XBLOCK": 64}, "num_warps": 4}\').')
 @click.option("--source", "source_file", default=None, type=click.Path(exists=True, dir_okay=False),
               help="Replacement kernel source (a full Triton kernel module).")
 @click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False))
@@ -495,47 +636,74 @@ def verify(target: str, kernel_name: str, candidate_path: str, device: str | Non
               help="Add to OUT if it already is a pack.")
 @DEVICE
 @DTYPE
+@output_flags
 @handle_errors
 def pin(target: str, kernel_name: str, config_json: str | None, source_file: str | None,
         out_path: str, merge: bool, device: str | None, dtype: str) -> None:
     """Write a pack entry for one kernel of TARGET by hand (a config, a source, or both).
 
-    The entry is guarded to this machine's torch, triton and GPU. No verification is done here:
-    `kernelopt bench` measures it.
+    The entry is guarded to this machine's torch, triton and GPU. A config for the compiler's
+    own kernel must pass gate 1 (block sizes the kernel takes, powers of two, within the device's
+    limits); nothing else is verified here: `kernelopt bench` measures it.
     """
-    from kernelopt_bot.compile.capture import capture
-    from kernelopt_bot.stitch.pack import KernelPack, LaunchConfig, PackEntry, PackError
-    from kernelopt_bot.stitch.runtime import running_environment
-    from kernelopt_bot.targets import load_target
+    from kernelopt_bot.errors import BadInputError
 
     if config_json is None and source_file is None:
         raise BadInputError("give --config, --source, or both")
-    try:
-        config = LaunchConfig.from_json(json.loads(config_json)) if config_json else None
-    except (json.JSONDecodeError, PackError) as exc:
-        raise BadInputError(f"--config: {exc}") from exc
-    tgt = load_target(target, device, dtype)
-    cap = capture(tgt, record=False)
+    config = _launch_config(config_json) if config_json else None
+    device = _start(target, device)
+    from kernelopt_bot.compile.capture import capture
+    from kernelopt_bot.stitch.export import lookup_key_or_none
+    from kernelopt_bot.stitch.pack import KernelPack, PackEntry
+    from kernelopt_bot.stitch.runtime import running_environment
+    from kernelopt_bot.targets import load_target
+    from kernelopt_bot.verify.static import check_config
+
+    with _progress() as progress:
+        progress.step(f"loading {target}")
+        tgt = load_target(target, device, dtype)
+        progress.step("compiling and capturing")
+        cap = capture(tgt, record=False)
     try:
         kernel = cap.artifact.kernel(kernel_name)
     except KeyError as exc:
         raise BadInputError(str(exc.args[0])) from exc
+    if config is not None and source_file is None:  # a new source brings its own constexprs
+        gate = check_config(kernel, config)
+        if not gate.passed:
+            raise BadInputError(f"--config: {gate.reason}")
     pack = _load_pack(out_path) if merge and Path(out_path).is_file() else KernelPack(target=target)
     pack.created_by = "kernelopt pin"
     pack.add(PackEntry(
         key=kernel.key, kernel_name=kernel.name,
         source=Path(source_file).read_text() if source_file else None, config=config,
         guard=running_environment(tgt.device), note="pinned by hand (unverified)",
+        lookup_key=lookup_key_or_none(kernel.source),
     ))
     pack.save(out_path)
     click.echo(f"wrote {out_path}: {kernel.qualified_name} -> "
                f"{config.describe() if config else 'new source'}")
 
 
+from kernelopt_bot.export_cli import export  # noqa: E402 - `kernelopt export`
 from kernelopt_bot.github.cli import bot, sweep  # noqa: E402 - the GitHub front door's commands
 
 main.add_command(bot)
 main.add_command(sweep)
+main.add_command(export)
+
+
+def _help_everywhere(group: click.Group) -> None:
+    """``-h`` on every command, set on the command itself: click builds (and keeps) a command's
+    help option from the first context it is invoked in, so a command first run on its own
+    (``bot``, by the Action's tests) would otherwise know only ``--help`` for the process's life."""
+    for command in group.commands.values():
+        command.context_settings = {**command.context_settings, **HELP_SETTINGS}
+        if isinstance(command, click.Group):
+            _help_everywhere(command)
+
+
+_help_everywhere(main)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -1,7 +1,8 @@
 """``.kernelopt.yml``: what the bot optimizes in a repository, and how it publishes.
 
 The file is user input read on CI, so it is validated strictly (unknown keys are errors, not
-silently ignored typos) and every error is one line naming the field path, e.g.
+silently ignored typos, with the closest known key suggested) and every error is reported at
+once, one line each naming the field path, e.g.
 ``.kernelopt.yml: targets[1].dtypes[0]: 'fp64' is not one of fp32, bf16, fp16``.
 Secrets never live in the file: the LLM key is named by the environment variable that holds it,
 and a literal key is refused (it would be committed for everyone to read).
@@ -23,9 +24,11 @@ Example::
 
 from __future__ import annotations
 
+import difflib
 import re
+import types
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Union, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -51,11 +54,17 @@ class _Strict(BaseModel):
 class TargetConfig(_Strict):
     """One model to optimize and the files whose changes should trigger a run on a PR."""
 
-    name: str
-    entry: str
-    dtypes: list[str] = Field(default_factory=lambda: ["fp32"])
-    device: Literal["cuda", "cpu", "auto"] = "auto"
-    paths: list[str] = Field(default_factory=list)
+    name: str = Field(description="What reports, pack files (`kernelopt/packs/<name>.json`) and "
+                                  "`/kernelopt run NAME` call the target: letters, digits, `.`, `_`, `-`.")
+    entry: str = Field(description="A benchmark-format `.py` file relative to the repository root, or "
+                                   "`package.module:factory` (returns `(model, inputs)`).")
+    dtypes: list[str] = Field(default_factory=lambda: ["fp32"],
+                              description="Precisions to optimize, each a separate run: `fp32`, `bf16`, `fp16`.")
+    device: Literal["cuda", "cpu", "auto"] = Field(
+        default="auto", description="Where the target runs; `auto` is the GPU when there is one.")
+    paths: list[str] = Field(default_factory=list,
+                             description="Globs of files whose change on a PR runs this target (besides the "
+                                         "entry and the Python files it imports).")
 
     @field_validator("name")
     @classmethod
@@ -108,15 +117,24 @@ class BudgetConfig(_Strict):
     Unset fields keep the engine's defaults (``kernelopt_bot.pipeline.DEFAULT_BUDGET``).
     """
 
-    candidates: int | None = Field(default=None, ge=1, le=100_000)
-    tokens: int | None = Field(default=None, ge=0)
-    gpu_seconds: float | None = Field(default=None, gt=0)
-    wall_seconds: float | None = Field(default=None, gt=0)
-    kernels: int | None = Field(default=None, ge=1, le=1000)
-    candidates_per_kernel: int | None = Field(default=None, ge=1, le=1000)
-    cost: float | None = Field(default=None, ge=0)
-    compile_options: bool | None = None
-    rounds: int | None = Field(default=None, ge=1, le=1000)
+    candidates: int | None = Field(default=None, ge=1, le=100_000,
+                                   description="Candidates verified in the whole run (each through the gates).")
+    tokens: int | None = Field(default=None, ge=0, description="LLM tokens, prompt and completion together.")
+    gpu_seconds: float | None = Field(default=None, gt=0, description="GPU time for timing and verification.")
+    wall_seconds: float | None = Field(default=None, gt=0,
+                                       description="A deadline for one target run: no candidate starts that "
+                                                   "cannot finish in it.")
+    kernels: int | None = Field(default=None, ge=1, le=1000,
+                                description="Kernels searched, largest share of model time first.")
+    candidates_per_kernel: int | None = Field(default=None, ge=1, le=1000,
+                                              description="Candidates verified per kernel.")
+    cost: float | None = Field(default=None, ge=0,
+                               description="LLM spending, in the unit of the endpoint's per-token prices.")
+    compile_options: bool | None = Field(default=None,
+                                         description="Also measure the compiler's own options (max-autotune, "
+                                                     "coordinate descent, CUDA graphs) end to end.")
+    rounds: int | None = Field(default=None, ge=1, le=1000,
+                               description="Interleaved timing rounds of each end-to-end comparison.")
 
     def as_dict(self) -> dict[str, Any]:
         return {k: v for k, v in self.model_dump().items() if v is not None}
@@ -125,9 +143,11 @@ class BudgetConfig(_Strict):
 class LLMConfig(_Strict):
     """An OpenAI-compatible endpoint. The key comes only from the environment variable named here."""
 
-    base_url: str
-    model: str
-    api_key_env: str = DEFAULT_KEY_ENV
+    base_url: str = Field(description="An OpenAI-compatible endpoint, e.g. `https://api.example.com/v1`.")
+    model: str = Field(description="The model name the endpoint serves.")
+    api_key_env: str = Field(default=DEFAULT_KEY_ENV,
+                             description="The environment variable that holds the key (set from a secret; "
+                                         "a literal key in the file is refused).")
 
     @model_validator(mode="before")
     @classmethod
@@ -162,10 +182,14 @@ class LLMConfig(_Strict):
 
 
 class PublishConfig(_Strict):
-    draft: bool = True
-    labels: list[str] = Field(default_factory=list)
-    reviewers: list[str] = Field(default_factory=list)
-    max_open_proposals: int = Field(default=5, ge=0, le=100)
+    """How the follow-up PR is opened."""
+
+    draft: bool = Field(default=True, description="Open the follow-up PR as a draft.")
+    labels: list[str] = Field(default_factory=list, description="Labels put on the follow-up PR.")
+    reviewers: list[str] = Field(default_factory=list, description="GitHub logins asked to review it.")
+    max_open_proposals: int = Field(default=5, ge=0, le=100,
+                                    description="At most this many kernelopt PRs open in the repository; "
+                                                "past it, no new one is opened.")
 
     @field_validator("reviewers")
     @classmethod
@@ -187,13 +211,18 @@ class PublishConfig(_Strict):
 class KerneloptConfig(_Strict):
     """The whole file. ``target_lines`` maps target names to their line in the file (annotations)."""
 
-    version: Literal[1] = 1
-    targets: list[TargetConfig]
-    budget: BudgetConfig = Field(default_factory=BudgetConfig)
-    gamma: float = Field(default=1.03, ge=1.0, le=10.0)
-    llm: LLMConfig | None = None
-    publish: PublishConfig = Field(default_factory=PublishConfig)
-    ignore: list[str] = Field(default_factory=list)
+    version: Literal[1] = Field(default=1, description="The file format's version.")
+    targets: list[TargetConfig] = Field(description="The models to optimize (at least one).")
+    budget: BudgetConfig = Field(default_factory=BudgetConfig,
+                                 description="Limits for each target run; the first one reached stops the search.")
+    gamma: float = Field(default=1.03, ge=1.0, le=10.0,
+                         description="The least end-to-end speedup a replacement needs to be accepted (gate 4).")
+    llm: LLMConfig | None = Field(default=None,
+                                  description="LLM agents for the search; without it the offline tuner searches "
+                                              "alone. Always read from the base branch's file.")
+    publish: PublishConfig = Field(default_factory=PublishConfig, description="How the follow-up PR is opened.")
+    ignore: list[str] = Field(default_factory=list,
+                              description="Names of targets to skip (on PRs and in the nightly sweep).")
     target_lines: dict[str, int] = Field(default_factory=dict, exclude=True)
 
     @model_validator(mode="after")
@@ -214,6 +243,76 @@ class KerneloptConfig(_Strict):
 
     def target(self, name: str) -> TargetConfig | None:
         return next((t for t in self.targets if t.name == name), None)
+
+
+# --- the README's reference of every key, generated from the models above -----------------------
+
+
+def reference_table() -> str:
+    """A markdown table of every key of the file: path, what it takes, its default, what it does.
+
+    The README holds this table verbatim (a test compares them), so a key added here without a
+    description, or a description changed without the README, fails the tests.
+    """
+    from kernelopt_bot.pipeline import DEFAULT_BUDGET
+
+    rows = ["| key | takes | default | what it does |", "|---|---|---|---|"]
+    for path, info, nested in _walk(KerneloptConfig, ""):
+        if not info.description:
+            raise ValueError(f"{path}: the setting has no description")
+        if info.is_required():
+            default = "required"
+        elif path.startswith("budget."):
+            engine = DEFAULT_BUDGET[path.split(".", 1)[1]]
+            default = "no limit" if engine is None else _shown(engine)
+        elif nested and info.default is None:
+            default = "none"
+        elif nested:
+            default = "—"
+        else:
+            default = _shown(info.get_default(call_default_factory=True))
+        rows.append(f"| `{path}` | {_takes(info)} | {default} | {info.description} |")
+    return "\n".join(rows)
+
+
+def _walk(model: type[BaseModel], prefix: str) -> Any:
+    for name, info in model.model_fields.items():
+        if info.exclude:
+            continue
+        path = f"{prefix}{name}"
+        nested = _settings_model(info.annotation)
+        yield path, info, nested is not None
+        if nested is not None:
+            is_list = any(get_origin(a) is list for a in (info.annotation, *get_args(info.annotation)))
+            yield from _walk(nested, f"{path}[]." if is_list else f"{path}.")
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return "[" + ", ".join(map(str, value)) + "]" if value else "[]"
+    return f"`{value}`" if isinstance(value, str) else str(value)
+
+
+def _takes(info: Any) -> str:
+    inner = info.annotation
+    if get_origin(inner) in (Union, types.UnionType):  # X | None: the None is the unset default
+        inner = next(a for a in get_args(inner) if a is not type(None))
+    if get_origin(inner) is Literal:
+        return "one of " + ", ".join(f"`{v}`" for v in get_args(inner))
+    if get_origin(inner) is list:
+        item = get_args(inner)[0]
+        return "list of targets" if item is TargetConfig else "list of strings"
+    if isinstance(inner, type) and issubclass(inner, BaseModel):
+        return "mapping"
+    kind = {int: "integer", float: "number", bool: "true/false", str: "string"}.get(inner, str(inner))
+    bounds = []
+    for m in info.metadata:
+        for attr, sign in (("ge", "≥"), ("gt", ">"), ("le", "≤"), ("lt", "<")):
+            if getattr(m, attr, None) is not None:
+                bounds.append(f"{sign} {getattr(m, attr)}")
+    return kind + (f" ({', '.join(bounds)})" if bounds else "")
 
 
 # --- errors: pydantic's are accurate but verbose; users get one line with the field path ---------
@@ -251,6 +350,42 @@ def format_loc(loc: tuple[int | str, ...] | list[int | str]) -> str:
     return out or "(top level)"
 
 
+def _model_at(loc: tuple[int | str, ...]) -> type[BaseModel] | None:
+    """The settings model that holds the keys at ``loc`` (a path into the file), if there is one."""
+    model: type[BaseModel] | None = KerneloptConfig
+    for part in loc:
+        if model is None:
+            return None
+        if isinstance(part, int):
+            continue  # a list item: the element type was taken with the list
+        info = model.model_fields.get(part)
+        model = _settings_model(info.annotation) if info is not None else None
+    return model
+
+
+def _settings_model(annotation: Any) -> type[BaseModel] | None:
+    """The model inside ``X``, ``X | None`` or ``list[X]``; None for a plain value."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in get_args(annotation):
+        found = _settings_model(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _suggestion(loc: tuple[int | str, ...]) -> str | None:
+    """The known key closest to a misspelt one (``entri`` -> ``entry``), or None."""
+    if not loc or not isinstance(loc[-1], str):
+        return None
+    model = _model_at(loc[:-1])
+    if model is None:
+        return None
+    known = [name for name, info in model.model_fields.items() if not info.exclude]
+    close = difflib.get_close_matches(loc[-1], known, n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
 def _one_error(err: dict[str, Any]) -> tuple[str, str]:
     loc: tuple[int | str, ...] = tuple(p for p in err.get("loc", ()) if not (isinstance(p, str) and "[" in p))
     kind = err.get("type", "")
@@ -265,7 +400,9 @@ def _one_error(err: dict[str, Any]) -> tuple[str, str]:
     if kind == "missing":
         return format_loc(loc), "is required"
     if kind == "extra_forbidden":
-        return format_loc(loc), "is not a known setting (check the spelling)"
+        guess = _suggestion(loc)
+        hint = f"; did you mean {guess!r}?" if guess else ""
+        return format_loc(loc), f"is not a known setting{hint}"
     if kind == "literal_error":
         expected = str(ctx.get("expected", "")).replace("'", "").replace(" or ", ", ")
         return format_loc(loc), f"{err.get('input')!r} is not one of {expected}"
@@ -274,11 +411,28 @@ def _one_error(err: dict[str, Any]) -> tuple[str, str]:
 
 
 def describe_validation_error(exc: ValidationError, source: str) -> str:
-    # An unknown key explains the "missing" error it usually comes with (a typo): show it first.
-    errors = sorted(exc.errors(), key=lambda e: e.get("type") != "extra_forbidden")
-    where, msg = _one_error(errors[0])
-    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-    return f"{source}: {where}: {msg}{more}"
+    """Every problem of the file at once, one line each: ``SOURCE: PATH: what is wrong``.
+
+    A misspelt key usually brings a "required" error for the key it was meant to be; when the
+    "did you mean" of the one names the other, the redundant "is required" line is left out.
+    """
+    errors = exc.errors()
+    meant = set()
+    for err in errors:
+        if err.get("type") == "extra_forbidden":
+            loc = tuple(err.get("loc", ()))
+            guess = _suggestion(loc)
+            if guess is not None:
+                meant.add((*loc[:-1], guess))
+    lines = []
+    for err in errors:
+        if err.get("type") == "missing" and tuple(err.get("loc", ())) in meant:
+            continue
+        where, msg = _one_error(err)
+        line = f"{source}: {where}: {msg}"
+        if line not in lines:
+            lines.append(line)
+    return "\n".join(lines)
 
 
 def _target_lines(text: str) -> dict[str, int]:
@@ -318,15 +472,20 @@ def parse_config(text: str, source: str = DEFAULT_CONFIG, root: Path | None = No
     except ValidationError as exc:
         raise BadInputError(describe_validation_error(exc, source)) from exc
     if root is not None:
-        for i, t in enumerate(cfg.targets):
-            if not t.module_entry and not (root / t.entry).is_file():
-                raise BadInputError(f"{source}: targets[{i}].entry: {t.entry!r} does not exist "
-                                    f"under {root}")
+        missing = [f"{source}: targets[{i}].entry: {t.entry!r} does not exist under {root}"
+                   for i, t in enumerate(cfg.targets) if not t.module_entry and not (root / t.entry).is_file()]
+        if missing:
+            raise BadInputError("\n".join(missing))
     return cfg
 
 
-def load_config(path: str | Path, *, check_entries: bool = True) -> KerneloptConfig:
-    """Read and validate ``.kernelopt.yml``; file entries are resolved against the file's folder."""
+def load_config(path: str | Path, *, root: Path | None = None, check_entries: bool = True,
+                source: str | None = None) -> KerneloptConfig:
+    """Read and validate ``.kernelopt.yml``; errors name it as ``source`` (default: ``path``).
+
+    File entries are paths relative to the repository root, which is ``root`` when given (the
+    bot's ``--repo-root``) and otherwise the config file's folder (where the file normally lives).
+    """
     p = Path(path)
     try:
         text = p.read_text()
@@ -334,7 +493,8 @@ def load_config(path: str | Path, *, check_entries: bool = True) -> KerneloptCon
         raise BadInputError(f"{p}: no such file (the bot needs a {DEFAULT_CONFIG} in the repository)") from exc
     except OSError as exc:
         raise BadInputError(f"{p}: cannot read: {exc.strerror or exc}") from exc
-    return parse_config(text, source=str(path), root=p.resolve().parent if check_entries else None)
+    entries_root = (root or p.resolve().parent) if check_entries else None
+    return parse_config(text, source=source or str(path), root=entries_root)
 
 
 # --- what decides where a secret goes comes from the base branch --------------------------------

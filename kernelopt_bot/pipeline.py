@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from kernelopt_bot import __version__
-from kernelopt_bot.errors import KerneloptError
+from kernelopt_bot.errors import BadInputError, KerneloptError
+from kernelopt_bot.folders import make_dirs
 from kernelopt_bot.harness.isolation import Channel
 from kernelopt_bot.result import RunResult
 from kernelopt_bot.stitch.pack import KernelPack
@@ -40,6 +41,12 @@ DEFAULT_BUDGET: dict[str, Any] = {
 
 
 FINAL_BENCH_RESERVE_S = 20.0  # seconds kept for the final end-to-end benchmark on a GPU
+# The wall budget is a deadline for the whole run, from the moment run_pipeline is called: no
+# candidate, compiler option or final benchmark starts that its estimate says cannot finish, and
+# their waits end at the deadline. What may still run past it: closing the model arms, writing
+# result.json and report.md, and a step that took longer than its estimate. The run ends within
+# ``wall_seconds + WALL_MARGIN_S`` (tests/test_wall_budget.py holds a CPU run to it).
+WALL_MARGIN_S = 10.0
 
 
 def _budget(overrides: dict[str, Any] | None) -> dict[str, Any]:
@@ -53,23 +60,27 @@ def _budget(overrides: dict[str, Any] | None) -> dict[str, Any]:
 
 def reproduce_command(target: str, device: str | None, dtype: str, budget: dict[str, Any],
                       gamma: float, llm: dict[str, Any] | None) -> str:
+    """The ``kernelopt optimize`` command line that repeats this run, as a user types it: budget
+    values in the form ``--budget`` parses (JSON: ``true``/``false``/``null``, numbers)."""
     parts = ["kernelopt", "optimize", target, "--dtype", dtype]
     if device:
         parts += ["--device", device]
     for key, value in budget.items():
         if value != DEFAULT_BUDGET.get(key):
-            parts += ["--budget", f"{key}={value}"]
+            parts += ["--budget", f"{key}={json.dumps(value)}"]
     if gamma != 1.03:
         parts += ["--gamma", str(gamma)]
     if llm and llm.get("base_url"):
-        parts += ["--llm-base-url", str(llm["base_url"]), "--llm-model", str(llm.get("model", ""))]
+        parts += ["--llm-base-url", str(llm["base_url"])]
+        if llm.get("model"):
+            parts += ["--llm-model", str(llm["model"])]
     return shlex.join(parts)
 
 
 def _write(out_dir: Path, result: RunResult, pack: KernelPack) -> None:
     from kernelopt_bot.report import render_report
 
-    out_dir.mkdir(parents=True, exist_ok=True)
+    make_dirs(out_dir)
     pack.save(out_dir / "pack.json")
     result.pack_path = str(out_dir / "pack.json")
     result.save(out_dir / "result.json")
@@ -114,10 +125,11 @@ def run_pipeline(target: str, *, device: str | None = None, dtype: str = "fp32",
     except KerneloptError as exc:
         return _failed(target, device, dtype, out_dir, start, str(exc), reproduce)
     request = {"target": target, "device": device, "dtype": dtype, "out_dir": str(out_dir), "budget": budget,
+               "started": start,  # the wall budget counts from here: the engine's start is part of the run
                "gamma": gamma, "store_path": None if store_path is None else str(store_path),
                "reproduce": reproduce, "isolation": isolation.method}
-    with _engine_llm(llm, plan, log) as (engine_llm, folders):
-        request["llm"] = engine_llm
+    with _engine_llm(llm, plan, log) as (engine_llm, folders, llm_problem):
+        request["llm"], request["llm_problem"] = engine_llm, llm_problem
         return _run_engine(request, isolation, folders, engine_deadline_s(plan["wall_seconds"]), log, start)
 
 
@@ -125,8 +137,7 @@ def _run_engine(request: dict[str, Any], isolation: Any, folders: list[str], dea
                 log: Callable[[str], None], start: float) -> RunResult:
     from kernelopt_bot.harness.isolation import ISOLATION_ENV, NESTED, describe_exit, spawn_isolated
 
-    out_dir = Path(request["out_dir"])
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = make_dirs(request["out_dir"])
     writable = [str(out_dir.resolve()), *folders]
     if request["store_path"] is not None:
         writable.append(str(Path(request["store_path"]).resolve().parent))
@@ -182,11 +193,12 @@ def _name(target: str) -> str:
 
 @contextlib.contextmanager
 def _engine_llm(llm: dict[str, Any] | None, plan: dict[str, Any], log: Callable[[str], None]
-                ) -> Iterator[tuple[dict[str, Any] | None, list[str]]]:
-    """The engine's ``llm`` options and the folders it must reach: the key stays here, behind a
-    proxy on a Unix socket; bad settings mean the offline tuner only, as inside the engine."""
+                ) -> Iterator[tuple[dict[str, Any] | None, list[str], str | None]]:
+    """The engine's ``llm`` options, the folders it must reach, and why the agents cannot run
+    (``None`` if they can): the key stays here, behind a proxy on a Unix socket; bad settings mean
+    the offline tuner only, as inside the engine, and the result says so."""
     if not llm or not llm.get("base_url"):
-        yield None, []
+        yield None, [], None
         return
     from kernelopt_bot.errors import BadInputError
     from kernelopt_bot.harness.llm_proxy import LLMProxy
@@ -197,13 +209,13 @@ def _engine_llm(llm: dict[str, Any] | None, plan: dict[str, Any], log: Callable[
                                         api_key_env=llm.get("api_key_env"))
     except BadInputError as exc:
         log(f"warning: LLM agents disabled ({exc}); using the offline tuner only")
-        yield None, []
+        yield None, [], str(exc)
         return
     # A backstop only: the engine's budget stops first. Each candidate costs a handful of calls
     # (plan, code, repairs, summary), each retried at most max_retries times.
     calls = 8 * (int(plan["candidates"] or 0) + int(plan["kernels"] or 0) + 1) * (settings.max_retries + 1)
     with LLMProxy(settings, max_tokens=plan["tokens"], max_requests=calls) as proxy:
-        yield proxy.engine_settings(), [proxy.folder]
+        yield proxy.engine_settings(), [proxy.folder], None
 
 
 def engine_main(conn: Channel, request: dict[str, Any]) -> None:
@@ -220,7 +232,8 @@ def engine_main(conn: Channel, request: dict[str, Any]) -> None:
     result = _run_pipeline_here(request["target"], device=request["device"], dtype=request["dtype"],
                                 out_dir=Path(request["out_dir"]), budget=request["budget"], gamma=request["gamma"],
                                 llm=request["llm"], store_path=request["store_path"], log=log,
-                                reproduce=request["reproduce"], isolation=request["isolation"])
+                                reproduce=request["reproduce"], isolation=request["isolation"],
+                                llm_problem=request.get("llm_problem"), started=request.get("started"))
     with lock:  # JSON text: what result.json holds, nothing the parent would have to rebuild
         conn.send(("done", json.dumps(result.to_json(), default=str)))
     conn.close()
@@ -229,19 +242,27 @@ def engine_main(conn: Channel, request: dict[str, Any]) -> None:
 def _run_pipeline_here(target: str, *, device: str | None, dtype: str, out_dir: Path,
                        budget: dict[str, Any] | None, gamma: float, llm: dict[str, Any] | None,
                        store_path: str | Path | None, log: Callable[[str], None], reproduce: str,
-                       isolation: str) -> RunResult:
-    """The pipeline in this process (the engine's): never raises for a bad or failing target."""
-    start = time.time()
+                       isolation: str, llm_problem: str | None = None, started: float | None = None
+                       ) -> RunResult:
+    """The pipeline in this process (the engine's): never raises for a bad or failing target.
+    ``llm_problem``: why the parent could not give the engine the LLM endpoint it was asked for;
+    ``started``: when the run began in the parent (``time.time()``), where the wall budget starts."""
+    start = time.time() if started is None else min(float(started), time.time())
     result = RunResult(target=target, name=_name(target), device=device or "auto", dtype=dtype,
                        reproduce=reproduce, isolation=isolation)
+    if llm_problem:
+        result.llm_status, result.llm_error = "unavailable", llm_problem
     pack = KernelPack(target=target, created_by="kernelopt optimize")
+    if started is not None:  # the engine process's start, counted in the wall budget like every step
+        result.phases["starting the engine"] = round(time.time() - start, 2)
     clock = _PhaseClock(result.phases, log, start)
     try:
         plan = _budget(budget)
         result.budget = plan
-        pack = _run(target, device, dtype, plan, gamma, llm, store_path, result, clock)
+        pack = _run(target, device, dtype, plan, gamma, llm, store_path, result, clock, time.time() - start)
     except KerneloptError as exc:
         result.status, result.error = "failed", str(exc)
+        result.error_kind = "bad input" if isinstance(exc, BadInputError) else ""
     except Exception as exc:  # noqa: BLE001 - one target's failure never kills a sweep
         tail = traceback.format_exc().strip().splitlines()[-1]
         result.status, result.error = "failed", f"internal error: {type(exc).__name__}: {exc} [{tail[:200]}]"
@@ -279,11 +300,10 @@ class _PhaseClock:
 
 def _run(target: str, device: str | None, dtype: str, plan: dict[str, Any], gamma: float,
          llm: dict[str, Any] | None, store_path: str | Path | None, result: RunResult,
-         log: Callable[[str], None]) -> KernelPack:
+         log: Callable[[str], None], elapsed: float) -> KernelPack:
     from kernelopt_bot.compile.capture import capture, versions
     from kernelopt_bot.profile import profile
     from kernelopt_bot.search.budget import Budget
-    from kernelopt_bot.search.compile_options import recommend
     from kernelopt_bot.search.orchestrator import Orchestrator, SearchLimits
     from kernelopt_bot.search.tuner import OfflineTuner
     from kernelopt_bot.stitch.runtime import running_environment
@@ -297,7 +317,7 @@ def _run(target: str, device: str | None, dtype: str, plan: dict[str, Any], gamm
     reserve = FINAL_BENCH_RESERVE_S if resolve_device(device) == "cuda" else 0.0
     search_wall = None if wall is None else max(0.0, float(wall) - reserve)
     budget = Budget(max_candidates=plan["candidates"], max_tokens=plan["tokens"], max_gpu_s=plan["gpu_seconds"],
-                    max_wall_s=search_wall, max_cost=plan["cost"])
+                    max_wall_s=search_wall, max_cost=plan["cost"], elapsed_before=elapsed)
     log("loading the target")
     tgt = load_target(target, device, dtype)
     result.device = tgt.device
@@ -309,6 +329,7 @@ def _run(target: str, device: str | None, dtype: str, plan: dict[str, Any], gamm
     result.versions = {**versions(), "kernelopt": __version__}
     result.hardware = {"gpu": env.gpu, "compute_capability": env.compute_capability,
                        "copy_gbps": round(prof.roofline.copy_gbps, 1) if prof.roofline else None}
+    llm_search, llm_problem = _llm_search(llm, log)
     store = Store(store_path) if store_path is not None else Store()
     run_id = store.start_run(target, tgt.device, dtype, result.hardware, result.versions, plan)
     try:
@@ -320,19 +341,22 @@ def _run(target: str, device: str | None, dtype: str, plan: dict[str, Any], gamm
             # The tuner ranks variants by kernel-level time, which only a GPU gives.
             strategies = [OfflineTuner(cascade.time_variants if tgt.device == "cuda" else None)]
             orchestrator = Orchestrator(
-                cap, prof, cascade, budget, strategies=strategies, feedback=_llm_search(llm, log),
+                cap, prof, cascade, budget, strategies=strategies, feedback=llm_search,
                 store=store, run_id=run_id, log=log,
                 limits=SearchLimits(max_kernels=int(plan["kernels"]),
                                     candidates_per_kernel=int(plan["candidates_per_kernel"])),
             )
             log("searching")
             result.kernels, pack = orchestrator.run()
+            _record_llm_status(result, llm_search, llm_problem, budget)
             if plan["compile_options"] and tgt.device == "cuda":
                 log("measuring the compiler's own options")
-                result.recommendations = recommend(cascade.arena, tgt, gamma=gamma, rounds=int(plan["rounds"]),
-                                                   time_left=budget.wall_s_left)
+                result.recommendations = _recommend_in_time(cascade.arena, tgt, gamma, int(plan["rounds"]),
+                                                            budget, orchestrator.candidate_estimate_s())
             log("end-to-end benchmark")
-            pack = _final_bench(cascade, tgt, pack, result, int(plan["rounds"]))
+            left = budget.wall_s_left()
+            with _arms_end_by(cascade.arena, None if left is None else left + reserve):
+                pack = _final_bench(cascade, tgt, pack, result, int(plan["rounds"]))
             result.pack_entries = len(pack)
     finally:
         result.usage = budget.snapshot()
@@ -341,9 +365,52 @@ def _run(target: str, device: str | None, dtype: str, plan: dict[str, Any], gamm
     return pack
 
 
+@contextlib.contextmanager
+def _arms_end_by(arena: Any, seconds: float | None) -> Iterator[None]:
+    """Arms started in this block wait for their compile at most ``seconds`` (the time left to the
+    deadline; ``None``: no limit): one still compiling then is killed, so an arm cannot carry the
+    run past its wall budget."""
+    saved = arena.timeout_s
+    if seconds is not None:
+        arena.timeout_s = max(1.0, min(saved, seconds))
+    try:
+        yield
+    finally:
+        arena.timeout_s = saved
+
+
+def _recommend_in_time(arena: Any, tgt: Any, gamma: float, rounds: int, budget: Any,
+                       candidate_s: float) -> list[Any]:
+    """The compiler's options, each started only with time for it before the search's deadline
+    (the larger of ``MIN_OPTION_S`` and the slowest candidate of this run: an option compiles and
+    times the whole model as a candidate's arm does) and cut off at that deadline."""
+    from kernelopt_bot.result import Recommendation
+    from kernelopt_bot.search.compile_options import COMPILE_OPTIONS, MIN_OPTION_S, recommend
+
+    extra = max(0.0, candidate_s - MIN_OPTION_S)
+
+    def time_left() -> float | None:
+        left = budget.wall_s_left()
+        return None if left is None else left - extra
+
+    out: list[Any] = []
+    for option in COMPILE_OPTIONS:
+        with _arms_end_by(arena, budget.wall_s_left()):
+            rec = recommend(arena, tgt, gamma=gamma, rounds=rounds, options=(option,), time_left=time_left)[0]
+        if rec.detail.startswith("failed:") and budget.wall_s_left() == 0.0:
+            rec = Recommendation(option.label, None, False,
+                                 "not measured: the wall-time budget ran out while it compiled (stopped)")
+        out.append(rec)
+    return out
+
+
 def _final_bench(cascade: Any, tgt: Any, pack: KernelPack, result: RunResult, rounds: int) -> KernelPack:
-    """Measure the combined pack end to end; if the combination misbehaves, keep the best single entry."""
+    """Measure the combined pack end to end; if the combination misbehaves, keep the best single
+    entry. An arm of ours that fails (its compile outlived the wall budget, say) is no verdict on
+    the pack: the combination, never checked together, is cut to its best entry, which every gate
+    passed on its own, and gate 4's numbers stand where this run has them."""
     from kernelopt_bot.bench import compare_arms
+    from kernelopt_bot.harness.model_worker import WorkerError
     from kernelopt_bot.verify.model import check_model
 
     arena = cascade.arena
@@ -355,30 +422,52 @@ def _final_bench(cascade: Any, tgt: Any, pack: KernelPack, result: RunResult, ro
             result.baseline_ms = result.optimized_ms = times[len(times) // 2]
             result.speedup = 1.0  # nothing replaced: the compiler's code runs
         return pack
-    gate4 = _measured_in_this_run(pack, result)
-    if gate4 is not None:
-        result.baseline_ms, result.optimized_ms = gate4["baseline_ms"], gate4["packed_ms"]
-        result.speedup, result.noise_floor = gate4["speedup"], gate4.get("noise_floor")
-        pack.measured = {k: gate4.get(k) for k in ("baseline_ms", "packed_ms", "speedup", "noise_floor")}
+    if _take_gate4_numbers(pack, result):
         return pack
-    with arena.candidate(pack, label="final") as arm:
-        model = check_model(tgt, baseline, arm, None)
-        if not model.passed and len(pack) > 1:
-            best = max(pack.entries.values(), key=lambda e: e.measured.get("speedup") or 0.0)
-            pack = KernelPack(entries={best.key: best}, target=pack.target, created_by=pack.created_by)
+    try:
+        with arena.candidate(pack, label="final") as arm:
+            model = check_model(tgt, baseline, arm, None)
+            if not model.passed and len(pack) > 1:
+                pack = _keep_best(pack, result, f"combined pack failed gate 3: {model.reason}")
+                return _final_bench(cascade, tgt, pack, result, rounds)
+            if not model.passed:
+                raise RuntimeError(f"the verified pack failed gate 3 when re-checked: {model.reason}")
+            bench = compare_arms(baseline, arm, repeat, target=tgt.spec, device=tgt.device,
+                                 dtype=result.dtype, rounds=rounds)
+    except WorkerError as exc:
+        if len(pack) > 1:
+            pack = _keep_best(pack, result, f"the combined pack could not be checked end to end ({exc})")
+        if not _take_gate4_numbers(pack, result):
             for outcome in result.kernels:
-                if outcome.status == "accepted" and outcome.name != best.kernel_name:
-                    outcome.status, outcome.detail = "dropped", f"combined pack failed gate 3: {model.reason}"
-            return _final_bench(cascade, tgt, pack, result, rounds)
-        if not model.passed:
-            raise RuntimeError(f"the verified pack failed gate 3 when re-checked: {model.reason}")
-        bench = compare_arms(baseline, arm, repeat, target=tgt.spec, device=tgt.device,
-                             dtype=result.dtype, rounds=rounds)
+                if any(outcome.name == e.kernel_name for e in pack.entries.values()):
+                    outcome.detail = "; ".join(filter(None, [outcome.detail, f"end-to-end benchmark not run ({exc})"]))
+        return pack
     result.baseline_ms, result.optimized_ms = bench.baseline_ms, bench.packed_ms
     result.speedup, result.noise_floor = bench.speedup, bench.noise_floor
     pack.measured = {"baseline_ms": bench.baseline_ms, "packed_ms": bench.packed_ms,
                      "speedup": bench.speedup, "noise_floor": bench.noise_floor}
     return pack
+
+
+def _keep_best(pack: KernelPack, result: RunResult, why: str) -> KernelPack:
+    """The pack cut to its entry with the best measured speedup; the other accepted kernels are
+    marked dropped, with ``why``."""
+    best = max(pack.entries.values(), key=lambda e: e.measured.get("speedup") or 0.0)
+    for outcome in result.kernels:
+        if outcome.status == "accepted" and outcome.name != best.kernel_name:
+            outcome.status, outcome.detail = "dropped", why
+    return KernelPack(entries={best.key: best}, target=pack.target, created_by=pack.created_by)
+
+
+def _take_gate4_numbers(pack: KernelPack, result: RunResult) -> bool:
+    """Use gate 4's end-to-end numbers from this run where they measure exactly this pack."""
+    gate4 = _measured_in_this_run(pack, result)
+    if gate4 is None:
+        return False
+    result.baseline_ms, result.optimized_ms = gate4["baseline_ms"], gate4["packed_ms"]
+    result.speedup, result.noise_floor = gate4["speedup"], gate4.get("noise_floor")
+    pack.measured = {k: gate4.get(k) for k in ("baseline_ms", "packed_ms", "speedup", "noise_floor")}
+    return True
 
 
 def _measured_in_this_run(pack: KernelPack, result: RunResult) -> dict[str, Any] | None:
@@ -407,14 +496,29 @@ def _measured_in_this_run(pack: KernelPack, result: RunResult) -> dict[str, Any]
     return numbers
 
 
-def _llm_search(llm: dict[str, Any] | None, log: Callable[[str], None]) -> list[Any]:
-    """The LLM agents' search when an endpoint is configured; unreachable means offline only."""
+def _llm_search(llm: dict[str, Any] | None, log: Callable[[str], None]) -> tuple[list[Any], str | None]:
+    """The LLM agents' search when an endpoint is configured, or why there is none (bad settings
+    mean the offline tuner only; an unreachable endpoint shows once the search tries it)."""
     if not llm or not llm.get("base_url"):
-        return []
+        return [], None
+    from kernelopt_bot.search.agent_search import LLMSearch
+    from kernelopt_bot.search.llm.config import LLMSettings
+
     try:
-        from kernelopt_bot.search.agent_search import LLMSearch
-    except ImportError as exc:  # pragma: no cover - part of the package
-        log(f"warning: LLM search unavailable ({exc}); using the offline tuner only")
-        return []
-    search = LLMSearch.connect(llm, log=log)
-    return [search] if search is not None else []
+        settings = LLMSettings.from_env(base_url=llm.get("base_url"), model=llm.get("model"),
+                                        unix_socket=llm.get("unix_socket"))
+    except BadInputError as exc:
+        log(f"warning: LLM agents disabled ({exc}); using the offline tuner only")
+        return [], str(exc)
+    return [LLMSearch(settings, log=log)], None
+
+
+def _record_llm_status(result: RunResult, searches: list[Any], problem: str | None, budget: Any) -> None:
+    """What became of the LLM agents, for result.json, the report's headline and the PR comment."""
+    if result.llm_status == "unavailable":  # the parent could not hand the endpoint over
+        return
+    disabled = problem or next((s.disabled for s in searches if getattr(s, "disabled", None)), None)
+    if disabled:
+        result.llm_status, result.llm_error = "unavailable", disabled
+    elif searches:
+        result.llm_status = "used" if budget.llm_calls else "not called"

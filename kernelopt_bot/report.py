@@ -44,10 +44,19 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.1%}"
 
 
+def _amount(value: Any, missing: str = "-") -> str:
+    """A budget quantity for a table cell: whole numbers as they are, seconds to a tenth."""
+    if value is None:
+        return missing
+    if isinstance(value, float) and not value.is_integer():
+        return f"{value:.1f}" if value >= 1 else f"{value:.4g}"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
 def environment(root: Path | None = None) -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(root or templates_dir())), autoescape=False,
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
-    env.filters.update(md=md, code=code, ms=_ms, x=_x, pct=_pct)
+    env.filters.update(md=md, code=code, ms=_ms, x=_x, pct=_pct, amount=_amount)
     return env
 
 

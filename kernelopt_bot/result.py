@@ -14,6 +14,10 @@ from typing import Any
 RESULT_SCHEMA = "kernelopt-result/1"
 
 
+_USAGE_LABELS = (("candidates", "candidates"), ("wall_s", "wall seconds"), ("gpu_s", "GPU seconds"),
+                 ("tokens", "LLM tokens"), ("cost", "cost"))
+
+
 @dataclass
 class KernelOutcome:
     """One kernel of the target: how much it weighed and what the search made of it."""
@@ -63,6 +67,35 @@ class RunResult:
     usage: dict[str, Any] = field(default_factory=dict)  # candidates tried, tokens, cost, GPU seconds
     phases: dict[str, float] = field(default_factory=dict)  # seconds spent in each pipeline step
     isolation: str = ""  # how untrusted code was isolated: "bwrap", "unshare" or "none"
+    # Why a failed run failed: "bad input" (the target or an option; the CLI exits 2) or "" (exit 1).
+    error_kind: str = ""
+    # The LLM agents: "not configured" (no endpoint given), "used", or "unavailable" (an endpoint
+    # was given but could not be used: bad settings, unreachable, refusing; the tuner ran alone).
+    llm_status: str = "not configured"
+    llm_error: str | None = None  # why the agents were unavailable
+
+    @property
+    def llm_headline(self) -> str:
+        """One line for a report's headline when the LLM agents were asked for but did not run,
+        else ``""``: a reader must not take a tuner-only run for a run with the agents."""
+        if self.llm_status != "unavailable":
+            return ""
+        return "LLM agents unavailable: tuner only" + (f" ({self.llm_error})" if self.llm_error else "")
+
+    @property
+    def best_recommendation(self) -> Recommendation | None:
+        """The verified compiler option with the largest end-to-end speedup, if any."""
+        verified = [r for r in self.recommendations if r.verified and r.speedup is not None]
+        return max(verified, key=lambda r: r.speedup or 0.0) if verified else None
+
+    @property
+    def usage_rows(self) -> list[dict[str, Any]]:
+        """The budget as rows a table can show: resource, limit (``None`` = unlimited), used.
+        Tokens and cost only where LLM agents were asked for (the tuner spends neither)."""
+        limits, used = self.usage.get("limits") or {}, self.usage.get("used") or {}
+        shown = [(k, label) for k, label in _USAGE_LABELS
+                 if (k in limits or k in used) and (self.llm_status != "not configured" or k not in ("tokens", "cost"))]
+        return [{"resource": label, "limit": limits.get(k), "used": used.get(k)} for k, label in shown]
 
     @property
     def measured(self) -> bool:

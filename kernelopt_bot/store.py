@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelopt_bot.errors import KerneloptError
+from kernelopt_bot.folders import make_dirs
 from kernelopt_bot.result import RunResult
 from kernelopt_bot.stitch.pack import PackEntry, PackError, base_version
 
@@ -190,7 +191,7 @@ class Store:
         memory = str(self.path) == ":memory:"
         if not memory:
             try:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
+                make_dirs(self.path.parent)  # a .gitignore in what it creates (.kernelopt/)
             except OSError as exc:
                 raise StoreError(f"cannot create the directory for store {self.path}: {exc}") from exc
             if self.path.is_dir():

@@ -14,6 +14,7 @@ import fnmatch
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import time
@@ -233,9 +234,14 @@ def _last_error_line(path: Path) -> str | None:
     return (errors or lines or [None])[-1]
 
 
+# A pipeline step as optimize logs it: ``12:03:41 loading the target (107 s left)``, or in the
+# older form ``[  42 s] searching ...``.
+_STEP_LINE = re.compile(r"^(\d\d:\d\d:\d\d |\[\s*\d+ s\] )")
+
+
 def _last_step(path: Path) -> str | None:
-    """The last pipeline step a run logged (``[  42 s] searching ...``)."""
-    steps = [line for line in _lines(path) if line.startswith("[") and " s] " in line]
+    """The last pipeline step a run logged before it stopped."""
+    steps = [line for line in _lines(path) if _STEP_LINE.match(line)]
     return steps[-1][:120] if steps else None
 
 

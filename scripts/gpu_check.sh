@@ -2,7 +2,9 @@
 # One call on a GPU machine runs one or more parts, each under its own time limit; a short table
 # prints last. Logs and results land under $OUT, packed as results.tgz plus summary.txt.
 #   bash scripts/gpu_check.sh engine     GPU engine tests + engine report (per-example times, roofline, noise)
-#   bash scripts/gpu_check.sh redteam    the red team's cheating candidates at full size
+#   bash scripts/gpu_check.sh redteam    the red team's cheating candidates at full size (all three files; the
+#                                        GPU-only race cases run only here)
+#   bash scripts/gpu_check.sh isolation  model code and candidates find no secret, with CUDA inside the namespaces
 #   bash scripts/gpu_check.sh honest     the honest candidates (HONEST_K selects)
 #   bash scripts/gpu_check.sh speedup    gate 4 on a sweep-found launch config (SPEEDUP_EXAMPLE, SPEEDUP_DTYPE)
 #   bash scripts/gpu_check.sh prdry      the PR flow in dry-run mode on an example repository (EXAMPLE, DTYPE, WALL_SECONDS)
@@ -54,6 +56,8 @@ part_engine() {
 
 part_redteam() { run_tests redteam tests/redteam -k "cheater or covers"; }
 
+part_isolation() { run_tests isolation tests/test_isolation.py tests/test_infrastructure.py; }
+
 part_honest() { run_tests honest tests/redteam -k "${HONEST_K:-honest}"; }
 
 part_speedup() {  # gate 4 on a real speedup: a launch config found by a sweep, through all four gates
@@ -102,10 +106,10 @@ part_gpus() {  # issue 6: the same problems on one GPU, then on every GPU, each 
 }
 
 export R summary
-export -f run_tests timed_suite part_engine part_redteam part_honest part_speedup part_optimize part_prdry part_suite part_gpus
+export -f run_tests timed_suite part_engine part_redteam part_isolation part_honest part_speedup part_optimize part_prdry part_suite part_gpus
 for part in "${@:-engine}"; do
   case "$part" in
-    engine|redteam|honest|speedup|optimize|prdry|suite|gpus) limited "$part" ;;
+    engine|redteam|isolation|honest|speedup|optimize|prdry|suite|gpus) limited "$part" ;;
     *) echo "unknown part $part" >&2; status=2 ;;
   esac
 done

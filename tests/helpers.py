@@ -36,7 +36,17 @@ def first_float_constant(source: str) -> str:
     return match.group(0)
 
 
-def run_cli(*args: str, timeout: int = 600) -> subprocess.CompletedProcess[str]:
+def user_env() -> dict[str, str]:
+    """The environment a user runs ``kernelopt`` with: this test process's, without what the
+    test setup added for itself (conftest turns interpreter mode on in-process, which sets
+    ``TRITON_INTERPRET=1``; a user on a CPU machine has no such variable)."""
     env = dict(os.environ)
+    env.pop("TRITON_INTERPRET", None)
+    return env
+
+
+def run_cli(*args: str, timeout: int = 600) -> subprocess.CompletedProcess[str]:
+    """``kernelopt ARGS`` in a subprocess, run the way a user runs it (see :func:`user_env`)."""
+    env = user_env()
     return subprocess.run([sys.executable, "-m", "kernelopt_bot.cli", *args], capture_output=True,
                           text=True, cwd=ROOT, env=env, timeout=timeout)

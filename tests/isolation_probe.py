@@ -99,3 +99,22 @@ def findings(out: str) -> list[dict[str, Any]]:
         with open(path) as f:
             result.append(json.load(f))
     return result
+
+
+def heartbeat(conn: Any, path: str) -> None:
+    """An isolated child's entry that writes a growing counter to ``path`` until it is killed."""
+    beat = 0
+    while True:
+        beat += 1
+        with open(path, "w") as f:
+            f.write(str(beat))
+        time.sleep(0.1)
+
+
+def spawn_heartbeat_and_wait(path: str) -> None:
+    """A trusted parent: starts an isolated heartbeat child, then waits to be killed."""
+    from kernelopt_bot.harness.isolation import spawn_isolated
+
+    child = spawn_isolated("tests.isolation_probe.heartbeat", path, writable=[os.path.dirname(path)])
+    time.sleep(600)
+    child.close()

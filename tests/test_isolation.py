@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,7 +35,7 @@ from kernelopt_bot.search.llm.client import LLMClient, LLMUnavailable
 from kernelopt_bot.search.llm.config import LLMSettings
 from kernelopt_bot.verify.sandbox import SandboxLimits, run_sandboxed
 from tests import isolation_probe
-from tests.helpers import ROOT
+from tests.helpers import ROOT, user_env
 from tests.llm_server import LLMTestServer, reply
 
 SECRETS = {"KERNELOPT_LLM_API_KEY": "sk-fake-llm-key-123", "GITHUB_TOKEN": "ghs_fake_token_456",
@@ -109,7 +110,7 @@ def test_model_code_run_by_optimize_finds_no_secret(tmp_path: Path, listener: Li
     out.mkdir()
     target = tmp_path / "prober.py"
     target.write_text(isolation_probe.model_file(listener.port, str(out)))
-    env = {**os.environ, **secrets}
+    env = {**user_env(), **secrets}
     proc = subprocess.run([sys.executable, "-m", "kernelopt_bot.cli", "optimize", str(target), "--out", str(out),
                            "--store", str(tmp_path / "db"), "--budget", "candidates=0", "--device", "cpu"],
                           capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
@@ -123,7 +124,7 @@ def test_model_code_run_by_optimize_finds_no_secret(tmp_path: Path, listener: Li
             assert_nothing_leaked(path.read_text(errors="replace"), secrets)
     method = json.loads((out / "result.json").read_text())["isolation"]
     assert method in ("bwrap", "unshare")
-    assert f"isolation: {method}" in proc.stdout
+    assert f"isolation: {method}" in proc.stderr  # progress and notes go to stderr
 
 
 @needs_namespaces
@@ -188,6 +189,53 @@ def test_channel_refuses_to_rebuild_code() -> None:
     assert torch.equal(got["t"], sent["t"]) and got["t"].dtype == torch.bfloat16 and got["spec"] == sent["spec"]
     left.close()
     right.close()
+
+
+def test_channel_refuses_messages_that_allocate_more_than_they_carry() -> None:
+    """A few bytes from a child must not make the trusted parent allocate gigabytes."""
+    amplify = (b"\x80\x04cbuiltins\nbytearray\nq\x00(" + (b"h\x00J" + (200 << 20).to_bytes(4, "little") + b"\x85R") * 5
+               + b"l.")  # five bytearray(200 MiB) calls in 72 bytes
+    with pytest.raises(pickle.UnpicklingError, match="refusing"):
+        _SafeUnpickler(io.BytesIO(amplify)).load()
+    import torch
+
+    from kernelopt_bot.harness.isolation import _rebuild_tensor
+
+    class Short:
+        def __reduce__(self) -> tuple:
+            return (_rebuild_tensor, ("float32", (1 << 20, 1 << 20), b""))  # 4 TiB asked, 0 bytes sent
+
+    short = pickle.dumps(Short())
+    with pytest.raises(pickle.UnpicklingError, match="does not fill"):
+        _SafeUnpickler(io.BytesIO(short)).load()
+    a, b = socket.socketpair()
+    left, right = Channel(a.detach()), Channel(b.detach())
+    left._conn.send_bytes(short)
+    with pytest.raises(OSError, match="unreadable message"):
+        right.recv()
+    left.close()
+    right.close()
+    assert torch.equal(_rebuild_tensor("int32", (2,), b"\x01\x00\x00\x00\x02\x00\x00\x00"), torch.tensor([1, 2]))
+
+
+def test_an_isolated_child_dies_with_its_parent(tmp_path: Path) -> None:
+    """A parent killed at a deadline (SIGKILL: no cleanup) takes its isolated child with it, although
+    the child runs in a session and namespaces of its own."""
+    beat = tmp_path / "beat"
+    parent = subprocess.Popen([sys.executable, "-c", "import sys; from tests import isolation_probe; "
+                               f"isolation_probe.spawn_heartbeat_and_wait({str(beat)!r})"], cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 120
+        while not (beat.exists() and beat.read_text().strip() and int(beat.read_text()) > 3):
+            assert time.monotonic() < deadline and parent.poll() is None, "the child never started"
+            time.sleep(0.2)
+    finally:
+        parent.kill()
+        parent.wait(10)
+    time.sleep(2.0)
+    last = beat.read_text()
+    time.sleep(1.5)
+    assert beat.read_text() == last, "the child outlived its parent"
 
 
 def test_sandbox_failures_say_whose_they_are() -> None:

@@ -121,8 +121,12 @@ def test_restructured_body_passes(softmax: TritonKernel) -> None:
     assert_passed(check_source(softmax, src))
 
 
-def test_device_print_is_allowed(gelu: TritonKernel) -> None:
-    assert_passed(check_source(gelu, add_body_line(gelu, 'tl.device_print("pid", tl.program_id(0))')))
+@pytest.mark.parametrize("line", ['tl.device_print("pid", tl.program_id(0))', "tl.device_print('%s%n', tmp0)",
+                                  "tl.static_print('x')", "print('x')"])
+def test_prints_are_rejected(gelu: TritonKernel, line: str) -> None:
+    """Format strings would reach the GPU's printf or the host console; no kernel needs to print."""
+    result = check_source(gelu, add_body_line(gelu, line))
+    assert result.passed is False, line
 
 
 def test_power_of_two_hardcoded_block_passes(softmax: TritonKernel) -> None:
@@ -553,7 +557,6 @@ def test_module_behind_an_expression_is_rejected(gelu: TritonKernel, line: str) 
     ("s = 'abc' % tmp0", "strings"),
     ("s = f'{tmp0}'", "kernel-body"),
     ("s = tmp0.format_map", "forbidden-name"),
-    ("tl.device_print('x' + 'y', tmp0)", "strings"),
     ("tmp0 = tl.load(in_ptr0 + (x0), xmask, eviction_policy='evict_' + 'last')", "strings"),
     ("tmp0 = tl.load(in_ptr0 + (x0), xmask, eviction_policy='{x}')", "strings"),
 ])
@@ -823,3 +826,105 @@ def test_launch_config_from_json_round_trip() -> None:
 def test_check_config_is_strict(gelu: TritonKernel, config: LaunchConfig, rule: str) -> None:
     big = DeviceLimits(max_threads_per_block=1 << 20)
     assert_rejected(check_config(gelu, config, big), rule)
+
+
+# --------------------------------------------------------------------------------------------
+# Red-team review of issue 11 (each a bypass found against the first allowlist)
+
+
+@pytest.mark.parametrize("line", [
+    # the pointer's integer value comes back through a load's other= with no root, then
+    # ``out_ptr0 + (that - out_ptr0 as int)`` writes into in_ptr0 while deriving from out_ptr0 alone
+    "ia = tl.load(in_ptr0.to(tl.pointer_type(tl.int64)) + x0, x0 < 0, other=in_ptr0.to(tl.int64))\n"
+    "    tl.store(out_ptr0 + (ia - out_ptr0.to(tl.int64)) // 4 + x0, tmp0, xmask)",
+    # through an atomic's value and return
+    "ia = tl.atomic_xchg(out_ptr0.to(tl.pointer_type(tl.int64)) + x0, in_ptr0.to(tl.int64), xmask)",
+    # through a cast, a pointer difference, a comparison, an if (implicit flow), a mask
+    "d = tl.cast(in_ptr0, tl.int64)",
+    "d = out_ptr0 - in_ptr0",
+    "d = tl.where(in_ptr0 < out_ptr0, 1, 0)",
+    "d = 0\n    if in_ptr0.to(tl.int64) > 0:\n        d = 1",
+    "tmp0 = tl.load(in_ptr0 + x0, (x0 + in_ptr0.to(tl.int64)) % 2 == 0)",
+    "tl.store(out_ptr0 + x0, in_ptr0.to(tl.int64).to(tl.float32), xmask)",
+])
+def test_pointer_value_cannot_be_laundered_into_an_offset(gelu: TritonKernel, line: str) -> None:
+    assert_rejected(check_source(gelu, _after_load(gelu, line)), "memory-access", "used as a value")
+
+
+@pytest.mark.parametrize("line", [
+    "p = out_ptr0 + x0\n    p += 0\n    tl.store(p, tmp0, xmask)",
+    "p = tl.broadcast_to(out_ptr0 + x0, [XBLOCK])\n    tl.store(p, tmp0, xmask)",
+    "tl.store((out_ptr0 + x0).to(tl.pointer_type(tl.float32)), tmp0, xmask)",
+    "dt = out_ptr0.dtype",
+])
+def test_pointer_in_pointer_position_passes(gelu: TritonKernel, line: str) -> None:
+    assert_passed(check_source(gelu, _after_load(gelu, line)))
+
+
+def test_module_string_constant_is_not_a_kernel_value(gelu: TritonKernel) -> None:
+    """A module-level string constant would smuggle strings past the literal-argument rule
+    (``eviction_policy=EP`` with any text, ``'__class__'`` unchecked)."""
+    src = edit(gelu.source, "@triton_heuristics", 'EP = "__class__"\n@triton_heuristics')
+    src = edit(src, "tl.load(in_ptr0 + (x0), xmask)", "tl.load(in_ptr0 + (x0), xmask, eviction_policy=EP)")
+    assert_rejected(check_source(gelu, src), "strings", "EP")
+
+
+@pytest.mark.parametrize("loops", [
+    ["for a in range(65536):", "for b in range(65536):", "for c in range(65536):"],
+    ["for a in tl.static_range(256):", "for b in tl.static_range(256):"],
+    ["for a in tl.static_range(64):", "for b in range(4096):"],
+])
+def test_nested_loop_caps_hold_for_the_product(gelu: TritonKernel, loops: list[str]) -> None:
+    nested = "".join(f"{'    ' * i}{loop}\n    " for i, loop in enumerate(loops))
+    src = _after_load(gelu, f"{nested}{'    ' * len(loops)}tmp0 = tmp0 + 0.0")
+    assert_rejected(check_source(gelu, src), "loop-bounds")
+
+
+def test_nested_loops_within_caps_pass(gelu: TritonKernel) -> None:
+    src = _after_load(gelu, "for a in range(16):\n        for b in tl.static_range(4):\n"
+                            "            for c in tl.range(0, 2 * XBLOCK, 4):\n                tmp0 = tmp0 + 0.0")
+    assert_passed(check_source(gelu, src))
+
+
+@pytest.mark.parametrize("bound", ["xnumel * xnumel", "XBLOCK * XBLOCK * XBLOCK", "XBLOCK * 4096"])
+def test_loop_bound_is_at_most_a_small_multiple_of_a_size(gelu: TritonKernel, bound: str) -> None:
+    src = _after_load(gelu, f"for i in range({bound}):\n        tmp0 = tmp0 + 0.0")
+    assert_rejected(check_source(gelu, src), "loop-bounds")
+
+
+def test_doubling_chain_loop_bound_is_rejected_fast(gelu: TritonKernel) -> None:
+    """``a1 = a0 + a0`` 60 times is 2**59 sizes, and checking it without memoizing took 2**60 steps."""
+    import time
+
+    chain = "\n    ".join(f"a{i} = a{i - 1} + a{i - 1}" for i in range(1, 60))
+    src = _after_load(gelu, f"a0 = XBLOCK\n    {chain}\n    for i in range(a59):\n        tmp0 = tmp0 + 0.0")
+    start = time.monotonic()
+    assert_rejected(check_source(gelu, src), "loop-bounds")
+    assert time.monotonic() - start < 2.0
+
+
+def test_long_assignment_chains_are_checked_in_linear_time(gelu: TritonKernel) -> None:
+    """4,000 locals chained in reverse order: the sweep-until-stable fixpoints took ~30 s."""
+    import time
+
+    ints = "\n    ".join(f"a{i} = a{i + 1} + 1" for i in range(2000))
+    ptrs = "\n    ".join(f"p{i} = p{i + 1} + 1" for i in range(2000))
+    src = _after_load(gelu, f"{ints}\n    a2000 = 1\n    {ptrs}\n    p2000 = out_ptr0 + x0\n    tmp0 = tmp0 + a0")
+    start = time.monotonic()
+    assert_passed(check_source(gelu, src))
+    assert time.monotonic() - start < 5.0
+
+
+@pytest.mark.parametrize("old,new", [
+    ("filename=__file__", "filename='/home/user/.bashrc'"),
+    ("'autotune_remote_cache': None", "'autotune_remote_cache': True"),
+    ("'store_cubin': False", "'store_cubin': False, 'profile_bandwidth_output': '/tmp/out'"),
+])
+def test_decorator_host_settings_are_the_originals(gelu: TritonKernel, old: str, new: str) -> None:
+    """The launcher writes ``<filename stem>.best_config`` and obeys inductor_meta's cache and
+    profiling switches on the host: a candidate cannot pick them."""
+    assert_rejected(check_source(gelu, edit(gelu.source, old, new)), "decorator")
+
+
+def test_decorator_counters_may_change(gelu: TritonKernel) -> None:
+    assert_passed(check_source(gelu, edit(gelu.source, "'num_load': 1", "'num_load': 2")))

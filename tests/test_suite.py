@@ -115,17 +115,61 @@ def test_agreement_compares_verdicts_and_speedups_within_noise() -> None:
     assert not rows["l1_e_fp32"].same_verdict  # missing from the second run
 
 
+# A problem that never finishes by itself: it waits for a file only the test creates (at the end,
+# so that an engine process outliving its killed parent ends too), so the deadline is the only way out.
+_BLOCKED_PROBLEM = """\
+import os
+import time
+
+import torch
+
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return x
+
+
+def get_inputs():
+    return [torch.randn(4)]
+
+
+def get_init_inputs():
+    return []
+
+
+_RELEASE = {release!r}
+_give_up = time.monotonic() + 900
+while not os.path.exists(_RELEASE) and time.monotonic() < _give_up:
+    time.sleep(0.05)
+raise RuntimeError("released by the test")
+"""
+
+
 def test_a_problem_past_its_deadline_keeps_its_log_and_says_where_it_stopped(tmp_path: Path) -> None:
+    """Independent of machine load: the problem blocks until the test releases it, and the deadline
+    grows until the run has logged a step before the kill (on a busy machine, starting Python and
+    torch alone can take longer than the first deadline)."""
     from kernelopt_bot.suite import run_problem
 
     root = _suite(tmp_path / "suite")
+    release = tmp_path / "release"
+    (root / "level1" / "blocked.py").write_text(_BLOCKED_PROBLEM.format(release=str(release)))
+    try:
+        for attempt, deadline in enumerate((6.0, 20.0, 60.0)):
+            out = tmp_path / f"out-{attempt}"
+            res = run_problem(root, Problem("level1/blocked.py", 1, "fp32"), out, device="cpu", budget=[],
+                              gamma=1.03, timeout_s=deadline, store=tmp_path / "store.db")
+            assert res.status == "failed" and res.error is not None
+            assert res.error.startswith(f"timed out after {deadline:.0f} s"), res.error
+            log = (out / "problems" / "l1_blocked_fp32" / "optimize.log").read_text()
+            if "loading the target" in log:
+                break
+        # the log written before the kill is kept, and the error names its last step
+        assert "loading the target" in log, log
+        assert "(last step: " in res.error and "loading the target" in res.error, res.error
+    finally:
+        release.touch()
     out = tmp_path / "out"
-    res = run_problem(root, Problem("level1/gelu.py", 1, "fp32"), out, device="cpu", budget=[], gamma=1.03,
-                      timeout_s=6.0, store=tmp_path / "store.db")
-    assert res.status == "failed" and res.error is not None and res.error.startswith("timed out after 6 s")
-    log = (out / "problems" / "l1_gelu_fp32" / "optimize.log").read_text()
-    assert "loading the target" in log  # the pipeline's steps reached the log before the kill
-    assert "(last step: [" in res.error
     broken = run_problem(root, Problem("level2/broken.py", 2, "fp32"), out, device="cpu", budget=[], gamma=1.03,
                          timeout_s=120.0, store=tmp_path / "store.db")
     assert broken.status == "failed" and broken.error is not None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import textwrap
 from pathlib import Path
 
@@ -72,8 +73,10 @@ def test_bad_targets(tmp_path: Path, body: str, message: str) -> None:
         load_target(str(path), "cpu")
     result = run_cli("inspect", str(path), "--device", "cpu")
     assert result.returncode == 2
-    lines = result.stderr.strip().splitlines()
+    # Off a terminal, progress is timestamped lines ("12:00:01 loading ..."); the error is one line.
+    lines = [line for line in result.stderr.strip().splitlines() if not re.match(r"\d\d:\d\d:\d\d ", line)]
     assert len(lines) == 1 and lines[0].startswith("error: ") and message.split(":")[0] in lines[0]
+    assert result.stderr.strip().endswith(lines[0])
 
 
 def test_bad_specs() -> None:

@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import json
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from kernelopt_bot.harness.model_worker import WorkerError
+from kernelopt_bot.pipeline import WALL_MARGIN_S, _final_bench, _recommend_in_time
 from kernelopt_bot.search.base import Proposal
 from kernelopt_bot.search.budget import Budget, BudgetExceeded
 from kernelopt_bot.search.compile_options import COMPILE_OPTIONS, recommend
 from kernelopt_bot.search.orchestrator import Orchestrator, SearchLimits
 from kernelopt_bot.verify.cascade import Candidate
-from tests.helpers import captured
+from tests.helpers import EXAMPLES, captured
+from tests.test_final_bench import GATE4, _entry, _pack, _result
+from tests.test_report import shell
 
 
 class _GpuOrchestrator(Orchestrator):
@@ -55,3 +62,85 @@ def test_compiler_options_past_the_deadline_are_reported_not_measured() -> None:
     assert [r.option for r in recs] == [o.label for o in COMPILE_OPTIONS]
     assert recs[0].option == "mode=max-autotune-no-cudagraphs"  # the suite's reference goes first
     assert all(r.speedup is None and not r.verified and "wall-time budget" in r.detail for r in recs)
+
+
+def test_the_wall_budget_counts_what_ran_before_it() -> None:
+    """The engine's start (and anything before the budget exists) is part of the run's deadline."""
+    now = [100.0]
+    budget = Budget(max_wall_s=10.0, clock=lambda: now[0], elapsed_before=4.0)
+    assert budget.wall_s_left() == 6.0
+    now[0] += 6.0
+    assert budget.exhausted() is not None
+
+
+def test_on_the_cpu_too_a_candidate_is_not_started_without_the_time_to_finish() -> None:
+    cap = captured("gelu.py")
+    cpu = Orchestrator(cap, None, None, Budget(max_wall_s=20.0), strategies=[],  # type: ignore[arg-type]
+                       limits=SearchLimits(first_candidate_s=30.0))
+    with pytest.raises(BudgetExceeded, match="a candidate takes about 30 s"):
+        cpu._fits_in_wall_budget(Proposal(Candidate("config X", config=None), "tuner"))
+
+
+def test_a_tiny_wall_budget_ends_the_run_on_time(tmp_path: Path) -> None:
+    """`kernelopt optimize` as a user runs it, CPU, a 15 s budget: no candidate starts that cannot
+    finish (one takes 15-25 s in the interpreter), and the run ends within the budget plus
+    WALL_MARGIN_S (result.json's seconds count from the engine's start); the command as a whole
+    is given 10 s more for the CLI's own start (Python, torch's import)."""
+    wall = 15
+    began = time.monotonic()
+    run = shell(f"kernelopt optimize {EXAMPLES / 'gelu.py'} --out out --store db --budget wall_seconds={wall} "
+                "--budget compile_options=false", tmp_path)
+    took = time.monotonic() - began
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    result = json.loads((tmp_path / "out" / "result.json").read_text())
+    assert result["kernels"][0]["candidates"] == 0
+    assert result["kernels"][0]["status"] == "not searched (budget)"
+    assert result["seconds"] <= wall + WALL_MARGIN_S
+    assert took <= wall + WALL_MARGIN_S + 10
+    assert "starting the engine" in result["phases"]
+
+
+class _SlowArena(_Arena):
+    """Every arm's compile outlives its start timeout: the clock runs to it, then the arm is killed."""
+
+    def __init__(self, now: list[float]) -> None:
+        self.timeout_s, self.now, self.started = 600.0, now, []
+
+    def candidate(self, *_a: Any, **_k: Any) -> Any:
+        self.started.append(self.timeout_s)
+        self.now[0] += self.timeout_s
+        raise WorkerError(f"arm: no answer to start within {self.timeout_s:.0f} s (killed)")
+
+
+def test_a_compiler_option_is_cut_off_at_the_deadline() -> None:
+    now = [0.0]
+    budget = Budget(max_wall_s=100.0, clock=lambda: now[0])
+    arena = _SlowArena(now)
+    recs = _recommend_in_time(arena, None, 1.03, 3, budget, candidate_s=20.0)
+    assert arena.started == [100.0]  # the first option's compile may take what is left, no more
+    assert "ran out while it compiled" in recs[0].detail and recs[0].speedup is None
+    assert all("wall-time budget ran out" in r.detail for r in recs[1:])  # the others never start
+    assert arena.timeout_s == 600.0  # the arena's own limit is back for later arms
+
+
+def test_an_option_needs_the_time_a_candidate_took() -> None:
+    now = [0.0]
+    arena = _SlowArena(now)
+    recs = _recommend_in_time(arena, None, 1.03, 3, Budget(max_wall_s=40.0, clock=lambda: now[0]), candidate_s=50.0)
+    assert arena.started == [] and all("wall-time budget ran out" in r.detail for r in recs)
+
+
+class _Cascade:
+    def __init__(self, arena: Any) -> None:
+        self.arena = arena
+
+
+def test_a_final_benchmark_past_the_deadline_is_not_a_failed_run() -> None:
+    """Two accepted kernels whose combination could not be compiled in time: the pack keeps the
+    entry gate 4 measured in this run, with gate 4's numbers, and the run does not fail."""
+    pack = _pack(_entry("k0", [GATE4]), _entry("k1", [{**GATE4, "numbers": {}}]))
+    pack.entries["key-k0"].measured["speedup"] = 1.2
+    result = _result(("k0", "accepted"), ("k1", "accepted"))
+    kept = _final_bench(_Cascade(_SlowArena([0.0])), None, pack, result, 3)
+    assert list(kept.entries) == ["key-k0"] and result.speedup == 1.2
+    assert result.kernels[1].status == "dropped" and "could not be checked end to end" in result.kernels[1].detail

@@ -14,6 +14,7 @@ Exit codes: 0 done (target failures are reported, not fatal), 1 GitHub API or in
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -25,6 +26,7 @@ import click
 
 from kernelopt_bot.config import DEFAULT_CONFIG, KerneloptConfig, load_config
 from kernelopt_bot.errors import BadInputError, KerneloptError
+from kernelopt_bot.folders import make_dirs
 from kernelopt_bot.github import actions_io
 from kernelopt_bot.github.commands import CommandError
 from kernelopt_bot.github.events import SUPPORTED, IssueCommentEvent, PullRequestEvent, load_event
@@ -48,7 +50,8 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return fn(*args, **kwargs)
         except KerneloptError as exc:
-            _log(f"error: {exc}")
+            for line in str(exc).splitlines() or [""]:  # a config with several problems: one line each
+                _log(f"error: {line}")
             sys.exit(exc.exit_code)
         except (click.exceptions.Exit, click.ClickException, click.Abort):
             raise
@@ -82,15 +85,35 @@ def _drop_tokens() -> list[str]:
 
 
 def _config(config: str, root: Path) -> tuple[KerneloptConfig, str]:
+    """The config and its path relative to ``root``; its file entries are checked under ``root``
+    (the repository), wherever the config file itself is."""
     path = Path(config)
     if not path.is_absolute() and not path.exists() and (root / path).exists():
         path = root / path
-    cfg = load_config(path)
     try:
         rel = str(path.resolve().relative_to(root.resolve()))
     except ValueError:
         rel = str(path)
-    return cfg, rel
+    return load_config(path, root=root, source=rel), rel
+
+
+def _local_commits(event: PullRequestEvent, root: Path) -> PullRequestEvent:
+    """A dry run's payload may name its commits as revisions of the local checkout.
+
+    The example payloads (``examples/events/``) say ``"sha": "HEAD"`` and ``"HEAD~1"``, so they
+    work in any repository: the last commit plays the PR. A 40-character SHA (what GitHub sends),
+    or a name git does not know here, is kept as written.
+    """
+    from kernelopt_bot.github.checkout import SHA_RE
+    from kernelopt_bot.github.dryrun import git
+
+    def resolve(rev: str) -> str:
+        if not rev or SHA_RE.match(rev) or rev.startswith("-"):  # never an option to git
+            return rev
+        out = git(root, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")
+        return out.strip() if out else rev
+
+    return dataclasses.replace(event, head_sha=resolve(event.head_sha), base_sha=resolve(event.base_sha))
 
 
 def _env_int(name: str, default: int) -> int:
@@ -178,7 +201,7 @@ def bot(event_name: str, event_path: str, config: str, repo_root: str, dry_run: 
     if not event_name or not event_path:
         raise BadInputError("give --event-name and --event-path (or run inside Actions)")
     root = Path(repo_root).resolve()
-    out_dir = Path(out).resolve()
+    out_dir = make_dirs(Path(out).resolve())  # a .gitignore in what kernelopt creates (issue 15)
     event = load_event(event_name, event_path, os.environ.get("GITHUB_REPOSITORY"))
     cfg, config_rel = _config(config, root)
     gateway: Gateway | NoGateway
@@ -191,6 +214,7 @@ def bot(event_name: str, event_path: str, config: str, repo_root: str, dry_run: 
     elif dry_run:
         pull = None
         if isinstance(event, PullRequestEvent):
+            event = _local_commits(event, root)
             pull = PullInfo(event.number, event.head_sha, event.head_ref, event.head_repo, event.base_ref,
                             event.repo.full_name, base_sha=event.base_sha)
         gateway = DryRunGateway(root, event.repo.full_name, default_branch=event.repo.default_branch,

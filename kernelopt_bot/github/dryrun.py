@@ -123,9 +123,11 @@ class DryRunGateway:
         return ProposalRef("created or updated", url=f"(dry run) PR from {proposal.branch} into {proposal.base}")
 
     def close_proposal(self, branch: str, comment: str) -> ProposalRef | None:
+        """Recorded only: whether a PR from ``branch`` is open is unknown offline, so nothing is
+        reported as closed (the report must not name a PR that may never have existed)."""
         self._record("close_proposal", branch=branch, comment=comment,
-                     note="closes the open PR from this branch, if there is one")
-        return ProposalRef("closed if open", url=f"(dry run) PR from {branch}")
+                     note="a real run closes the open PR from this branch, if there is one")
+        return None
 
     def commit_files(self, branch: str, files: dict[str, str | None], message: str) -> str:
         self._record("commit_files", branch=branch, files=sorted(files), message=message)

@@ -188,8 +188,8 @@ def publish_pr_results(ctx: BotContext, pull: PullInfo, head_sha: str, outcomes:
     proposal_ref: ProposalRef | None
     base = _proposal_base(gw, pull, head_sha) if (packs or carried) else None
     if (packs or carried) and base is None:
-        proposal_ref = ProposalRef("skipped", note=f"the base branch {pull.base_ref} was not found, so no follow-up "
-                                   "PR was opened; the packs are in this workflow run's artifacts")
+        proposal_ref = ProposalRef("skipped", note=f"No follow-up PR: the base branch {pull.base_ref} was not found; "
+                                   "the packs are in this workflow run's artifacts.")
     elif packs or carried:
         assert base is not None
         parent, into = base
@@ -215,19 +215,23 @@ def publish_pr_results(ctx: BotContext, pull: PullInfo, head_sha: str, outcomes:
             draft=cfg.publish.draft, labels=list(cfg.publish.labels), reviewers=list(cfg.publish.reviewers))
         proposal_ref = gw.publish_proposal(proposal, max_open=cfg.publish.max_open_proposals)
     elif failures:
-        proposal_ref = ProposalRef("kept", note=f"nothing verified, but {len(failures)} target run(s) failed, so "
-                                   "an earlier follow-up PR (if any) is left as it was")
+        proposal_ref = ProposalRef("kept", note=f"Follow-up PR left as it was: nothing verified, but {len(failures)} "
+                                   "target run(s) failed.")
     else:
         why = _nothing_verified_reason(outcomes)
         comment = (f"{PROPOSAL_MARKER}\nClosing: the kernelopt run on #{pull.number} at {head_sha[:12]} "
                    f"verified no kernel replacement ({md(why, 800)}), so there is nothing left to propose. "
                    "A later run that verifies something reopens a proposal from the same branch.")
+        # The gateway answers None when no PR from the branch was open (a dry run never knows of one).
         closed = gw.close_proposal(branch, comment)
-        proposal_ref = ProposalRef("none", note="nothing verified" + (f"; closed {closed.url}" if closed and closed.url
-                                                                       else ""))
-    proposal_view = {"url": proposal_ref.url if proposal_ref.action in ("created", "updated", "created or updated")
-                     else None, "action": proposal_ref.action, "note": proposal_ref.note,
-                     "files": None}
+        if closed is not None and closed.action == "closed":
+            proposal_ref = ProposalRef("closed", closed.number, closed.url,
+                                       note="No follow-up PR: nothing verified, so the earlier one was closed.")
+        else:
+            proposal_ref = ProposalRef("none", note="No follow-up PR: nothing verified.")
+    proposal_view = {"url": proposal_ref.url if proposal_ref.action in ("created", "updated", "created or updated",
+                                                                         "closed") else None,
+                     "action": proposal_ref.action, "note": proposal_ref.note}
     comment_body = render("comment.md.j2", **base_context(
         rows, head_sha=head_sha, trigger=trigger, proposal=proposal_view, affected=affected,
         run_url=ctx.run_url, note="", notes=list(notes or [])))
@@ -236,7 +240,8 @@ def publish_pr_results(ctx: BotContext, pull: PullInfo, head_sha: str, outcomes:
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
     links = [("report comment", comment_url)]
     if proposal_view["url"]:
-        links.append(("follow-up PR", proposal_view["url"]))
+        links.append(("closed follow-up PR" if proposal_ref.action == "closed" else "follow-up PR",
+                      proposal_view["url"]))
     summary = render("summary.md.j2", **base_context(
         rows, title=f"PR #{pull.number} at {head_sha[:12]}", links=links,
         note=proposal_ref.note if proposal_ref.note else ""))
@@ -313,6 +318,16 @@ def run_pull_request(ctx: BotContext, ev: PullRequestEvent, *, stage: str = "all
     return _publish_pull_request(ctx, ev, ctx.results_dir, affected=affected)
 
 
+def pull_request_trigger(action: str, number: int) -> str:
+    """What started a pull_request run, in words: "Triggered by <this>." in the report."""
+    return {
+        "opened": f"PR #{number} being opened",
+        "synchronize": f"a push to PR #{number}",
+        "reopened": f"PR #{number} being reopened",
+        "ready_for_review": f"PR #{number} being marked ready for review",
+    }.get(action, f"a pull_request event ({action}) on #{number}")
+
+
 def _publish_pull_request(ctx: BotContext, ev: PullRequestEvent, results_dir: Path, *,
                           affected: dict[str, str] | None = None) -> BotOutcome:
     pull = ctx.gateway.pull(ev.number)
@@ -326,7 +341,7 @@ def _publish_pull_request(ctx: BotContext, ev: PullRequestEvent, results_dir: Pa
     if not outcomes:
         return _nothing(f"no results to publish for PR #{ev.number}", f"PR #{ev.number} at {ev.head_sha[:12]}")
     return publish_pr_results(ctx, pull, ev.head_sha, outcomes, affected=affected or {},
-                              trigger=f"a push to #{ev.number}",
+                              trigger=pull_request_trigger(ev.action, ev.number),
                               notes=_llm_notes(ctx, pull.base_sha or pull.base_ref, ev.head_sha))
 
 

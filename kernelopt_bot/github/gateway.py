@@ -336,8 +336,9 @@ class GitHubGateway:
         if existing is None and max_open >= 0:
             count = self.open_proposals()
             if count >= max_open:
-                return ProposalRef("skipped", note=f"{count} kernelopt PRs are open (publish.max_open_proposals "
-                                                   f"is {max_open}); close one or raise the limit")
+                return ProposalRef("skipped", note=f"No follow-up PR: {count} kernelopt PRs are open "
+                                                   f"(publish.max_open_proposals is {max_open}); close one or "
+                                                   "raise the limit.")
         sha = self._retried(f"create the commit for {br}",
                             lambda: self._commit(proposal.parent_sha, proposal.files, proposal.commit_message))
         self._retried(f"move branch {br} to {sha[:12]}", lambda: self._move_ref(br, sha))

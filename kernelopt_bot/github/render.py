@@ -147,6 +147,7 @@ def result_row(result: RunResult, *, why: str = "", pack_entries: int | None = N
         "reproduce": result.reproduce,
         "seconds": result.seconds,
         "usage": result.usage,
+        "llm_headline": result.llm_headline,  # "" unless the LLM agents were asked for and unavailable
         "why": why,
     }
 
@@ -169,6 +170,8 @@ def base_context(rows: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
         "failed": [r for r in rows if not r["ok"]],
         "geomean": geomean(r["speedup"] for r in rows if r["ok"]),
         "verified_total": sum(r["verified"] for r in rows if r["ok"]),
+        # Said once above the tables, however many targets ran without the agents they asked for.
+        "llm_unavailable": list(dict.fromkeys(r["llm_headline"] for r in rows if r.get("llm_headline"))),
         "report_marker": REPORT_MARKER,
         "proposal_marker": PROPOSAL_MARKER,
         "sweep_marker": SWEEP_MARKER,

@@ -130,6 +130,9 @@ class ResultDoc(_Strict):
     phases: dict[str, Any] = Field(default_factory=dict)
     measured: bool | None = None
     verified_kernels: int | None = Field(default=None, ge=0, le=10_000)
+    error_kind: Literal["", "bad input"] = ""
+    llm_status: Literal["not configured", "used", "not called", "unavailable"] = "not configured"
+    llm_error: str | None = Field(default=None, max_length=500)
 
     model_config = ConfigDict(extra="ignore", strict=True, allow_inf_nan=False, frozen=True,
                               populate_by_name=True)
@@ -212,6 +215,7 @@ def validate_result(text: str, *, name: str, dtype: str) -> RunResult:
         recommendations=[Recommendation(**r.model_dump()) for r in doc.recommendations],
         pack_entries=doc.pack_entries, seconds=doc.seconds, usage=dict(doc.usage),
         phases={k: float(v) for k, v in doc.phases.items() if isinstance(v, int | float) and not isinstance(v, bool)},
+        error_kind=doc.error_kind, llm_status=doc.llm_status, llm_error=doc.llm_error,
     )
 
 
@@ -243,6 +247,10 @@ def validate_config_json(raw: Any) -> LaunchConfig:
     return LaunchConfig(dict(kwargs), warps, stages)
 
 
+MAX_SHAPES = 64  # verified shape sets per pack entry
+MAX_SHAPE_ARGS = 16  # integer launch arguments per shape
+
+
 def validate_pack(text: str, result: RunResult, *, allow_source: bool) -> KernelPack:
     """A fresh pack holding only entries that pass; any bad entry rejects the pack."""
     data = _json(text, "pack.json")
@@ -268,8 +276,15 @@ def validate_pack(text: str, result: RunResult, *, allow_source: bool) -> Kernel
         config = validate_config_json(raw.get("config")) if raw.get("config") is not None else None
         guard = Guard(**{k: None if v is None else str(v)[:100] for k, v in vars(entry.guard).items()})
         measured = _bounded_map(dict(entry.measured), "measured", nested=False)
+        if len(entry.shapes) > MAX_SHAPES or any(len(shape) > MAX_SHAPE_ARGS for shape in entry.shapes):
+            raise UntrustedResultError(f"pack entry {key[:12]} has more than {MAX_SHAPES} verified shapes "
+                                       f"or a shape of more than {MAX_SHAPE_ARGS} sizes")
+        # The shape guard and Inductor's lookup key travel with the entry (validated by
+        # PackEntry.from_json): dropping the guard would apply a replacement at sizes never verified.
+        # Like ``key``, the lookup key is only as trustworthy as the run that wrote it.
         pack.add(PackEntry(key=key, kernel_name=entry.kernel_name, source=entry.source, config=config, guard=guard,
-                           measured=measured, note=entry.note[:500]))
+                           measured=measured, note=entry.note[:500], shapes=entry.shapes,
+                           lookup_key=entry.lookup_key))
     return pack
 
 

@@ -25,6 +25,7 @@ import fnmatch
 import functools
 import getpass
 import io
+import math
 import os
 import pickle
 import shutil
@@ -40,7 +41,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from kernelopt_bot.errors import KerneloptError
+from kernelopt_bot.errors import KerneloptError, one_line
 
 ISOLATION_ENV = "KERNELOPT_ISOLATION"  # auto | namespace | none; the CLI's --isolation sets it
 ISOLATION_CHOICES = ("auto", "namespace", "none")
@@ -236,7 +237,7 @@ class Channel:
     The other end may be untrusted (an engine running PR code, a candidate's child): a plain
     unpickler would let it run any function here. :class:`_SafeUnpickler` rebuilds only plain
     data, tensors (sent as dtype, shape and bytes, never as shared-memory handles), torch
-    dtypes/devices/sizes, numpy scalars and arrays, and the dataclasses and enums of this package.
+    dtypes/devices/sizes, numpy scalars, and the dataclasses and enums of this package.
     """
 
     def __init__(self, fd: int) -> None:
@@ -248,11 +249,11 @@ class Channel:
         self._conn.send_bytes(buffer.getvalue())
 
     def recv(self) -> Any:
-        data = self._conn.recv_bytes()
+        data = self._conn.recv_bytes(MAX_MESSAGE_BYTES)
         try:
             return _SafeUnpickler(io.BytesIO(data)).load()
-        except pickle.UnpicklingError as exc:
-            raise OSError(f"unreadable message from the other process: {exc}") from exc
+        except (pickle.UnpicklingError, MemoryError, ValueError, TypeError, RuntimeError) as exc:
+            raise OSError(f"unreadable message from the other process: {one_line(exc)}") from exc
 
     def poll(self, timeout: float = 0.0) -> bool:
         return self._conn.poll(timeout)
@@ -264,9 +265,16 @@ class Channel:
 def _rebuild_tensor(dtype: str, shape: tuple[int, ...], data: bytes) -> Any:
     import torch
 
-    dt = getattr(torch, dtype)
+    dt = getattr(torch, dtype, None) if isinstance(dtype, str) else None
     if not isinstance(dt, torch.dtype):
         raise pickle.UnpicklingError(f"not a dtype: {dtype!r}")
+    if not isinstance(shape, tuple) or not all(isinstance(n, int) and n >= 0 for n in shape):
+        raise pickle.UnpicklingError(f"not a shape: {shape!r}")
+    if not isinstance(data, bytes) or len(data) != math.prod(shape) * dt.itemsize:
+        # a tensor is rebuilt only from the bytes that came with it: a short message cannot make
+        # this process allocate more than it was sent
+        raise pickle.UnpicklingError(f"tensor data of {len(data) if isinstance(data, bytes) else '?'} bytes "
+                                     f"does not fill shape {shape} of {dtype}")
     if not data:
         return torch.empty(shape, dtype=dt)
     return torch.frombuffer(bytearray(data), dtype=torch.uint8).view(dt).reshape(shape)
@@ -282,14 +290,16 @@ class _TensorPickler(pickle.Pickler):
         return NotImplemented
 
 
-_SAFE_BUILTINS = frozenset({"set", "frozenset", "slice", "complex", "range", "bytearray", "bytes", "str", "int",
-                            "float", "list", "dict", "tuple", "bool", "object"})
+# Builtins a message may call while it is rebuilt. Containers and bytes have pickle opcodes of their
+# own; callables that allocate what an argument asks for (``bytearray(10**12)``, ``list(range(...))``)
+# are left out, so a message never makes this process allocate much more than its own size.
+_SAFE_BUILTINS = frozenset({"set", "frozenset", "slice", "complex", "object"})
+MAX_MESSAGE_BYTES = 16 << 30  # model outputs of a full-size problem travel as one message
 _SAFE_GLOBALS = frozenset({
     ("collections", "OrderedDict"), ("collections", "deque"), ("copyreg", "_reconstructor"),
     ("copyreg", "__newobj__"), ("kernelopt_bot.harness.isolation", "_rebuild_tensor"), ("torch", "Size"),
-    ("torch", "device"), ("numpy", "dtype"), ("numpy", "ndarray"), ("numpy.core.multiarray", "scalar"),
-    ("numpy._core.multiarray", "scalar"), ("numpy.core.multiarray", "_reconstruct"),
-    ("numpy._core.multiarray", "_reconstruct"), ("pathlib", "PosixPath"), ("pathlib", "Path"),
+    ("torch", "device"), ("numpy", "dtype"), ("numpy.core.multiarray", "scalar"),
+    ("numpy._core.multiarray", "scalar"), ("pathlib", "PosixPath"), ("pathlib", "Path"),
     ("torch.torch_version", "TorchVersion"),
 })
 

@@ -36,6 +36,28 @@ from kernelopt_bot.search.llm.config import LLMSettings
 PROXY_BASE_URL = "http://kernelopt-llm/v1"  # what the engine's client is given; the host is never resolved
 BUDGET_SPENT = "kernelopt_budget_spent"
 MAX_BODY_BYTES = 8 << 20
+MAX_COMPLETION_TOKENS = 16_384  # one reply at most; the run's budget is checked between requests
+
+
+def _sanitized(request: dict[str, Any], model: str) -> dict[str, Any] | None:
+    """The request with only the fields our client sends: the configured model (whatever the
+    engine asks), the messages, a temperature, and ``max_tokens`` clamped, so one request cannot
+    ask for many choices or an unbounded reply past the run's token budget."""
+    messages = request.get("messages")
+    if not isinstance(messages, list) or not all(
+            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+            for m in messages):
+        return None
+    clean: dict[str, Any] = {"model": model,
+                             "messages": [{"role": m["role"], "content": m["content"]} for m in messages]}
+    temperature = request.get("temperature")
+    if isinstance(temperature, (int, float)) and not isinstance(temperature, bool):
+        clean["temperature"] = min(max(float(temperature), 0.0), 2.0)
+    limit = request.get("max_tokens")
+    clean["max_tokens"] = (min(limit, MAX_COMPLETION_TOKENS)
+                           if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0
+                           else MAX_COMPLETION_TOKENS)
+    return clean
 CHARS_PER_TOKEN = 4
 _ROUTES = {("POST", "/v1/chat/completions"): "/chat/completions", ("GET", "/v1/models"): "/models"}
 
@@ -169,8 +191,11 @@ class _Handler(BaseHTTPRequestHandler):
         upstream_path = _ROUTES.get((method, path))
         body: bytes | None = None
         if method == "POST":
-            length = int(self.headers.get("Content-Length") or 0)
-            if length > MAX_BODY_BYTES:
+            try:
+                length = int(self.headers.get("Content-Length") or "")
+            except ValueError:
+                length = -1  # missing, not a number, or a chunked body: never read to the end
+            if not 0 <= length <= MAX_BODY_BYTES or self.headers.get("Transfer-Encoding"):
                 self._send(*_error(413, "too_large", "request body too large"))
                 self.close_connection = True
                 return
@@ -186,8 +211,10 @@ class _Handler(BaseHTTPRequestHandler):
             except ValueError:
                 self._send(*_error(400, "invalid_request", "the body is not a JSON object"))
                 return
-            request["model"] = proxy.settings.model  # the configured model, whatever the engine asks
-            request.pop("stream", None)
+            request = _sanitized(request, proxy.settings.model)
+            if request is None:
+                self._send(*_error(400, "invalid_request", "expected messages as a list of role/content objects"))
+                return
             body = json.dumps(request).encode()
         refused = proxy.admit()
         if refused is not None:

@@ -25,6 +25,19 @@ class WorkerError(KerneloptError):
     """An arm failed to start, crashed, hung, or raised."""
 
 
+class ArmRaised(WorkerError):
+    """The arm's own code raised (the model, or a kernel a pack put in), as opposed to the arm
+    dying or hanging: ``reason`` is the exception's one line, without the traceback's tail."""
+
+    def __init__(self, label: str, payload: str) -> None:
+        super().__init__(f"{label}: {payload}")
+        self.label, self.payload = label, payload
+        self.reason = payload.split(" | ")[0]
+
+    def __reduce__(self) -> tuple[type[ArmRaised], tuple[str, str]]:  # picklable like any exception
+        return ArmRaised, (self.label, self.payload)
+
+
 @dataclass
 class WorkerSpec:
     """What one arm compiles: the target, and optionally a pack, a compile mode and Inductor
@@ -148,7 +161,7 @@ class ModelWorker:
             code = self._proc.wait(5)
             raise WorkerError(f"{self.spec.label}: process died during {what} ({describe_exit(code)})") from exc
         if kind == "error":
-            raise WorkerError(f"{self.spec.label}: {payload}")
+            raise ArmRaised(self.spec.label, str(payload))
         return kind, payload
 
     @property

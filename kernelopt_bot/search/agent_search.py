@@ -16,7 +16,6 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-from kernelopt_bot.errors import BadInputError
 from kernelopt_bot.search.base import Proposal, SearchContext
 from kernelopt_bot.search.budget import Budget, BudgetExceeded
 from kernelopt_bot.search.llm.agents import make_agents
@@ -36,17 +35,6 @@ class LLMSearch:
         self.repairs = repairs
         self.log = log
         self.disabled: str | None = None
-
-    @classmethod
-    def connect(cls, llm: dict[str, Any], *, log: Callable[[str], None] = lambda _m: None) -> LLMSearch | None:
-        """Settings from the run's options and the environment; bad settings mean offline only."""
-        try:
-            settings = LLMSettings.from_env(base_url=llm.get("base_url"), model=llm.get("model"),
-                                            unix_socket=llm.get("unix_socket"))
-        except BadInputError as exc:
-            log(f"warning: LLM agents disabled ({exc}); using the offline tuner only")
-            return None
-        return cls(settings, log=log)
 
     def search(self, ctx: SearchContext, verify: Callable[[Proposal], Verdict], budget: Budget
                ) -> list[tuple[Proposal, Verdict]]:

@@ -48,7 +48,9 @@ class Budget:
     """Limits (``None`` = unlimited) and what has been used of each.
 
     ``clock`` is :func:`time.monotonic` unless a test injects another; wall time counts from
-    construction (or the last :meth:`restart_clock`).
+    construction (or the last :meth:`restart_clock`) plus ``elapsed_before``: the seconds the run
+    spent before this budget existed (starting the engine process, say), so the wall limit is a
+    deadline for the whole run, not for the part after the budget was made.
     """
 
     def __init__(
@@ -60,6 +62,7 @@ class Budget:
         max_wall_s: float | None = None,
         max_cost: float | None = None,
         clock: Callable[[], float] = time.monotonic,
+        elapsed_before: float = 0.0,
     ) -> None:
         for name, value in (("max_candidates", max_candidates), ("max_tokens", max_tokens),
                             ("max_gpu_s", max_gpu_s), ("max_wall_s", max_wall_s), ("max_cost", max_cost)):
@@ -71,7 +74,7 @@ class Budget:
         self.max_wall_s = max_wall_s
         self.max_cost = max_cost
         self._clock = clock
-        self._start = clock()
+        self._start = clock() - max(0.0, float(elapsed_before))
         self._lock = threading.Lock()
         self._used = _Usage()
         self._by_purpose: dict[str, dict[str, int]] = {}

@@ -21,6 +21,7 @@ from kernelopt_bot.profile import KernelProfile, Profile
 from kernelopt_bot.result import KernelOutcome
 from kernelopt_bot.search.base import Proposal, SearchContext, SearchStrategy
 from kernelopt_bot.search.budget import Budget, BudgetExceeded
+from kernelopt_bot.stitch.export import lookup_key_or_none
 from kernelopt_bot.stitch.pack import Guard, KernelPack, PackEntry
 from kernelopt_bot.stitch.runtime import running_environment
 from kernelopt_bot.store import Store
@@ -100,7 +101,8 @@ class Orchestrator:
         if self.store is not None:
             hit = self.store.lookup(*self._cache_key(kernel))
             if hit is not None and hit.verified and hit.entry is not None:
-                entry = PackEntry.from_json({**hit.entry, "kernel_name": kernel.name})
+                entry = PackEntry.from_json({**hit.entry, "kernel_name": kernel.name,
+                                             "lookup_key": lookup_key_or_none(kernel.source)})
                 pack.add(entry)
                 outcome.status, outcome.speedup = "cached (verified)", hit.speedup
                 outcome.replacement = _replacement_kind(entry)
@@ -110,7 +112,7 @@ class Orchestrator:
                 outcome.status = "cached (nothing passed)"
                 outcome.detail = hit.reason
                 return
-        reason = self.budget.exhausted()
+        reason = self.budget.exhausted() or self._no_time_for_a_candidate()
         if reason:
             outcome.status, outcome.detail = "not searched (budget)", reason
             return
@@ -147,16 +149,21 @@ class Orchestrator:
         """Expected seconds for one more candidate: the slowest so far in this run, else the default."""
         return max(self._candidate_seconds) if self._candidate_seconds else self.limits.first_candidate_s
 
-    def _fits_in_wall_budget(self, proposal: Proposal) -> None:
-        """Refuse a GPU candidate the wall budget cannot see through (on the CPU gates 1-3 are quick
-        and gate 4 does not run, so the plain start-time check is enough)."""
+    def _no_time_for_a_candidate(self) -> str | None:
+        """Why no candidate could finish before the wall budget's deadline, or ``None``: proposing
+        (which times variants on a GPU) is not started for a kernel whose candidates could not run."""
         left = self.budget.wall_s_left()
-        if self.device != "cuda" or left is None:
-            return
         need = self.candidate_estimate_s()
-        if left < need:
-            raise BudgetExceeded(f"{proposal.candidate.label} refused: {left:.0f} s of wall time left, "
-                                 f"a candidate takes about {need:.0f} s", "wall_s")
+        if left is None or left >= need:
+            return None
+        return f"{left:.0f} s of wall time left, a candidate takes about {need:.0f} s"
+
+    def _fits_in_wall_budget(self, proposal: Proposal) -> None:
+        """Refuse a candidate the wall budget cannot see through (on any device: on the CPU the
+        interpreter makes gates 1-3 take seconds to tens of seconds)."""
+        reason = self._no_time_for_a_candidate()
+        if reason:
+            raise BudgetExceeded(f"{proposal.candidate.label} refused: {reason}", "wall_s")
 
     def _verify(self, kernel: TritonKernel, proposal: Proposal) -> Verdict:
         start = time.monotonic()

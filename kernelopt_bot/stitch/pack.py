@@ -9,6 +9,7 @@ standard library only, because the production runtime imports it.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,6 +65,7 @@ def base_version(version: str | None) -> str:
     return "" if version is None else str(version).split("+", 1)[0].strip()
 
 
+_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 _CONFIG_KEYS = frozenset({"kwargs", "num_warps", "num_stages"})
 # Format limits of a launch config (gate 1 checks the device-specific ones again).
 _MAX_BLOCK = 2**20  # Triton's TRITON_MAX_TENSOR_NUMEL
@@ -137,6 +139,11 @@ class PackEntry:
     # at every size, so the runtime uses the replacement only for launches with one of these;
     # empty (packs written before this field): no shape guard.
     shapes: tuple[tuple[int, ...], ...] = ()
+    # Inductor's own key for the original kernel (``stitch.export.inductor_lookup_key``), recorded
+    # at creation because it needs the original source, which a pack does not hold: lets
+    # `kernelopt export --format inductor` turn a config-only entry into an
+    # ``autotune_lookup_table`` row. ``None``: not recorded (older packs, packs the bot publishes).
+    lookup_key: str | None = None
 
     def __post_init__(self) -> None:
         if self.source is None and self.config is None:
@@ -152,6 +159,7 @@ class PackEntry:
             "measured": self.measured,
             "note": self.note,
             "shapes": [list(s) for s in self.shapes],
+            "lookup_key": self.lookup_key,
         }
 
     @classmethod
@@ -167,6 +175,9 @@ class PackEntry:
         source = data.get("source")
         if source is not None and not isinstance(source, str):
             raise PackError(f"entry {data['key'][:12]}: source must be a string")
+        lookup_key = data.get("lookup_key")
+        if lookup_key is not None and not (isinstance(lookup_key, str) and _SHA256_HEX.fullmatch(lookup_key)):
+            raise PackError(f"entry {data['key'][:12]}: lookup_key must be 64 lowercase hex digits")
         return cls(
             key=data["key"],
             kernel_name=data["kernel_name"],
@@ -176,6 +187,7 @@ class PackEntry:
             measured=dict(data.get("measured") or {}),
             note=str(data.get("note") or ""),
             shapes=_shapes(data.get("shapes"), data["key"]),
+            lookup_key=lookup_key,
         )
 
 

@@ -22,6 +22,7 @@ from kernelopt_bot.compile.artifact import TritonKernel
 from kernelopt_bot.compile.capture import Capture
 from kernelopt_bot.harness.arena import Arena
 from kernelopt_bot.harness.model_worker import ModelWorker, WorkerError
+from kernelopt_bot.stitch.export import lookup_key_or_none
 from kernelopt_bot.stitch.pack import KernelPack, LaunchConfig, PackEntry, PackError, integer_arguments
 from kernelopt_bot.stitch.runtime import running_environment
 from kernelopt_bot.targets import dtype_name
@@ -91,7 +92,7 @@ def candidate_pack(capture: Capture, kernel: TritonKernel, candidate: Candidate,
     verified = integer_arguments(capture.recording(kernel.graph, kernel.name).args)
     pack.add(PackEntry(kernel.key, kernel.name, source=candidate.source, config=candidate.config,
                        guard=running_environment(capture.target.device), measured=measured or {},
-                       note=candidate.label, shapes=(verified,)))
+                       note=candidate.label, shapes=(verified,), lookup_key=lookup_key_or_none(kernel.source)))
     return pack
 
 

@@ -62,6 +62,7 @@ class FakeRunner:
     speedup: float = 1.2
     kernels: tuple[str, ...] = ("k0",)
     calls: list[str] = field(default_factory=list)
+    llm_unavailable: str | None = None  # set: the LLM agents were asked for and unavailable, for this reason
 
     def run(self, target_cfg: TargetJob, out_dir: Path) -> RunResult:
         self.calls.append(target_cfg.slug)
@@ -69,6 +70,8 @@ class FakeRunner:
         if what == "raise":
             raise RuntimeError(f"engine exploded on {target_cfg.name}")
         result = make_result(target_cfg, what, speedup=self.speedup, kernels=self.kernels)
+        if self.llm_unavailable is not None:
+            result.llm_status, result.llm_error = "unavailable", self.llm_unavailable
         if what != "failed":
             write_pack(target_cfg, out_dir, result, self.kernels)
         (out_dir / "report.md").write_text(f"# {target_cfg.name}\n")

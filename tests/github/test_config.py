@@ -8,6 +8,8 @@ import pytest
 
 from kernelopt_bot.config import load_config, parse_config
 from kernelopt_bot.errors import BadInputError
+from kernelopt_bot.github import cli as bot_cli
+from tests.helpers import user_env
 
 GOOD = """\
 targets:
@@ -82,6 +84,38 @@ def test_errors_are_one_line_with_the_field_path(text: str, message: str) -> Non
     assert "\n" not in str(info.value)
 
 
+def test_every_error_at_once_one_line_each_with_did_you_mean() -> None:
+    """Before: the first error and "(and 4 more)", no suggestion for a misspelt key."""
+    text = ("target: []\n"
+            "targets:\n - name: a\n   entri: a.py\n   dtypes: [fp64]\n"
+            "budget: {candidate: 3, wall_seconds: -1}\n"
+            "publsh: {draft: true}\n")
+    with pytest.raises(BadInputError) as info:
+        parse_config(text)
+    lines = str(info.value).splitlines()
+    assert sorted(lines) == sorted([
+        ".kernelopt.yml: target: is not a known setting; did you mean 'targets'?",
+        ".kernelopt.yml: targets[0].entri: is not a known setting; did you mean 'entry'?",
+        ".kernelopt.yml: targets[0].dtypes[0]: 'fp64' is not one of fp32, bf16, fp16",
+        ".kernelopt.yml: budget.candidate: is not a known setting; did you mean 'candidates'?",
+        ".kernelopt.yml: budget.wall_seconds: input should be greater than 0",
+        ".kernelopt.yml: publsh: is not a known setting; did you mean 'publish'?",
+    ]), lines  # "targets[0].entry: is required" is what the typo explains: not repeated
+
+
+def test_unknown_key_without_a_close_match_gets_no_guess() -> None:
+    with pytest.raises(BadInputError) as info:
+        parse_config("targets:\n - name: a\n   entry: a.py\nzzz: 1\n")
+    assert str(info.value) == ".kernelopt.yml: zzz: is not a known setting"
+
+
+def test_every_missing_entry_file_is_named(tmp_path: Path) -> None:
+    (tmp_path / ".kernelopt.yml").write_text("targets:\n  - name: a\n    entry: a.py\n  - name: b\n    entry: b.py\n")
+    with pytest.raises(BadInputError) as info:
+        load_config(tmp_path / ".kernelopt.yml")
+    assert [line.split(": ")[1] for line in str(info.value).splitlines()] == ["targets[0].entry", "targets[1].entry"]
+
+
 def test_missing_entry_file_and_missing_config(tmp_path: Path) -> None:
     (tmp_path / ".kernelopt.yml").write_text("targets:\n  - name: a\n    entry: nope.py\n")
     with pytest.raises(BadInputError, match=r"targets\[0\].entry: 'nope.py' does not exist"):
@@ -103,3 +137,54 @@ def test_budget_accepts_every_engine_budget_key() -> None:
     from kernelopt_bot.pipeline import DEFAULT_BUDGET
 
     assert set(BudgetConfig.model_fields) == set(DEFAULT_BUDGET)
+
+
+def test_bot_checks_entries_under_the_repo_root_not_the_config_folder(harness, repo_dir: Path, tmp_path: Path) -> None:
+    """``--config`` outside the repository: its entries are paths in ``--repo-root`` (before: the
+    config file's folder, so every entry "did not exist")."""
+    elsewhere = tmp_path / "settings"
+    elsewhere.mkdir()
+    config = elsewhere / "kernelopt.yml"
+    config.write_text((repo_dir / ".kernelopt.yml").read_text())
+    (repo_dir / ".kernelopt.yml").unlink()
+    run = harness.invoke(bot_cli.bot, ["--event-name", "pull_request", "--event-path", str(harness.event("pull_request")),
+                                       "--config", str(config), "--repo-root", str(repo_dir), "--dry-run",
+                                       "--out", str(tmp_path / "dry")])
+    assert run.code == 0, run.text
+    assert harness.runner.calls  # no git history: every target counts as affected, and they ran
+
+
+def test_an_entry_missing_from_the_repo_root_is_still_refused(harness, repo_dir: Path, tmp_path: Path) -> None:
+    (repo_dir / "models" / "mlp.py").unlink()
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "mlp.py").write_text("")  # next to a config copied to tmp_path: not the repository
+    config = tmp_path / "kernelopt.yml"
+    config.write_text((repo_dir / ".kernelopt.yml").read_text())
+    run = harness.invoke(bot_cli.bot, ["--event-name", "pull_request", "--event-path", str(harness.event("pull_request")),
+                                       "--config", str(config), "--repo-root", str(repo_dir), "--dry-run",
+                                       "--out", str(tmp_path / "dry")])
+    assert run.code == 2
+    assert f"targets[0].entry: 'models/mlp.py' does not exist under {repo_dir.resolve()}" in run.text
+
+
+def test_bot_prints_every_config_error_on_its_own_line(tmp_path: Path) -> None:
+    """As a user runs it: a subprocess ``kernelopt bot`` with a config holding two mistakes."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.github.conftest import EVENTS, write_repo
+
+    repo = write_repo(tmp_path / "repo")
+    (repo / ".kernelopt.yml").write_text("targets:\n  - name: a\n    entry: a.py\n    dtype: [fp32]\ngama: 1.1\n")
+    event = tmp_path / "event.json"
+    event.write_text(json.dumps(json.loads((EVENTS / "pull_request.json").read_text())))
+    run = subprocess.run([sys.executable, "-m", "kernelopt_bot.cli", "bot", "--event-name", "pull_request",
+                          "--event-path", str(event), "--repo-root", str(repo), "--dry-run",
+                          "--out", str(tmp_path / "out")],
+                         capture_output=True, text=True, cwd=tmp_path, env=user_env(), timeout=300)
+    assert run.returncode == 2, run.stderr
+    assert run.stderr.splitlines()[-2:] == [
+        "error: .kernelopt.yml: targets[0].dtype: is not a known setting; did you mean 'dtypes'?",
+        "error: .kernelopt.yml: gama: is not a known setting; did you mean 'gamma'?",
+    ], run.stderr

@@ -87,6 +87,10 @@ def test_nothing_verified_dry_run_records_the_close(harness: Harness, git_repo, 
     close = next(a for a in publish["actions"] if a["action"] == "close_proposal")
     assert close["branch"] == "kernelopt/pr-1" and "verified no kernel replacement" in close["comment"]
     assert not (out / "pr_body.md").exists()
+    # A dry run cannot know whether kernelopt/pr-1 was ever opened: the report must not say it closed it.
+    comment = (out / "comment.md").read_text()
+    assert "No follow-up PR: nothing verified." in comment
+    assert "closed" not in comment and "(dry run) PR" not in comment
 
 
 def test_llm_key_is_not_written_next_to_results(harness: Harness, git_repo, monkeypatch) -> None:
@@ -101,3 +105,55 @@ def test_llm_key_is_not_written_next_to_results(harness: Harness, git_repo, monk
         if f.is_file():
             assert "sk-very-secret" not in f.read_text()
     assert harness.runner.calls
+
+
+def test_unavailable_llm_agents_are_said_in_the_comment_the_pr_body_and_the_summary(
+        harness: Harness, git_repo, fake_runner: FakeRunner) -> None:
+    """An endpoint that could not be used must not pass for a run with the agents (issue 15, item 4)."""
+    repo, base, head = git_repo
+    fake_runner.llm_unavailable = "connection refused by https://llm.test/v1"
+    out = harness.tmp / "dry"
+    ev = harness.event("pull_request", pull_request__base__sha=base, pull_request__head__sha=head)
+    run = harness.bot("pull_request", ev, repo, "--dry-run", out=out)
+    assert run.code == 0, run.text
+    line = "LLM agents unavailable: tuner only (connection refused by https&#58;//llm.test/v1)"
+    comment, body = (out / "comment.md").read_text(), (out / "pr_body.md").read_text()
+    assert comment.count(line) == 1  # once, although two runs (fp32, bf16) were without the agents
+    assert line in body and line in run.summary
+
+
+def test_no_llm_line_when_the_agents_were_not_asked_for(harness: Harness, git_repo, fake_runner: FakeRunner) -> None:
+    repo, base, head = git_repo
+    out = harness.tmp / "dry"
+    ev = harness.event("pull_request", pull_request__base__sha=base, pull_request__head__sha=head)
+    assert harness.bot("pull_request", ev, repo, "--dry-run", out=out).code == 0
+    assert "LLM agents" not in (out / "comment.md").read_text() + (out / "pr_body.md").read_text()
+
+
+def test_the_pr_bodys_reproduce_commands_parse_as_printed(harness: Harness, git_repo) -> None:
+    """Every line of the PR body's Reproduce block is a `kernelopt optimize` command line that the
+    CLI accepts (options, choices), built from validated fields and shell-quoted."""
+    import re
+    import shlex
+
+    import click
+
+    from kernelopt_bot.cli import main
+
+    repo, base, head = git_repo
+    out = harness.tmp / "dry"
+    ev = harness.event("pull_request", pull_request__base__sha=base, pull_request__head__sha=head)
+    assert harness.bot("pull_request", ev, repo, "--dry-run", out=out).code == 0
+    body = (out / "pr_body.md").read_text()
+    block = re.search(r"## Reproduce\n\n```bash\n(.*?)\n```", body, re.S)
+    assert block
+    lines = block.group(1).splitlines()
+    assert sorted(lines) == ["kernelopt optimize models/mlp.py --dtype bf16 --device cuda",
+                             "kernelopt optimize models/mlp.py --dtype fp32 --device cuda"]
+    for line in lines:
+        args = shlex.split(line)
+        assert args[:2] == ["kernelopt", "optimize"]
+        with click.Context(main) as ctx:
+            command = main.get_command(ctx, "optimize")
+            assert command is not None
+            command.make_context("optimize", args[2:], parent=ctx)  # raises on an unknown option or value

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.github.conftest import GH, Harness
 from tests.github.fakes import FakeRunner
 
@@ -81,8 +83,38 @@ def test_nothing_verified_closes_the_follow_up_pr_with_a_comment(harness: Harnes
     assert len(closing) == 1 and "verified no kernel replacement" in closing[0]["body"]
     assert "attn.fp32: no kernel passed the gates (rejected by perf gate)" in closing[0]["body"]
     sticky = gh.state.comments_on(gh.pr)
-    assert len(sticky) == 1 and "nothing verified" in sticky[0]["body"]
+    assert len(sticky) == 1
+    closed_url = f"https://github.test/acme/models/pull/{follow['number']}"
+    assert f"**No follow-up PR:** nothing verified, so the earlier one ({closed_url}) was closed." in sticky[0]["body"]
     assert run.outputs["pr-url"] == "" and run.outputs["verified-kernels"] == "0"
+
+
+def test_nothing_verified_without_an_earlier_pr_closes_nothing(harness: Harness, gh: GH, repo_dir,
+                                                               fake_runner: FakeRunner) -> None:
+    """Before: "Follow-up PR: nothing verified; closed ..." named a PR that never existed."""
+    harness.use_server(gh)
+    fake_runner.default = "nothing"
+    run = harness.bot("pull_request", _pr_event(harness, gh), repo_dir)
+    assert run.code == 0, run.text
+    assert not gh.state.pulls_from("kernelopt/pr-1")
+    body = gh.state.comments_on(gh.pr)[0]["body"]
+    assert "No follow-up PR: nothing verified." in body
+    assert "closed" not in body and "kernelopt/pr-1" not in body
+    assert "No follow-up PR: nothing verified." in run.summary
+
+
+@pytest.mark.parametrize(("action", "trigger"), [
+    ("opened", "Triggered by PR #1 being opened."),
+    ("synchronize", "Triggered by a push to PR #1."),
+    ("reopened", "Triggered by PR #1 being reopened."),
+    ("ready_for_review", "Triggered by PR #1 being marked ready for review."),
+])
+def test_the_report_names_the_event_that_triggered_it(harness: Harness, gh: GH, repo_dir, action: str,
+                                                      trigger: str) -> None:
+    harness.use_server(gh)
+    assert harness.bot("pull_request", _pr_event(harness, gh, action=action), repo_dir).code == 0
+    body = gh.state.comments_on(gh.pr)[0]["body"]
+    assert trigger in body, body[:400]
 
 
 def test_failed_target_is_reported_and_others_still_run(harness: Harness, gh: GH, repo_dir,

@@ -32,6 +32,14 @@ def test_a_plain_result_passes() -> None:
     assert r.speedup == 1.25 and r.accepted_kernels == ["triton_poi_k0"]
 
 
+def test_the_llm_status_survives_validation() -> None:
+    """The publish stage rebuilds the result: "LLM agents unavailable" must not be lost on the way."""
+    r = validate_result(json.dumps(_result(llm_status="unavailable", llm_error="endpoint unreachable")),
+                        name="mlp", dtype="fp32")
+    assert r.llm_headline == "LLM agents unavailable: tuner only (endpoint unreachable)"
+    assert validate_result(json.dumps(_result()), name="mlp", dtype="fp32").llm_headline == ""
+
+
 @pytest.mark.parametrize(("change", "message"), [
     ({"speedup": float("nan")}, "non-finite"),
     ({"speedup": 1e9}, "speedup"),
@@ -46,6 +54,8 @@ def test_a_plain_result_passes() -> None:
     ({"pack_entries": True}, "pack_entries"),
     ({"kernels": [{"name": "k", "kind": "p", "status": "totally verified, trust me"}]}, "kernel status"),
     ({"hardware": {"gpu": "x" * 500}}, "hardware"),
+    ({"llm_status": "used a secret model"}, "llm_status"),
+    ({"llm_error": "x" * 600}, "llm_error"),
 ])
 def test_bad_results_are_rejected(change: dict, message: str) -> None:
     with pytest.raises(UntrustedResultError, match=message):
@@ -86,6 +96,16 @@ def test_pack_rules() -> None:
         validate_pack(_pack({**CONFIG_ENTRY, "kernel_name": "triton_other"}), result, allow_source=False)
     with pytest.raises(UntrustedResultError, match="64 hex"):
         validate_pack(_pack({**CONFIG_ENTRY, "key": "../x"}), result, allow_source=False)
+
+
+def test_shape_guard_and_lookup_key_survive_validation() -> None:
+    """A replacement verified at some sizes stays guarded to them once published."""
+    result = validate_result(json.dumps(_result()), name="mlp", dtype="fp32")
+    entry = {**SOURCE_ENTRY, "shapes": [[8, 128], [16, 128]], "lookup_key": "c" * 64}
+    published = next(iter(validate_pack(_pack(entry), result, allow_source=True).entries.values()))
+    assert published.shapes == ((8, 128), (16, 128)) and published.lookup_key == "c" * 64
+    with pytest.raises(UntrustedResultError, match="verified shapes"):
+        validate_pack(_pack({**entry, "shapes": [[i] for i in range(65)]}), result, allow_source=True)
 
 
 def test_folder_checks(tmp_path: Path) -> None:

@@ -14,19 +14,20 @@ from __future__ import annotations
 
 # ``tl.<name>`` (also ``triton.language.<name>``): device functions that take only tensors,
 # numbers and dtypes. Left out on purpose: ``str_to_ty`` / ``to_tensor`` / ``map_elementwise``
-# (host-side or arbitrary callables), ``atomic_load`` / ``atomic_store`` / ``atomic_poll`` /
+# (host-side or arbitrary callables), ``device_print`` / ``static_print`` (format strings reach the
+# device's printf and the host's console), ``atomic_load`` / ``atomic_store`` / ``atomic_poll`` /
 # ``expect_zero`` / ``aggregate_replace`` (not emitted, not needed), ``extra`` / ``core`` /
 # ``math`` / ``random`` / ``standard`` as values (module objects lead back to the host).
 TL_FUNCTIONS = frozenset({
     "abs", "add", "arange", "argmax", "argmin", "associative_scan", "assume", "broadcast",
     "broadcast_to", "cast", "cat", "cdiv", "ceil", "clamp", "cos", "cumprod", "cumsum",
-    "debug_barrier", "device_assert", "device_print", "div_rn", "dot", "dot_scaled", "erf", "exp",
+    "debug_barrier", "device_assert", "div_rn", "dot", "dot_scaled", "erf", "exp",
     "exp2", "expand_dims", "fdiv", "flip", "floor", "fma", "full", "gather", "histogram",
     "interleave", "join", "log", "log2", "make_block_ptr", "advance", "max", "max_constancy",
     "max_contiguous", "maximum", "min", "minimum", "mul", "multiple_of", "num_programs", "permute",
     "philox", "program_id", "rand", "rand4x", "randint", "randint4x", "randn", "randn4x", "ravel",
     "reduce", "reduce_or", "reshape", "rsqrt", "sigmoid", "sin", "softmax", "sort", "split", "sqrt",
-    "sqrt_rn", "squeeze", "static_assert", "static_print", "sub", "sum", "swizzle2d", "topk",
+    "sqrt_rn", "squeeze", "static_assert", "sub", "sum", "swizzle2d", "topk",
     "trans", "umulhi", "unsqueeze", "view", "where", "xor_sum", "zeros", "zeros_like",
     # memory access: checked by the write/read discipline (access.py)
     "load", "store", "atomic_add", "atomic_and", "atomic_cas", "atomic_max", "atomic_min",

@@ -22,6 +22,7 @@ from kernelopt_bot.verify.static.caps import (
     MAX_EXPR_DEPTH,
     MAX_LOOP_BOUND,
     MAX_LOOP_TRIPS,
+    MAX_SIZE_SCALE,
     MAX_STATIC_UNROLL,
     MAX_TILE_NUMEL,
     const_int,
@@ -104,7 +105,7 @@ def _check_identifier(name: str, scope: BodyScope, *, attribute: bool, context: 
     if attribute and name.startswith("_"):
         raise Reject("forbidden-name", f"{where}: private attributes are not kernel API")
     if name == "print" and not attribute:
-        raise Reject("forbidden-name", "builtin print() is host I/O; use tl.device_print")
+        raise Reject("forbidden-name", "builtin print() is host I/O; kernels print nothing")
     if name in (HOST_ATTRIBUTES if attribute else HOST_NAMES):
         raise Reject("forbidden-name", f"{where} is host/file/network/process access or reflection, "
                                        "not kernel code")
@@ -144,17 +145,24 @@ def _known_ints(fn: ast.FunctionDef, constants: dict[str, Any]) -> dict[str, int
     parameters, as Inductor writes ``r0_numel = 4096``) assigned only literal expressions."""
     known = {k: v for k, v in constants.items() if isinstance(v, int) and not isinstance(v, bool)}
     assigned = _assignments(fn)
-    for _ in range(len(assigned) + 1):
-        changed = False
-        for name, values in assigned.items():
-            if name in known or any(v is None for v in values):
-                continue
-            ints = [const_int(v, known) for v in values if v is not None]
-            if ints and all(i is not None for i in ints) and len(set(ints)) == 1:
-                known[name] = ints[0]  # type: ignore[assignment]
-                changed = True
-        if not changed:
-            break
+    # Worklist: a name is re-evaluated only when a name its values mention became known (each
+    # name becomes known once), so this is linear; sweeping until stable is quadratic.
+    users: dict[str, list[str]] = {}
+    for name, values in assigned.items():
+        for value in values:
+            for sub in ast.walk(value) if value is not None else ():
+                if isinstance(sub, ast.Name):
+                    users.setdefault(sub.id, []).append(name)
+    pending = list(assigned)
+    while pending:
+        name = pending.pop()
+        values = assigned[name]
+        if name in known or any(v is None for v in values):
+            continue
+        ints = [const_int(v, known) for v in values if v is not None]
+        if ints and all(i is not None for i in ints) and len(set(ints)) == 1:
+            known[name] = ints[0]  # type: ignore[assignment]
+            pending.extend(users.get(name, []))
     return known
 
 
@@ -167,6 +175,12 @@ class BodyChecker:
         scope.locals = locals_of(fn)
         scope.known_ints = _known_ints(fn, scope.constants)
         self.assigned = _assignments(fn)
+        # Loops nest: the caps hold for the product along every nesting path, not per loop
+        # (three nested ``range(65536)`` are 2**48 iterations; three ``static_range(256)`` unroll
+        # 16M copies of the body at compile time).
+        self.enclosing_trips = 1
+        self.enclosing_unroll = 1
+        self.size_scales: dict[str, int | None] = {}
 
     def check(self) -> None:
         check_identifiers(self.fn, self.scope)
@@ -208,8 +222,14 @@ class BodyChecker:
             if node.orelse:
                 raise Reject("kernel-body", "'for ... else' is not kernel code")
             self.target(node.target)
-            self.loop(node.iter)
-            self.stmts(node.body)
+            trips, unroll = self.loop(node.iter)
+            saved = self.enclosing_trips, self.enclosing_unroll
+            self.enclosing_trips *= trips
+            self.enclosing_unroll *= unroll
+            try:
+                self.stmts(node.body)
+            finally:
+                self.enclosing_trips, self.enclosing_unroll = saved
         elif isinstance(node, ast.If):
             self.expr(node.test)
             self.stmts(node.body)
@@ -257,7 +277,8 @@ class BodyChecker:
 
     # ---------------------------------------------------------------------------- loops
 
-    def loop(self, node: ast.expr) -> None:
+    def loop(self, node: ast.expr) -> tuple[int, int]:
+        """Check a loop iterable; return (literal trip count or 1, static unroll count or 1)."""
         path = self.call_path(node) if isinstance(node, ast.Call) else None
         if not isinstance(node, ast.Call) or path not in ("range", *_LOOP_PATHS):
             raise Reject("loop-bounds", f"'for' over '{describe(node)}': a kernel loop iterates range, tl.range or "
@@ -278,18 +299,20 @@ class BodyChecker:
             args[0], args[1], args[2] if len(args) == 3 else ast.Constant(1))
         values = [self.bound(b, node) for b in (start, stop, step)]
         text = ast.unparse(node)
+        trips = trip_count(*values) if all(v is not None for v in values) else 1  # type: ignore[arg-type]
+        unroll = 1
         if path == "tl.static_range":
             if any(v is None for v in values):
                 raise Reject("loop-bounds", f"'{text}': tl.static_range is unrolled at compile time, so its bounds "
                                             "must be literals")
-            trips = trip_count(*values)  # type: ignore[arg-type]
-            if trips > MAX_STATIC_UNROLL:
-                raise Reject("loop-bounds", f"'{text}' unrolls {trips} times; the cap is {MAX_STATIC_UNROLL}")
-        elif all(v is not None for v in values):
-            trips = trip_count(*values)  # type: ignore[arg-type]
-            if trips > MAX_LOOP_TRIPS:
-                raise Reject("loop-bounds", f"'{text}' runs {trips} iterations; a loop with literal bounds may run "
-                                            f"at most {MAX_LOOP_TRIPS}")
+            unroll = trips
+            if unroll * self.enclosing_unroll > MAX_STATIC_UNROLL:
+                raise Reject("loop-bounds", f"'{text}' unrolls {unroll} times (x{self.enclosing_unroll} by the "
+                                            f"enclosing static loops); the cap is {MAX_STATIC_UNROLL}")
+        if trips * self.enclosing_trips > MAX_LOOP_TRIPS:
+            raise Reject("loop-bounds", f"'{text}' runs {trips} iterations (x{self.enclosing_trips} by the enclosing "
+                                        f"loops); loops with literal bounds may run at most {MAX_LOOP_TRIPS} in all")
+        return trips, unroll
 
     def bound(self, node: ast.expr, loop: ast.Call) -> int | None:
         """A loop bound's literal value, or None for one bounded by the problem (a size parameter,
@@ -306,27 +329,63 @@ class BodyChecker:
         return None
 
     def bounded(self, node: ast.expr, seen: set[str]) -> bool:
-        if const_int(node, self.scope.known_ints) is not None:
-            value = const_int(node, self.scope.known_ints)
-            return value is not None and abs(value) <= MAX_LOOP_BOUND
+        scale = self.size_scale(node, seen)
+        return scale is not None and scale <= MAX_SIZE_SCALE
+
+    def size_scale(self, node: ast.expr, seen: set[str]) -> int | None:
+        """How many times the problem size ``node`` may be, or None when it is not bounded by
+        sizes at all. ``r0_numel`` is 1, ``2 * r0_numel`` is 2, ``tl.cdiv(n, BLOCK)`` is 1; a
+        product of two sizes is unbounded, and so is a chain that doubles a size 60 times
+        (``a1 = a0 + a0; ...``: each step is linear, the chain is not)."""
+        value = const_int(node, self.scope.known_ints)
+        if value is not None:
+            return 0 if abs(value) <= MAX_LOOP_BOUND else None
         if isinstance(node, ast.Name):
+            # Memoized: without it the doubling chain above is also exponential to check. A
+            # name's answer does not depend on the path that reached it (a name on a cycle is
+            # unbounded from anywhere), so caching is sound.
             name = node.id
+            if name in self.size_scales:
+                return self.size_scales[name]
             if name in seen or name in self.scope.pointer_params:
-                return False
+                return None
             values = self.assigned.get(name, [])
+            result: int | None = None
             if name in self.scope.params and not values:
-                return True
-            if name in self.scope.params or name in self.scope.locals:
-                return bool(values) and all(v is not None and self.bounded(v, seen | {name}) for v in values)
-            return False
-        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.RShift)):
-            return self.bounded(node.left, seen) and self.bounded(node.right, seen)
+                result = 1
+            elif (name in self.scope.params or name in self.scope.locals) and values \
+                    and all(v is not None for v in values):
+                scales = [self.size_scale(v, seen | {name}) for v in values if v is not None]
+                result = None if any(sc is None for sc in scales) else max(scales)  # type: ignore[type-var]
+            result = None if result is not None and result > MAX_SIZE_SCALE else result
+            self.size_scales[name] = result
+            return result
+        if isinstance(node, ast.BinOp):
+            left, right = self.size_scale(node.left, seen), self.size_scale(node.right, seen)
+            if left is None or right is None:
+                return None
+            if isinstance(node.op, (ast.Add, ast.Sub)):
+                total = left + right
+            elif isinstance(node.op, ast.Mult):
+                # size * literal is a bigger size; size * size is not a loop bound
+                factors = [const_int(side, self.scope.known_ints) for side in (node.left, node.right)]
+                if factors[0] is None and factors[1] is None:
+                    return None
+                total = abs(factors[0]) * right if factors[0] is not None else abs(factors[1] or 0) * left
+            elif isinstance(node.op, (ast.FloorDiv, ast.RShift)):
+                total = left
+            else:
+                return None
+            return total if total <= MAX_SIZE_SCALE else None
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-            return self.bounded(node.operand, seen)
+            return self.size_scale(node.operand, seen)
         if isinstance(node, ast.Call) and not node.keywords and self.call_path(node) in (
                 "tl.cdiv", "triton.cdiv", "min", "max"):
-            return all(self.bounded(a, seen) for a in node.args)
-        return False
+            scales = [self.size_scale(a, seen) for a in node.args]
+            if any(sc is None for sc in scales) or not scales:
+                return None
+            return scales[0] if self.call_path(node) in ("tl.cdiv", "triton.cdiv") else max(scales)  # type: ignore
+        return None
 
     # ---------------------------------------------------------------------------- expressions
 
@@ -420,6 +479,9 @@ class BodyChecker:
 
     def name(self, node: ast.Name) -> None:
         name = node.id
+        if name not in self.scope.locals and isinstance(self.scope.constants.get(name), str):
+            raise Reject("strings", f"module constant '{name}' is a string; strings are not kernel values and "
+                                    "may appear only as literals in the arguments that take them")
         if name in self.scope.locals or name in self.scope.constants:
             return
         path = self.resolve(node)

@@ -30,6 +30,9 @@ MAX_INT_LITERAL = 2**64
 MAX_LOOP_BOUND = 2**31
 MAX_LOOP_TRIPS = 2**16
 MAX_STATIC_UNROLL = 256
+# A loop bound made of sizes may be at most this many times a size (``2 * r0_numel`` is fine;
+# ``n * n`` or a size doubled 60 times through locals is a hang, not a kernel).
+MAX_SIZE_SCALE = 64
 # ``x ** n`` and ``x << n`` with a literal n: beyond this they are no kernel arithmetic.
 MAX_LITERAL_EXPONENT = 64
 

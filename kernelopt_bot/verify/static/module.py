@@ -59,6 +59,9 @@ _IMPORTABLE_EXTRA = frozenset({"triton.language.extra.libdevice", "triton.langua
                                "triton.language.extra.hip.libdevice"})
 _DRIVER_CALLS = frozenset({"set_driver_to_gpu", "set_driver_to_cpu"})
 _DECORATOR_CALLS = frozenset({"set", "frozenset"})
+# inductor_meta entries a rewrite may change: counts that describe the body, not host behaviour.
+_INFORMATIONAL_META = frozenset({"num_load", "num_store", "num_reduction", "atomic_add_found",
+                                 "tiling_scores", "mutated_arg_names"})
 
 # --------------------------------------------------------------------------------------------
 # Imports
@@ -406,6 +409,21 @@ def check_grid_contract(cand_fn: ast.FunctionDef, cand_call: ast.Call | None, or
     if cand.heuristic != orig.heuristic:
         raise Reject("decorator", f"heuristic changed from {orig.heuristic} to {cand.heuristic}; the launch "
                                    "configs and grid are built by it")
+    # The launcher acts on its keyword arguments on the host: ``filename`` names where the
+    # autotune cache (``<stem>.best_config``) is written and inductor_meta switches caches,
+    # profiling output files and remote caches on. So they are the original's, except counters.
+    filename = next((kw.value for kw in cand_call.keywords if kw.arg == "filename"), None)
+    if filename is not None and not (isinstance(filename, ast.Name) and filename.id == "__file__"):
+        raise Reject("decorator", f"filename={ast.unparse(filename)[:60]}: the launcher writes its autotune cache "
+                                   "next to it; only filename=__file__ is allowed")
+    if set(cand.inductor_meta) != set(orig.inductor_meta):
+        changed = sorted(set(cand.inductor_meta) ^ set(orig.inductor_meta))[:5]
+        raise Reject("decorator", f"inductor_meta keys differ from the original's ({changed}); they switch caches, "
+                                   "profiling and output files on the host")
+    for key, value in cand.inductor_meta.items():
+        if key not in _INFORMATIONAL_META and value != orig.inductor_meta[key]:
+            raise Reject("decorator", f"inductor_meta['{key}'] changed from {orig.inductor_meta[key]!r} to "
+                                       f"{value!r}; only {sorted(_INFORMATIONAL_META)} may differ")
     for key in ("grid_type", "mutated_arg_names"):
         want, got = orig.inductor_meta.get(key), cand.inductor_meta.get(key)
         if key == "mutated_arg_names":
