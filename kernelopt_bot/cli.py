@@ -188,6 +188,8 @@ def inspect(target: str, device: str | None, dtype: str, as_json: bool) -> None:
 def _print_inspect(label: str, art: Any, prof: Any) -> None:
     from rich.table import Table
 
+    from kernelopt_bot.progress import plain_names
+
     console = _console()
     title = escape(f"{label}: {len(art.kernels)} Triton kernels in {len(art.graphs)} graph(s)")
     table = Table(title=title)
@@ -196,7 +198,7 @@ def _print_inspect(label: str, art: Any, prof: Any) -> None:
     for k in art.kernels:
         kp = prof.kernel(k.graph, k.name)
         table.add_row(
-            k.qualified_name, k.kind, str(kp.calls if kp else 0),
+            escape(plain_names(k.qualified_name)), k.kind, str(kp.calls if kp else 0),
             _fmt(kp.time_ms if kp else None, ".4f"),
             _fmt(kp.share if kp else None, ".1%", "-"),
             _fmt(kp.achieved_gbps if kp else None, ".0f", "-"),
@@ -572,7 +574,9 @@ def verify(target: str, kernel_name: str, candidate_path: str, device: str | Non
             raise BadInputError(str(exc.args[0])) from exc
         options = VerifyOptions(gamma=gamma, f64_factor=f64_factor, allow_inline_asm=allow_inline_asm,
                                 sandbox=SandboxLimits(timeout_s=timeout_s))
-        progress.step(f"verifying {candidate.label} for {kernel.qualified_name}: gate 1 (static), gate 2 (the "
+        from kernelopt_bot.progress import plain_names
+
+        progress.step(f"verifying {candidate.label} for {plain_names(kernel.qualified_name)}: gate 1 (static), gate 2 (the "
                       "kernel alone, sandboxed), gates 3-4 (the whole model)")
         with Cascade(cap, options) as cascade:
             verdict = cascade.verify(kernel, candidate)

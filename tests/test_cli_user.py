@@ -59,6 +59,7 @@ def test_inspect_reports_progress_on_stderr_and_no_empty_vendor_table() -> None:
     assert "1 Triton kernels in 1 graph(s)" in result.stdout
     assert "Vendor / fallback calls" not in result.stdout  # softmax has none: no empty table
     assert "vendor / fallback calls: none" in result.stdout
+    assert "triton_per_fused__softmax_0" in result.stdout and "g0:" not in result.stdout  # names, not labels
     steps = result.stderr.strip().splitlines()
     assert steps and all(TIMESTAMPED.match(line) for line in steps), result.stderr
     assert any("compiling and capturing" in line for line in steps)
