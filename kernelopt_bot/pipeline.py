@@ -267,9 +267,31 @@ def _run_pipeline_here(target: str, *, device: str | None, dtype: str, out_dir: 
         tail = traceback.format_exc().strip().splitlines()[-1]
         result.status, result.error = "failed", f"internal error: {type(exc).__name__}: {exc} [{tail[:200]}]"
     clock.stop()
+    result.processes = _process_counts(result.device)
+    peak = result.processes["peak_gpu_mb"]
+    log(f"  processes started: {result.processes['started']} (the engine and its children; "
+        f"{result.processes['sandboxes']} sandbox(es)); peak GPU memory in the engine: "
+        f"{'not measured (no CUDA)' if peak is None else f'{peak:.0f} MiB'}")
     result.seconds = time.time() - start
     _write(out_dir, result, pack)
     return result
+
+
+def _process_counts(device: str) -> dict[str, Any]:
+    """What the run cost in processes and memory: the engine itself (this process, started by the
+    parent for the run) plus every isolated child it started, and the engine's peak GPU memory
+    (``torch.cuda.max_memory_allocated``; the model arms' own memory is theirs, not counted)."""
+    from kernelopt_bot.harness.isolation import processes_started
+    from kernelopt_bot.verify.sandbox import SANDBOX_PROCESS
+
+    peak: float | None = None
+    if device == "cuda":
+        import torch
+
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            peak = round(torch.cuda.max_memory_allocated() / (1 << 20), 1)
+    return {"started": 1 + processes_started(), "sandboxes": processes_started(SANDBOX_PROCESS),
+            "peak_gpu_mb": peak}
 
 
 class _PhaseClock:

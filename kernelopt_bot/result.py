@@ -66,6 +66,10 @@ class RunResult:
     budget: dict[str, Any] = field(default_factory=dict)
     usage: dict[str, Any] = field(default_factory=dict)  # candidates tried, tokens, cost, GPU seconds
     phases: dict[str, float] = field(default_factory=dict)  # seconds spent in each pipeline step
+    # Processes the run started ("started": the engine and every child it started, model arms
+    # included; "sandboxes": those for untrusted candidates' gate 2 and timing) and the engine's
+    # peak GPU memory in MiB ("peak_gpu_mb"; None without CUDA).
+    processes: dict[str, Any] = field(default_factory=dict)
     isolation: str = ""  # how untrusted code was isolated: "bwrap", "unshare" or "none"
     # Why a failed run failed: "bad input" (the target or an option; the CLI exits 2) or "" (exit 1).
     error_kind: str = ""

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from kernelopt_bot.harness.kernel_service import PROBE_REPS, time_variant
 from kernelopt_bot.harness.timing import Timing
-from kernelopt_bot.verify.jobs import PROBE_REPS, _time_variant
 from kernelopt_bot.verify.sandbox import SandboxLimits, run_sandboxed
 from tests.helpers import captured
 
@@ -96,8 +96,8 @@ class _FakeHarness:
 
 def test_a_variant_far_slower_than_the_original_keeps_its_probe_time() -> None:
     slow = _FakeHarness([5.0])
-    assert _time_variant(slow, object(), original_ms=1.0, reps=50) == 5.0
+    assert time_variant(slow, object(), original_ms=1.0, reps=50) == 5.0
     assert slow.calls == [PROBE_REPS]
     close = _FakeHarness([1.2, 0.98])
-    assert _time_variant(close, object(), original_ms=1.0, reps=50) == 0.98
+    assert time_variant(close, object(), original_ms=1.0, reps=50) == 0.98
     assert close.calls == [PROBE_REPS, 50]

@@ -34,6 +34,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -355,6 +356,18 @@ class IsolatedProcess:
         shutil.rmtree(self._home, ignore_errors=True)
 
 
+# Children started by this process (spawn_isolated), by name, for the run's log and result.json.
+_started: dict[str, int] = {}
+_started_lock = threading.Lock()
+
+
+def processes_started(name: str | None = None) -> int:
+    """How many isolated children this process has started so far: all of them, or those
+    started under ``name`` (``kernelopt-sandbox``, ``kernelopt-engine``, a model arm's name)."""
+    with _started_lock:
+        return sum(_started.values()) if name is None else _started.get(name, 0)
+
+
 def spawn_isolated(entry: str, *args: object, extra_env: Mapping[str, str] | None = None,
                    writable: Sequence[str | os.PathLike[str]] = (), isolation: Isolation | None = None,
                    name: str = "kernelopt-child") -> IsolatedProcess:
@@ -388,6 +401,8 @@ def spawn_isolated(entry: str, *args: object, extra_env: Mapping[str, str] | Non
         raise
     finally:
         theirs.close()
+    with _started_lock:
+        _started[name] = _started.get(name, 0) + 1
     conn = Channel(ours.detach())
     child = IsolatedProcess(popen, conn, home)
     with contextlib.suppress(OSError, ValueError):  # a child that died at once shows when read

@@ -131,7 +131,7 @@ class Orchestrator:
                 self.budget.charge_gpu(elapsed)
             self.log(f"  {strategy.name}: {len(found)} proposal(s) worth the gates ({elapsed:.0f} s)")
             for job in self.cascade.timing_seconds:
-                self.log(f"    timing job: {_steps(job)}")
+                self.log(f"    timing: {_steps(job)}")
             self.cascade.timing_seconds.clear()
         for proposal in proposals[: self.limits.candidates_per_kernel]:
             try:

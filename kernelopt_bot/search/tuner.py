@@ -2,8 +2,9 @@
 
 Per kernel: a seeded sample of the launch space plus the neighbours of the compiler's own config,
 then coordinate descent from the best, then our source transformations on top of the best config.
-Everything is timed alone with the per-kernel harness, in the sandbox, one variant at a time on
-the GPU. Only proposals faster than the compiler's kernel by a margin go on to the gates.
+Everything is timed alone with the per-kernel harness, one variant at a time on the GPU. Every
+candidate is ours (launch configs, our own transformations of the compiler's source), marked
+``origin="tuner"``: timing and gate 2 run inside the engine, no process is started for them. Only proposals faster than the compiler's kernel by a margin go on to the gates.
 
 Without a GPU nothing can be ranked; the tuner then proposes a small deterministic set (one other
 config, one transformation) so gates 1-3 still run for real.
@@ -20,10 +21,11 @@ from kernelopt_bot.search.transforms import applicable
 from kernelopt_bot.stitch.pack import LaunchConfig
 from kernelopt_bot.verify.cascade import Candidate
 
-# (original_ms, [ms or error per variant]) for a kernel's candidates, timed alone in the sandbox
+# (original_ms, [ms or error per variant]) for a kernel's candidates, timed alone
 # (:meth:`kernelopt_bot.verify.cascade.Cascade.time_variants`).
 Timer = Callable[[TritonKernel, list[Candidate]], tuple[float | None, list[float | str | None]]]
 
+ORIGIN = "tuner"  # our own code: trusted like the target (Candidate.trusted)
 MIN_KERNEL_GAIN = 1.02  # below this a kernel-level win does not survive the end-to-end gate
 # A kernel's win, weighted by its share of model time, must promise at least this end to end
 # (half of gamma's 3%: kernel-level timing in isolation is only a forecast of the model's).
@@ -64,7 +66,7 @@ def _key(c: LaunchConfig) -> tuple:
 
 
 class OfflineTuner(SearchStrategy):
-    """Two timing jobs per kernel by default (each one sandbox process, whose start costs seconds):
+    """Two timing batches per kernel by default:
     (1) a seeded sample of the launch space plus the compiler's config's neighbours; (2) the
     neighbours of the best ``beam`` configs together with every source transformation on the best
     one. Each further descent round (``descent_rounds`` > 1) is one more job, taken only while the
@@ -97,9 +99,9 @@ class OfflineTuner(SearchStrategy):
             nonlocal original_ms
             unique = {_key(c): c for c in batch}
             batch = [c for k, c in unique.items() if k not in timed]
-            cands = [Candidate("config", config=c) for c in batch]
+            cands = [Candidate("config", config=c, origin=ORIGIN) for c in batch]
             if on is not None:
-                cands += [Candidate(f"{name} + {on.describe()}", source=src, config=on) for name, src in transforms]
+                cands += [Candidate(f"{name} + {on.describe()}", source=src, config=on, origin=ORIGIN) for name, src in transforms]
             if not cands:
                 return
             orig, results = self.timer(kernel, cands)
@@ -131,7 +133,7 @@ class OfflineTuner(SearchStrategy):
         if not timed or original_ms is None:
             return []
         ranked = sorted(timed, key=timed.__getitem__)
-        proposals = [Proposal(Candidate(f"config {space[k].describe()}", config=space[k]), self.name,
+        proposals = [Proposal(Candidate(f"config {space[k].describe()}", config=space[k], origin=ORIGIN), self.name,
                               timed[k], "launch-config search") for k in ranked[:limit]]
         proposals += transformed
         proposals.sort(key=lambda p: p.kernel_ms if p.kernel_ms is not None else float("inf"))
@@ -145,9 +147,9 @@ class OfflineTuner(SearchStrategy):
         pick = neighbours(chosen, set(space)) if chosen and _key(chosen) in space else []
         pick = pick or sample(ctx.kernel, 1, seed=self.seed)
         if pick:
-            proposals.append(Proposal(Candidate(f"config {pick[0].describe()}", config=pick[0]), self.name,
+            proposals.append(Proposal(Candidate(f"config {pick[0].describe()}", config=pick[0], origin=ORIGIN), self.name,
                                       None, "launch-config search (not timed: no GPU)"))
         for name, src in applicable(ctx.kernel.source)[:1]:
-            proposals.append(Proposal(Candidate(name, source=src), self.name, None,
+            proposals.append(Proposal(Candidate(name, source=src, origin=ORIGIN), self.name, None,
                                       "source transformation (not timed: no GPU)"))
         return proposals[:limit]

@@ -1,7 +1,8 @@
 """The cascade: cheap gates first, every candidate gets a Verdict, nothing passes by default.
 
 static (no GPU time, in this process: the candidate is only parsed) -> compile + correctness (in
-the sandbox) -> model (packed and baseline models in their own processes, float64 referee in this
+the sandbox for untrusted source; in this process, through the kernel service, for the tuner's own
+candidates) -> model (packed and baseline models in their own processes, float64 referee in this
 one) -> performance (the end-to-end harness). The baseline arms live as long as the cascade, so
 verifying several candidates for one target compiles the baseline once. A gate that fails stops the cascade; the gates after
 it are recorded as not run. If no candidate for a kernel is accepted, the compiler's kernel stays.
@@ -20,7 +21,9 @@ import torch
 
 from kernelopt_bot.compile.artifact import TritonKernel
 from kernelopt_bot.compile.capture import Capture
+from kernelopt_bot.errors import one_line
 from kernelopt_bot.harness.arena import Arena
+from kernelopt_bot.harness.kernel_service import KernelService, free_memory, is_out_of_memory
 from kernelopt_bot.harness.model_worker import ModelWorker, WorkerError
 from kernelopt_bot.stitch.export import lookup_key_or_none
 from kernelopt_bot.stitch.pack import KernelPack, LaunchConfig, PackEntry, PackError, integer_arguments
@@ -45,13 +48,26 @@ class CandidateError(ValueError):
     """A candidate file that is neither Triton source nor a launch-config JSON."""
 
 
+TRUSTED_ORIGINS = frozenset({"tuner"})
+
+
 @dataclass(frozen=True)
 class Candidate:
-    """New source for a kernel, a launch config for it, or both."""
+    """New source for a kernel, a launch config for it, or both.
+
+    ``origin`` says whose code it is. ``"tuner"``: our launch configs and our own source
+    transformations of the compiler's kernel, as trusted as the target itself, so gate 2 and
+    timing run inside the engine. Anything else (the default, ``"untrusted"``: an LLM's source, a
+    file handed to ``kernelopt verify``) runs gate 2 in a sandbox process first."""
 
     label: str
     source: str | None = None
     config: LaunchConfig | None = None
+    origin: str = "untrusted"
+
+    @property
+    def trusted(self) -> bool:
+        return self.origin in TRUSTED_ORIGINS
 
     @classmethod
     def from_file(cls, path: str | Path) -> Candidate:
@@ -108,6 +124,8 @@ class Cascade:
         self.timing_seconds: list[dict[str, float]] = []  # per timing job: seconds per step, for the log
         target = capture.target
         self.arena = Arena(target.spec, target.device, dtype_name(target.dtype))
+        # Trusted candidates' gate 2 and timing, in this process (the engine): no process started.
+        self.kernels = KernelService(target.device, capture.recording)
 
     @property
     def device(self) -> str:
@@ -115,6 +133,7 @@ class Cascade:
 
     def close(self) -> None:
         self.arena.close()
+        self.kernels.close()
         self._workdir.cleanup()
 
     def __enter__(self) -> Cascade:
@@ -155,29 +174,23 @@ class Cascade:
         if not static.passed:
             gates.append(static)
             return _finish(verdict)
-        opts = self.options
-        recording = self.capture.recording(kernel.graph, kernel.name)
-        payload = {
-            "device": self.device, "kernel": kernel.to_json(), "args_path": self._args_path(kernel),
-            "kwargs": recording.kwargs, "source": candidate.source,
-            "config": candidate.config.to_json() if candidate.config else None,
-            "seeds": list(opts.seeds), "distributions": list(opts.distributions),
-            "time": self.device == "cuda", "sent_at": time.time(), "original_config": recording.config,
-        }
-        # On a GPU the packed model's arm starts compiling now, while gate 2 runs in the sandbox:
+        # On a GPU the packed model's arm starts compiling now, while gate 2 runs:
         # each takes seconds, and a candidate that compiles mostly passes gate 2. It is only asked
         # anything (gates 3-4) after gate 2 passed, and is killed if it did not.
         early_arm = (self.arena.candidate(candidate_pack(self.capture, kernel, candidate), wait=False)
                      if self.device == "cuda" else None)
         clock = StepClock(verdict.seconds)
         try:
-            outcome = self._sandboxed_kernel_job(payload, sandbox or opts.sandbox)
-            clock.done("sandbox")
+            limits = sandbox or self.options.sandbox
+            where = "engine" if candidate.trusted else "sandbox"
+            gate2 = self._kernel_job_in_engine if candidate.trusted else self._sandboxed_kernel_job
+            outcome = gate2(kernel, candidate, limits)
+            clock.done(where)
             if not outcome.ok and _is_infrastructure(outcome):
                 return _not_verified(verdict, outcome.reason)
             if outcome.ok:
-                verdict.seconds.update({f"sandbox {k}": v for k, v in (outcome.value.get("seconds") or {}).items()})
-            if outcome.ok and not outcome.value.get("compiled") and _is_out_of_memory(outcome.value.get("reason", "")):
+                verdict.seconds.update({f"{where} {k}": v for k, v in (outcome.value.get("seconds") or {}).items()})
+            if outcome.ok and not outcome.value.get("compiled") and is_out_of_memory(outcome.value.get("reason", "")):
                 return _not_verified(verdict, outcome.value["reason"])
             if outcome.ok and not outcome.value.get("compiled"):
                 gates.append(GateResult.fail("static", outcome.value.get("reason", "does not compile")))
@@ -201,14 +214,40 @@ class Cascade:
             if early_arm is not None:
                 early_arm.close()
 
-    def _sandboxed_kernel_job(self, payload: dict[str, Any], limits: SandboxLimits) -> SandboxOutcome:
+    def _kernel_job_in_engine(self, kernel: TritonKernel, candidate: Candidate,
+                              limits: SandboxLimits) -> SandboxOutcome:
+        """Gate 2 for a trusted candidate in this process (:class:`KernelService`), as the
+        sandbox's outcome: a run that raised is the candidate's failure, as in the sandbox; out
+        of memory (after one retry) or our compile deadline is infrastructure."""
+        opts = self.options
+        try:
+            value = self.kernels.gate2(kernel, candidate.source, candidate.config, seeds=tuple(opts.seeds),
+                                       distributions=tuple(opts.distributions), time_it=self.device == "cuda",
+                                       compile_deadline_s=limits.timeout_s)
+        except InfrastructureFailure as exc:
+            return SandboxOutcome(False, reason=str(exc), infrastructure=True)
+        except Exception as exc:  # noqa: BLE001 - the candidate's run failed: a result
+            return SandboxOutcome(False, reason=one_line(exc))
+        return SandboxOutcome(True, value)
+
+    def _sandboxed_kernel_job(self, kernel: TritonKernel, candidate: Candidate,
+                              limits: SandboxLimits) -> SandboxOutcome:
         """Gate 2's sandbox job; run once more, after freeing this process's GPU memory, when it
         ran out of memory (the arms and the last job may have held what it needed). A deadline
         of ours is not retried: the same deadline would pass the same way."""
+        opts = self.options
+        recording = self.capture.recording(kernel.graph, kernel.name)
+        payload = {
+            "device": self.device, "kernel": kernel.to_json(), "args_path": self._args_path(kernel),
+            "kwargs": recording.kwargs, "source": candidate.source,
+            "config": candidate.config.to_json() if candidate.config else None,
+            "seeds": list(opts.seeds), "distributions": list(opts.distributions),
+            "time": self.device == "cuda", "sent_at": time.time(), "original_config": recording.config,
+        }
         outcome = run_sandboxed("kernelopt_bot.verify.jobs.kernel_job", payload, device=self.device,
                                 limits=limits)
-        if not outcome.ok and _is_infrastructure(outcome) and _is_out_of_memory(outcome.reason):
-            _free_memory(self.device)
+        if not outcome.ok and _is_infrastructure(outcome) and is_out_of_memory(outcome.reason):
+            free_memory(self.device)
             outcome = run_sandboxed("kernelopt_bot.verify.jobs.kernel_job", payload, device=self.device,
                                     limits=limits)
         return outcome
@@ -227,18 +266,18 @@ class Cascade:
                 arm.wait_ready()
             clock.done("arm ready")
         except WorkerError as exc:
-            if not _is_out_of_memory(str(exc)):
+            if not is_out_of_memory(str(exc)):
                 return [GateResult.fail("model", f"the packed model did not compile or run: {exc}")]
             # Out of memory while starting is ours (other arms, the sandbox): free what this
             # process holds and start the arm once more before calling it infrastructure.
             if arm is not None:
                 arm.close()
-            _free_memory(self.device)
+            free_memory(self.device)
             try:
                 baseline, repeat = self.arena.baselines()
                 arm = self.arena.candidate(candidate_pack(self.capture, kernel, candidate))
             except WorkerError as again:
-                if _is_out_of_memory(str(again)):
+                if is_out_of_memory(str(again)):
                     raise InfrastructureFailure(f"out of memory starting the model arms: {again}") from again
                 return [GateResult.fail("model", f"the packed model did not compile or run: {again}")]
             clock.done("arm ready")
@@ -258,12 +297,38 @@ class Cascade:
 
     def time_variants(self, kernel: TritonKernel, candidates: list[Candidate], *, reps: int = 50
                       ) -> tuple[float | None, list[float | str | None]]:
-        """Kernel-level times of the compiler's kernel and of each candidate, in the sandbox.
+        """Kernel-level times of the compiler's kernel and of each candidate: trusted ones in
+        this process (:class:`KernelService`), the others in one sandbox job.
 
         Without CUDA nothing is timed: ``(None, [None, ...])``. A failed job times nothing.
         """
         if self.device != "cuda":
             return None, [None] * len(candidates)
+        trusted = [i for i, c in enumerate(candidates) if c.trusted]
+        others = [i for i, c in enumerate(candidates) if not c.trusted]
+        times: list[float | str | None] = [None] * len(candidates)
+        original_ms: float | None = None
+        if others:
+            original_ms, sandboxed = self._time_in_sandbox(kernel, [candidates[i] for i in others], reps)
+            for i, value in zip(others, sandboxed):
+                times[i] = value
+        if trusted:
+            try:
+                timed = self.kernels.time_variants(kernel, [(candidates[i].source, candidates[i].config)
+                                                            for i in trusted], reps=reps)
+            except Exception as exc:  # noqa: BLE001 - a failed batch times nothing, as a failed job
+                for i in trusted:
+                    times[i] = one_line(exc)
+            else:
+                self.timing_seconds.append({"variants": len(trusted), **timed.seconds})
+                original_ms = timed.original_ms if timed.original_ms is not None else original_ms
+                for i, value in zip(trusted, timed.times):
+                    times[i] = value
+        return original_ms, times
+
+    def _time_in_sandbox(self, kernel: TritonKernel, candidates: list[Candidate], reps: int
+                         ) -> tuple[float | None, list[float | str | None]]:
+        """:meth:`time_variants` for untrusted candidates: one sandbox timing job."""
         recording = self.capture.recording(kernel.graph, kernel.name)
         payload = {
             "device": self.device, "kernel": kernel.to_json(), "args_path": self._args_path(kernel),
@@ -295,20 +360,6 @@ def _is_infrastructure(outcome: SandboxOutcome) -> bool:
     Until the sandbox flags it itself, a reason starting with "timed out" or saying "out of
     memory" (CUDA's OOM inside the job included) is taken as ours."""
     return bool(getattr(outcome, "infrastructure", False)) or is_infrastructure_text(outcome.reason)
-
-
-def _is_out_of_memory(text: str) -> bool:
-    lowered = text.lower()
-    return "out of memory" in lowered or "outofmemoryerror" in lowered
-
-
-def _free_memory(device: str) -> None:
-    """Give back what this process caches, before a retry after running out of memory."""
-    import gc
-
-    gc.collect()
-    if device == "cuda" and torch.cuda.is_available():
-        torch.cuda.empty_cache()
 
 
 def _not_verified(verdict: Verdict, reason: str) -> Verdict:

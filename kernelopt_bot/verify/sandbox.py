@@ -20,6 +20,8 @@ from typing import Any
 from kernelopt_bot.errors import KerneloptError, one_line
 from kernelopt_bot.harness.isolation import Channel, describe_exit, spawn_isolated
 
+SANDBOX_PROCESS = "kernelopt-sandbox"  # the children's name (isolation.processes_started counts by it)
+
 
 @dataclass(frozen=True)
 class SandboxLimits:
@@ -76,7 +78,7 @@ def run_sandboxed(job: str, payload: dict[str, Any], *, device: str,
     limits = limits or SandboxLimits()
     try:
         child = spawn_isolated("kernelopt_bot.verify.sandbox.serve_job", job, payload, limits, device,
-                               extra_env={"KERNELOPT_DEVICE": device}, name="kernelopt-sandbox")
+                               extra_env={"KERNELOPT_DEVICE": device}, name=SANDBOX_PROCESS)
     except (OSError, KerneloptError) as exc:
         return SandboxOutcome(False, reason=f"sandbox could not be started: {one_line(exc)}", infrastructure=True)
     try:

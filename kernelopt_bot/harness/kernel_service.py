@@ -1,0 +1,339 @@
+"""Kernel-level work on one captured model: compile variants, time them, run gate 2.
+
+Two callers share this code. The sandbox jobs (:mod:`kernelopt_bot.verify.jobs`) build a
+:class:`KernelBench` in a fresh child process for untrusted source (an LLM's, a user's). The engine
+builds one :class:`KernelService` per cascade for trusted candidates (our launch configs and our
+own source transformations, as trusted as the target itself): it keeps each kernel's recorded
+arguments, its harness and the compiler's kernel pinned to its recorded config, compiled once, so
+timing a batch or judging a candidate costs the work itself and no process start, target load or
+recompile (on the H200 those were 80-93% of the tuner's wall time).
+
+Variants are compiled on threads (Triton's compiler releases the GIL) with a deadline; a variant
+that fails to compile or run is that variant's error text, never the caller's failure. Compiled
+variants are cached by a hash of their source and config, so a config timed by the tuner and then
+sent to gate 2 is compiled once. In the engine an out-of-memory error is retried once after
+freeing the caching allocator, then raised as an :class:`InfrastructureFailure`, never a verdict.
+"""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import json
+import os
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import torch
+
+from kernelopt_bot.compile.artifact import TritonKernel
+from kernelopt_bot.compile.capture import KernelRecording
+from kernelopt_bot.errors import one_line
+from kernelopt_bot.harness.kernel import KernelHarness
+from kernelopt_bot.stitch.pack import LaunchConfig
+from kernelopt_bot.verify.correctness import DEFAULT_SEEDS, DISTRIBUTIONS, check_correctness
+from kernelopt_bot.verify.result import InfrastructureFailure, StepClock
+
+COMPILE_DEADLINE_S = 30.0  # per batch of variants, compiled in parallel
+PROBE_REPS = 3  # a first look at a variant before it gets the full repetitions
+SLOW_FACTOR = 1.5  # a variant this much slower than the original is not worth the full timing
+GATE2_REPS = 100  # kernel-level timing of a candidate that passed gate 2 (CUDA), for gate 4
+
+Variant = tuple[str | None, LaunchConfig | None]  # (source or None for the compiler's, config or None)
+T = TypeVar("T")
+
+
+def compile_threads() -> int:
+    """Threads for compiling variants: every core, or a multi-GPU pool worker's share of them
+    (``KERNELOPT_COMPILE_THREADS``)."""
+    return int(os.environ.get("KERNELOPT_COMPILE_THREADS") or os.cpu_count() or 1)
+
+
+def late_text(deadline_s: float) -> str:
+    return f"not compiled within {deadline_s:.0f} s; skipped"
+
+
+def variant_key(source: str, config: LaunchConfig | None) -> str:
+    """What makes two variants the same kernel: their source and their launch config."""
+    text = json.dumps([source, config.to_json() if config else None], sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def is_out_of_memory(error: BaseException | str) -> bool:
+    """CUDA's or the host's out-of-memory, as an exception or as the text one left behind."""
+    if isinstance(error, BaseException):
+        if isinstance(error, MemoryError) or type(error).__name__ == "OutOfMemoryError":
+            return True
+        error = str(error)
+    lowered = error.lower()
+    return "out of memory" in lowered or "outofmemoryerror" in lowered
+
+
+def free_memory(device: str) -> None:
+    """Give back what this process caches, before a retry after running out of memory."""
+    gc.collect()
+    if device == "cuda" and torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+class KernelBench:
+    """One kernel, its recorded arguments and the compiler's kernel pinned to its recorded
+    config (compiled on first use, then kept), plus every variant compiled so far."""
+
+    def __init__(self, kernel: TritonKernel, recording: KernelRecording, device: str) -> None:
+        self.kernel, self.recording, self.device = kernel, recording, device
+        self.harness = KernelHarness(kernel, recording, device)
+        self._original: Any = None
+        self._compiled: dict[str, Any] = {}  # variant_key -> kernel object, or its error text
+
+    def original(self) -> Any:
+        """The compiler's kernel pinned to the launch config its autotuning chose in the model
+        (``recording.config``): loaded without it, the source would autotune again (every config
+        compiled and benchmarked). Unpinned if that config is unknown or cannot be pinned."""
+        if self._original is None:
+            pinned = None
+            if self.recording.config:
+                try:
+                    pinned = self.harness.load(source=self.kernel.source,
+                                               config=LaunchConfig.from_json(self.recording.config))
+                except Exception:  # noqa: BLE001 - fall back to the compiler's own autotuning
+                    pinned = None
+            self._original = pinned if pinned is not None else self.harness.load(source=self.kernel.source)
+        return self._original
+
+    def _compile_one(self, variant: Variant) -> Any:
+        """Load and compile one variant; the error text if it does not compile."""
+        source, config = variant
+        try:
+            kernel_obj = self.harness.load(source=source if source is not None else self.kernel.source,
+                                           config=config)
+            if self.device == "cuda" and hasattr(kernel_obj, "precompile"):
+                kernel_obj.precompile()
+            return kernel_obj
+        except Exception as exc:  # noqa: BLE001 - a failing variant is a result, not a crash
+            return one_line(exc)
+
+    def _keep(self, key: str, compiled: Any) -> None:
+        """Cache a compile's outcome; an out-of-memory error is ours, so it is not kept."""
+        if not (isinstance(compiled, str) and is_out_of_memory(compiled)):
+            self._compiled[key] = compiled
+
+    def compile_all(self, variants: Sequence[Variant], *, deadline_s: float | None, threads: int) -> list[Any]:
+        """Each variant's kernel object, or why there is none (its error text, or the late text
+        when it was still compiling at the deadline). Variants already compiled, and duplicates
+        within the batch, are compiled once.
+
+        All compile at once on ``threads`` threads; a variant still compiling at the deadline is
+        left behind (its thread may go on and its kernel is kept when it finishes): one
+        pathological config must not stall the whole search. Whatever failed alongside others is
+        compiled again alone (a compiler that is not thread-safe costs time, never a variant),
+        while the deadline lasts."""
+        keys = [variant_key(s if s is not None else self.kernel.source, c) for s, c in variants]
+        todo = {k: v for k, v in zip(keys, variants) if k not in self._compiled}
+        late = late_text(deadline_s) if deadline_s is not None else "not compiled"
+        deadline_at = None if deadline_s is None else time.monotonic() + deadline_s
+        order = list(todo)
+        threads = max(1, min(len(order), threads))
+        results = self._compile_until(order, [todo[k] for k in order], threads, deadline_at, late)
+        again = [i for i, r in enumerate(results) if isinstance(r, str) and r != late]
+        if again and threads > 1:
+            retried = self._compile_until([order[i] for i in again], [todo[order[i]] for i in again], 1,
+                                          deadline_at, late)
+            for i, value in zip(again, retried):
+                results[i] = value if value != late else results[i]
+        for key, result in zip(order, results):
+            if result != late:
+                self._keep(key, result)
+        fresh = dict(zip(order, results))
+        return [self._compiled.get(k, fresh.get(k, late)) for k in keys]
+
+    def _compile_until(self, keys: list[str], variants: list[Variant], threads: int, deadline_at: float | None,
+                       late: str) -> list[Any]:
+        """Compile ``variants`` on ``threads`` threads; what is not done by ``deadline_at``
+        (:func:`time.monotonic`; ``None``: no deadline) gets the ``late`` text instead. A late
+        compile that finishes afterwards is still kept, for the next batch that asks for it."""
+        if not variants:
+            return []
+        pool = ThreadPoolExecutor(max_workers=threads)
+        futures = [pool.submit(self._compile_one, v) for v in variants]
+        wait(futures, timeout=None if deadline_at is None else max(0.0, deadline_at - time.monotonic()))
+        pool.shutdown(wait=False, cancel_futures=True)
+        out: list[Any] = []
+        for key, future in zip(keys, futures):
+            if future.done() and not future.cancelled():
+                out.append(future.result())
+            else:
+                future.add_done_callback(lambda f, k=key: self._keep_late(k, f))
+                out.append(late)
+        return out
+
+    def _keep_late(self, key: str, future: Future[Any]) -> None:
+        if not future.cancelled() and future.exception() is None:
+            self._keep(key, future.result())
+
+    def time_original(self, reps: int) -> float | None:
+        return self.harness.time_kernel(self.original(), reps=reps).median_ms
+
+    def time_compiled(self, compiled: Sequence[Any], original_ms: float | None, reps: int) -> list[float | str | None]:
+        """One time per kernel object, timed one at a time; an error text stays the result."""
+        times: list[float | str | None] = []
+        done: dict[int, float | str | None] = {}  # a kernel object shared by duplicates is timed once
+        for kernel_obj in compiled:
+            if isinstance(kernel_obj, str):
+                times.append(kernel_obj)
+                continue
+            if id(kernel_obj) not in done:
+                try:
+                    done[id(kernel_obj)] = time_variant(self.harness, kernel_obj, original_ms, reps)
+                except Exception as exc:  # noqa: BLE001 - a failing variant is a result
+                    done[id(kernel_obj)] = one_line(exc)
+            times.append(done[id(kernel_obj)])
+        return times
+
+    def time_variants(self, variants: Sequence[Variant], *, reps: int, deadline_s: float | None, threads: int,
+                      steps: StepClock) -> tuple[float | None, list[float | str | None]]:
+        """Kernel-level times of the compiler's kernel and of each variant (``None``: not
+        measured, without CUDA; a text: why the variant has no time)."""
+        original = self.time_original(reps)
+        steps.done("original")
+        compiled = self.compile_all(variants, deadline_s=deadline_s, threads=threads)
+        steps.done("compile")
+        times = self.time_compiled(compiled, original, reps)
+        steps.done("timing")
+        return original, times
+
+    def gate2(self, source: str | None, config: LaunchConfig | None, *, seeds: tuple[int, ...] = DEFAULT_SEEDS,
+              distributions: tuple[str, ...] = DISTRIBUTIONS, time_it: bool = False, reps: int = GATE2_REPS,
+              steps: StepClock, compile_deadline_s: float | None = None) -> dict[str, Any]:
+        """Compile the candidate, run gate 2 against the compiler's kernel, and (``time_it``, on
+        CUDA, after gate 2 passed) time candidate and original alone. The result is plain data:
+        ``compiled``, ``reason`` (when it did not), ``correctness`` (GateResult JSON), ``bytes``,
+        ``candidate_ms``, ``candidate_min_ms``, ``original_ms``, ``seconds``.
+
+        Raises :class:`InfrastructureFailure` when the candidate was still compiling at
+        ``compile_deadline_s`` (ours, not the candidate's); exceptions of the runs propagate."""
+        compiled = self.compile_all([(source, config)], deadline_s=compile_deadline_s, threads=1)[0]
+        if isinstance(compiled, str) and compile_deadline_s is not None and compiled == late_text(compile_deadline_s):
+            raise InfrastructureFailure(f"candidate {compiled} (our deadline)")
+        if isinstance(compiled, str):
+            return {"compiled": False, "reason": f"does not compile: {compiled}"}
+        reference = self.original()
+        steps.done("compile")
+        harness = self.harness
+        with warnings.catch_warnings():
+            # Special-value inputs make the interpreter's numpy warn; the comparison judges the results.
+            warnings.simplefilter("ignore", RuntimeWarning)
+            gate = check_correctness(
+                self.kernel, self.recording.args, self.recording.kwargs,
+                lambda a: harness.launch(compiled, a), lambda a: harness.launch(reference, a),
+                seeds=seeds, distributions=distributions, device=self.device,
+            )
+        steps.done("correctness")
+        result: dict[str, Any] = {"compiled": True, "correctness": gate.to_json(), "bytes": harness.bytes_moved()}
+        if gate.passed and time_it and self.device == "cuda":
+            timing = harness.time_kernel(compiled, reps=reps)
+            result["candidate_ms"] = timing.median_ms
+            # The fastest call, for gate 4's physical floor: other work on the GPU (the candidate's
+            # model arm compiles and warms up meanwhile) can only slow calls down, so the minimum is
+            # the check that contention cannot loosen.
+            result["candidate_min_ms"] = min(timing.samples_ms) if timing.samples_ms else None
+            result["original_ms"] = harness.time_kernel(reference, reps=reps).median_ms
+            steps.done("timing")
+        result["seconds"] = steps.seconds
+        return result
+
+
+def time_variant(harness: Any, kernel_obj: Any, original_ms: float | None, reps: int) -> float | None:
+    """Median time of one variant; a variant far slower than the original after a short probe
+    keeps the probe's median (it is out of the running either way, and spilling configs can take
+    milliseconds a call)."""
+    probe = harness.time_kernel(kernel_obj, reps=PROBE_REPS, warmup=1).median_ms
+    if probe is not None and original_ms and probe > SLOW_FACTOR * original_ms:
+        return probe
+    return harness.time_kernel(kernel_obj, reps=reps).median_ms
+
+
+@dataclass
+class TimedVariants:
+    """What :meth:`KernelService.time_variants` measured, and the seconds of each step."""
+
+    original_ms: float | None
+    times: list[float | str | None]
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+class KernelService:
+    """Trusted kernel work inside the engine, which already holds the target, its capture and
+    the recorded arguments: one :class:`KernelBench` per kernel, built on first use and kept.
+
+    ``recording_of(graph, name)`` gives a kernel's recording (the capture's). Nothing here knows
+    the cascade; only trusted candidates may be sent (their code runs in this process)."""
+
+    def __init__(self, device: str, recording_of: Callable[[int, str], KernelRecording]) -> None:
+        self.device = device
+        self._recording_of = recording_of
+        self._benches: dict[tuple[int, str], KernelBench] = {}
+
+    def bench(self, kernel: TritonKernel) -> KernelBench:
+        key = (kernel.graph, kernel.name)
+        if key not in self._benches:
+            self._benches[key] = KernelBench(kernel, self._recording_of(*key), self.device)
+        return self._benches[key]
+
+    def time_variants(self, kernel: TritonKernel, variants: Sequence[Variant], *, reps: int = 50,
+                      deadline_s: float = COMPILE_DEADLINE_S) -> TimedVariants:
+        """Kernel-level times (CUDA) of the compiler's kernel and of each variant; a variant
+        that ran out of memory is timed once more after freeing, then keeps its error text."""
+        bench = self.bench(kernel)
+        steps = StepClock()
+        original, times = self._retrying_memory(
+            lambda: bench.time_variants(variants, reps=reps, deadline_s=deadline_s, threads=compile_threads(),
+                                        steps=steps))
+        short = [i for i, t in enumerate(times) if isinstance(t, str) and is_out_of_memory(t)]
+        if short:
+            free_memory(self.device)
+            compiled = bench.compile_all([variants[i] for i in short], deadline_s=deadline_s, threads=compile_threads())
+            for i, value in zip(short, bench.time_compiled(compiled, original, reps)):
+                times[i] = value
+            steps.done("memory retry")
+        return TimedVariants(original, times, steps.seconds)
+
+    def gate2(self, kernel: TritonKernel, source: str | None, config: LaunchConfig | None, *,
+              seeds: tuple[int, ...] = DEFAULT_SEEDS, distributions: tuple[str, ...] = DISTRIBUTIONS,
+              time_it: bool = False, compile_deadline_s: float | None = None) -> dict[str, Any]:
+        """Gate 2 for a trusted candidate: the sandbox's kernel job's result, computed here."""
+        bench = self.bench(kernel)
+
+        def attempt() -> dict[str, Any]:
+            result = bench.gate2(source, config, seeds=seeds, distributions=distributions, time_it=time_it,
+                                 steps=StepClock(), compile_deadline_s=compile_deadline_s)
+            if not result.get("compiled") and is_out_of_memory(str(result.get("reason", ""))):
+                raise torch.cuda.OutOfMemoryError(result["reason"])
+            return result
+
+        return self._retrying_memory(attempt)
+
+    def _retrying_memory(self, work: Callable[[], T]) -> T:
+        """``work()``; run once more after freeing memory when it ran out, then give up as ours."""
+        try:
+            return work()
+        except Exception as exc:
+            if not is_out_of_memory(exc):
+                raise
+        free_memory(self.device)
+        try:
+            return work()
+        except Exception as exc:
+            if is_out_of_memory(exc):
+                raise InfrastructureFailure(
+                    f"out of memory in the engine (retried once after freeing): {one_line(exc)}") from exc
+            raise
+
+    def close(self) -> None:
+        """Drop every kernel's compiled variants and harness (their GPU memory goes with them)."""
+        self._benches.clear()
+        free_memory(self.device)

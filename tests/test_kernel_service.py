@@ -1,0 +1,176 @@
+"""The engine's kernel service: trusted candidates (the tuner's) run gate 2 in this process, with
+the same verdicts as the sandbox; untrusted ones still get a sandbox process each."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from kernelopt_bot.compile.artifact import TritonKernel
+from kernelopt_bot.harness.isolation import processes_started
+from kernelopt_bot.harness.kernel_service import KernelService, late_text, variant_key
+from kernelopt_bot.search.tuner import ORIGIN
+from kernelopt_bot.stitch.pack import LaunchConfig
+from kernelopt_bot.verify.cascade import Candidate, Cascade, VerifyOptions
+from kernelopt_bot.verify.result import InfrastructureFailure, Verdict
+from kernelopt_bot.verify.sandbox import SANDBOX_PROCESS
+from tests.helpers import bump_constant, captured, first_float_constant
+
+SEEDS = (0, 1)  # two trials: the comparison is between paths, not a search for rare failures
+
+
+@pytest.fixture(scope="module")
+def cascade() -> Iterator[Cascade]:
+    with Cascade(captured("gelu.py"), VerifyOptions(seeds=SEEDS, distributions=("normal",), rounds=1)) as c:
+        yield c
+
+
+def _kernel(cascade: Cascade) -> TritonKernel:
+    return cascade.capture.artifact.kernels[0]
+
+
+def _other_config(cascade: Cascade) -> LaunchConfig:
+    """The recorded config with its block size halved (or doubled): another valid tiling."""
+    kernel = _kernel(cascade)
+    chosen = cascade.capture.recording(kernel.graph, kernel.name).config or {}
+    blocks = {n: v for n, v in (chosen.get("kwargs") or {}).items() if n in kernel.constexprs} or \
+        {n: 8 for n in kernel.constexprs}
+    name = next(iter(blocks))
+    blocks[name] = blocks[name] // 2 if blocks[name] > 8 else blocks[name] * 2
+    return LaunchConfig(blocks, num_warps=4, num_stages=1)
+
+
+def _verify(cascade: Cascade, candidate: Candidate) -> tuple[Verdict, int]:
+    """The verdict, and how many sandbox processes it started."""
+    before = processes_started(SANDBOX_PROCESS)
+    verdict = cascade.verify(_kernel(cascade), candidate)
+    return verdict, processes_started(SANDBOX_PROCESS) - before
+
+
+def _gates_1_2(verdict: Verdict) -> list[tuple[str, bool | None, str]]:
+    return [(g.name, g.passed, g.reason) for g in verdict.gates[:2]]
+
+
+def test_only_the_tuner_is_trusted() -> None:
+    assert Candidate("c", config=LaunchConfig({"XBLOCK": 8}, 4, 1), origin=ORIGIN).trusted
+    assert not Candidate("c", config=LaunchConfig({"XBLOCK": 8}, 4, 1)).trusted  # the default
+    assert not Candidate("llm", source="x", origin="llm").trusted
+
+
+def test_a_broken_tuner_candidate_is_rejected_in_the_engine_as_in_the_sandbox(cascade: Cascade) -> None:
+    """A transformation gone wrong (one constant changed), on a valid config: gate 2 rejects it
+    in the engine, without a process, with the sandbox's very verdict."""
+    kernel = _kernel(cascade)
+    constant = first_float_constant(kernel.source)
+    wrong = bump_constant(kernel.source, constant, constant.replace("0.5", "0.25"))
+    config = _other_config(cascade)
+    ours, started = _verify(cascade, Candidate("broken", source=wrong, config=config, origin=ORIGIN))
+    assert started == 0
+    theirs, started = _verify(cascade, Candidate("broken", source=wrong, config=config))
+    assert started == 1
+    assert ours.infrastructure is None and ours.rejected_by == "correctness"
+    assert _gates_1_2(ours) == _gates_1_2(theirs)
+    assert "sandbox start" not in ours.seconds and "engine correctness" in ours.seconds
+
+
+def test_an_honest_tuner_config_passes_gate_2_in_the_engine_as_in_the_sandbox(cascade: Cascade) -> None:
+    config = _other_config(cascade)
+    ours, started = _verify(cascade, Candidate("config", config=config, origin=ORIGIN))
+    assert started == 0
+    theirs, started = _verify(cascade, Candidate("config", config=config))
+    assert started == 1
+    assert _gates_1_2(ours) == _gates_1_2(theirs)
+    assert ours.gate("correctness").passed is True  # type: ignore[union-attr]
+    assert ours.gate("model").passed is True  # type: ignore[union-attr]
+
+
+def test_an_untrusted_source_candidate_still_starts_a_sandbox(cascade: Cascade) -> None:
+    verdict, started = _verify(cascade, Candidate("llm", source=_kernel(cascade).source + "\n"))
+    assert started == 1
+    assert verdict.gate("correctness").passed is True  # type: ignore[union-attr]
+
+
+def test_a_candidate_that_does_not_compile_is_a_result_and_compiles_once() -> None:
+    cap = captured("gelu.py")
+    kernel = cap.artifact.kernels[0]
+    service = KernelService(cap.target.device, cap.recording)
+    bench = service.bench(kernel)
+    result = service.gate2(kernel, "def broken(:\n", None, seeds=(0,), distributions=("normal",))
+    assert result["compiled"] is False and result["reason"].startswith("does not compile:")
+    assert bench._compiled[variant_key("def broken(:\n", None)] == result["reason"].removeprefix("does not compile: ")
+    # the same variant twice in a batch, and once more later, is compiled once
+    config = LaunchConfig({"XBLOCK": 64}, 4, 1)
+    first = bench.compile_all([(None, config), (None, config)], deadline_s=60, threads=2)
+    assert not isinstance(first[0], str) and first[0] is first[1]
+    assert bench.compile_all([(None, config)], deadline_s=60, threads=1)[0] is first[0]
+    assert bench.original() is bench.original()  # the compiler's kernel, compiled once
+
+
+def test_our_compile_deadline_is_infrastructure_not_a_verdict() -> None:
+    cap = captured("gelu.py")
+    kernel = cap.artifact.kernels[0]
+    service = KernelService(cap.target.device, cap.recording)
+    slow = kernel.source + "\nimport time as _t\n_t.sleep(5)\n"  # loading this module takes 5 s
+    with pytest.raises(InfrastructureFailure, match="not compiled within 1 s"):
+        service.gate2(kernel, slow, None, seeds=(0,), distributions=("normal",), compile_deadline_s=1)
+    assert service.bench(kernel).compile_all([(slow, None)], deadline_s=0, threads=1) == [late_text(0)]
+
+
+def test_out_of_memory_is_retried_once_then_infrastructure() -> None:
+    cap = captured("gelu.py")
+    service = KernelService(cap.target.device, cap.recording)
+    calls: list[int] = []
+
+    def once_short() -> str:
+        calls.append(1)
+        if len(calls) == 1:
+            raise MemoryError("out of memory")
+        return "done"
+
+    assert service._retrying_memory(once_short) == "done" and len(calls) == 2
+
+    def always_short() -> str:
+        raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    with pytest.raises(InfrastructureFailure, match="out of memory in the engine"):
+        service._retrying_memory(always_short)
+
+    def broken() -> str:
+        raise ValueError("the candidate's own error")
+
+    with pytest.raises(ValueError):  # not ours: the caller makes it the candidate's failure
+        service._retrying_memory(broken)
+
+
+def test_the_service_times_a_batch_and_survives_a_broken_variant() -> None:
+    """The timing path the tuner uses on a GPU, run on the CPU: every step runs, nothing is a
+    number (interpreter times say nothing about a GPU), a broken variant is that variant's text."""
+    cap = captured("gelu.py")
+    kernel = cap.artifact.kernels[0]
+    service = KernelService(cap.target.device, cap.recording)
+    config = LaunchConfig({next(iter(kernel.constexprs)): 64}, 4, 1)
+    timed = service.time_variants(kernel, [(None, config), ("def broken(:\n", None), (None, config)], reps=2)
+    assert len(timed.times) == 3 and isinstance(timed.times[1], str) and "Error" in timed.times[1]
+    assert set(timed.seconds) >= {"original", "compile", "timing"}
+    if cap.target.device == "cuda":
+        assert isinstance(timed.original_ms, float) and isinstance(timed.times[0], float)
+        assert timed.times[2] == timed.times[0]  # a duplicate is compiled and timed once
+    else:
+        assert timed.original_ms is None and timed.times[0] is None and timed.times[2] is None
+
+
+@pytest.mark.gpu
+def test_trusted_variants_are_timed_in_the_engine_on_a_gpu(cascade: Cascade) -> None:
+    """On CUDA: the tuner's variants get kernel-level times without a process; an untrusted one
+    in the same batch still goes to one sandbox job."""
+    kernel = _kernel(cascade)
+    config = _other_config(cascade)
+    before = processes_started(SANDBOX_PROCESS)
+    original, times = cascade.time_variants(kernel, [Candidate("config", config=config, origin=ORIGIN)])
+    assert processes_started(SANDBOX_PROCESS) == before
+    assert isinstance(original, float) and isinstance(times[0], float)
+    _, mixed = cascade.time_variants(kernel, [Candidate("config", config=config, origin=ORIGIN),
+                                              Candidate("llm", source=kernel.source + "\n")])
+    assert processes_started(SANDBOX_PROCESS) == before + 1
+    assert all(isinstance(t, float) for t in mixed)
