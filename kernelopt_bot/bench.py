@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from kernelopt_bot.harness.arena import Arena
-from kernelopt_bot.harness.model_worker import ModelWorker
+from kernelopt_bot.harness.model_worker import Arm
 from kernelopt_bot.stitch.pack import KernelPack
 
 SEED_BASE = 1000
@@ -102,7 +102,7 @@ def bench(target: str, pack: KernelPack, *, device: str, dtype: str = "fp32", ro
                                 rounds=rounds, reps=reps, timeout_s=timeout_s)
 
 
-def compare_arms(base: ModelWorker, packed: ModelWorker, repeat: ModelWorker | None, *, target: str,
+def compare_arms(base: Arm, packed: Arm, repeat: Arm | None, *, target: str,
                  device: str, dtype: str, rounds: int = 10, reps: int = 20,
                  timeout_s: float = 600.0) -> BenchResult:
     """The measurement itself, on arms that are already compiled (see :class:`~.harness.arena.Arena`)."""

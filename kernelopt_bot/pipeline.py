@@ -10,6 +10,7 @@ Every front door (``kernelopt optimize``, the suite, the PR bot, the nightly swe
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import json
 import shlex
@@ -374,7 +375,7 @@ def _run(target: str, device: str | None, dtype: str, plan: dict[str, Any], gamm
             if plan["compile_options"] and tgt.device == "cuda":
                 log("measuring the compiler's own options")
                 result.recommendations = _recommend_in_time(cascade.arena, tgt, gamma, int(plan["rounds"]),
-                                                            budget, orchestrator.candidate_estimate_s())
+                                                            budget, orchestrator.candidate_estimate_s(trusted=False))
             log("end-to-end benchmark")
             left = budget.wall_s_left()
             with _arms_end_by(cascade.arena, None if left is None else left + reserve):
@@ -404,8 +405,9 @@ def _arms_end_by(arena: Any, seconds: float | None) -> Iterator[None]:
 def _recommend_in_time(arena: Any, tgt: Any, gamma: float, rounds: int, budget: Any,
                        candidate_s: float) -> list[Any]:
     """The compiler's options, each started only with time for it before the search's deadline
-    (the larger of ``MIN_OPTION_S`` and the slowest candidate of this run: an option compiles and
-    times the whole model as a candidate's arm does) and cut off at that deadline."""
+    (the larger of ``MIN_OPTION_S`` and the estimate for a candidate whose gates start processes:
+    an option compiles and times the whole model as such a candidate's arm does) and cut off at
+    that deadline."""
     from kernelopt_bot.result import Recommendation
     from kernelopt_bot.search.compile_options import COMPILE_OPTIONS, MIN_OPTION_S, recommend
 
@@ -468,7 +470,19 @@ def _final_bench(cascade: Any, tgt: Any, pack: KernelPack, result: RunResult, ro
     result.speedup, result.noise_floor = bench.speedup, bench.noise_floor
     pack.measured = {"baseline_ms": bench.baseline_ms, "packed_ms": bench.packed_ms,
                      "speedup": bench.speedup, "noise_floor": bench.noise_floor}
+    if len(pack) == 1 and bench.speedup is not None:
+        _report_fresh_kernel_speedup(pack, result, bench.speedup)
     return pack
+
+
+def _report_fresh_kernel_speedup(pack: KernelPack, result: RunResult, speedup: float) -> None:
+    """A one-entry pack's fresh measurement is its kernel's reported speedup too (the kernel table,
+    the entry): gate 4's own number (perhaps measured in the engine) stays in the entry's gates."""
+    key, entry = next(iter(pack.entries.items()))
+    pack.entries[key] = dataclasses.replace(entry, measured={**entry.measured, "speedup": speedup})
+    for outcome in result.kernels:
+        if outcome.name == entry.kernel_name and outcome.status == "accepted":
+            outcome.speedup = speedup
 
 
 def _keep_best(pack: KernelPack, result: RunResult, why: str) -> KernelPack:
@@ -500,7 +514,9 @@ def _measured_in_this_run(pack: KernelPack, result: RunResult) -> dict[str, Any]
     model again to repeat it would only cost time. A pack of several entries (their combination
     was never measured), a cached entry (measured in an earlier run), or the best of several
     accepted candidates (the largest of several noisy measurements is biased upwards) is
-    benchmarked anew.
+    benchmarked anew, and so is a candidate whose gate 4 ran in the engine (a trusted candidate
+    swapped into the engine's compiled model): the reported number is always measured on fresh
+    processes, ``install(pack)`` then a fresh compile.
     """
     if len(pack) != 1:
         return None
@@ -511,7 +527,7 @@ def _measured_in_this_run(pack: KernelPack, result: RunResult) -> dict[str, Any]
         return None
     perf = next((g for g in entry.measured.get("gates", []) if g.get("name") == "performance"), None)
     numbers = (perf or {}).get("numbers") or {}
-    if not (perf or {}).get("passed"):
+    if not (perf or {}).get("passed") or numbers.get("arms") != "process":
         return None
     if not all(isinstance(numbers.get(k), (int, float)) for k in ("baseline_ms", "packed_ms", "speedup")):
         return None

@@ -9,7 +9,8 @@ from kernelopt_bot.result import KernelOutcome, RunResult
 from kernelopt_bot.stitch.pack import KernelPack, LaunchConfig, PackEntry
 
 GATE4 = {"name": "performance", "passed": True, "reason": "1.2x",
-         "numbers": {"baseline_ms": 1.2, "packed_ms": 1.0, "speedup": 1.2, "noise_floor": 0.003}}
+         "numbers": {"baseline_ms": 1.2, "packed_ms": 1.0, "speedup": 1.2, "noise_floor": 0.003,
+                     "arms": "process"}}
 
 
 def _entry(name: str, gates: list[dict[str, Any]], accepted: int = 1) -> PackEntry:
@@ -44,3 +45,23 @@ def test_cached_entries_combinations_and_unmeasured_gates_are_benchmarked_again(
     assert _measured_in_this_run(_pack(_entry("k0", [])), _result(("k0", "accepted"))) is None
     best_of_two = _pack(_entry("k0", [GATE4], accepted=2))  # the larger of two noisy numbers
     assert _measured_in_this_run(best_of_two, _result(("k0", "accepted"))) is None
+
+
+def test_gate_4_in_the_engine_is_never_the_reported_number() -> None:
+    """A trusted candidate's gate 4 ran on the engine's model with its kernel swapped in: the
+    final benchmark measures the pack again in fresh processes (install, then a fresh compile)."""
+    in_engine = {**GATE4, "numbers": {**GATE4["numbers"], "arms": "engine"}}
+    assert _measured_in_this_run(_pack(_entry("k0", [in_engine])), _result(("k0", "accepted"))) is None
+    unlabelled = {**GATE4, "numbers": {k: v for k, v in GATE4["numbers"].items() if k != "arms"}}
+    assert _measured_in_this_run(_pack(_entry("k0", [unlabelled])), _result(("k0", "accepted"))) is None
+
+
+def test_a_one_entry_packs_fresh_number_is_its_kernels_reported_speedup() -> None:
+    from kernelopt_bot.pipeline import _report_fresh_kernel_speedup
+
+    pack, result = _pack(_entry("k0", [GATE4])), _result(("k0", "accepted"), ("k1", "no proposal"))
+    result.kernels[0].speedup = 1.2
+    _report_fresh_kernel_speedup(pack, result, 1.1)
+    entry = next(iter(pack.entries.values()))
+    assert entry.measured["speedup"] == 1.1 and entry.measured["gates"] == [GATE4]  # gate 4's number kept there
+    assert result.kernels[0].speedup == 1.1 and result.kernels[1].speedup is None

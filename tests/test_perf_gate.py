@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from kernelopt_bot.bench import BenchResult, RoundResult
+from kernelopt_bot.harness.model_worker import ArmRaised
 from kernelopt_bot.verify.perf import check_performance, judge, physically_possible
+from kernelopt_bot.verify.result import InfrastructureFailure
 
 
 def _result(base: list[float], packed: list[float], repeat: list[float], *, applied: tuple[str, ...] = ("k",),
@@ -67,3 +71,24 @@ def test_physical_floor_judges_the_fastest_call_not_the_median() -> None:
                                kernel_timing=timing, copy_gbps=4000.0)
     assert result.passed is False and "fastest call" in result.reason
     assert result.numbers["candidate_kernel_min_ms"] == 0.05 and result.numbers["candidate_kernel_ms"] == 0.30
+
+
+class _FailingArm:
+    """An arm whose every request fails with ``text`` (as an arm process or the engine reports)."""
+
+    where, info, ready = "engine", {"applied": ["k"]}, True
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def request(self, *_message: Any, **_kwargs: Any) -> Any:
+        raise ArmRaised("candidate", self.text)
+
+
+def test_out_of_memory_while_benchmarking_is_ours_and_a_crash_is_the_candidates() -> None:
+    oom = _FailingArm("OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")
+    with pytest.raises(InfrastructureFailure, match="out of memory"):
+        check_performance(oom, oom, oom, "k", target="t.py", device="cuda", dtype="fp32")
+    crash = _FailingArm("RuntimeError: the candidate's own error")
+    result = check_performance(crash, crash, crash, "k", target="t.py", device="cuda", dtype="fp32")
+    assert result.passed is False and "benchmark failed" in result.reason and result.numbers["arms"] == "engine"

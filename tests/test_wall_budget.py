@@ -41,10 +41,27 @@ def test_a_candidate_is_not_started_without_the_time_to_finish() -> None:
     with pytest.raises(BudgetExceeded, match="20 s of wall time left, a candidate takes about 30 s"):
         tight._fits_in_wall_budget(proposal)
     # the estimate follows what candidates really took in this run
-    tight._candidate_seconds += [4.0, 6.0]
+    tight._candidate_seconds[False] += [4.0, 6.0]
     assert tight.candidate_estimate_s() == 6.0
     tight._fits_in_wall_budget(proposal)
     _orchestrator(Budget())._fits_in_wall_budget(proposal)  # no wall limit: never refused
+
+
+def test_a_trusted_candidate_is_estimated_apart_from_the_others() -> None:
+    """On a GPU the tuner's candidates run gates 2-4 in the engine (no process, no recompile):
+    their estimate is their own, first the default for them, then what they took in this run."""
+    tuner = Proposal(Candidate("config X", config=None, origin="tuner"), "tuner")
+    llm = Proposal(Candidate("llm source", source="x", origin="llm"), "llm")
+    tight = _orchestrator(Budget(max_wall_s=20.0))
+    assert tight.candidate_estimate_s(trusted=True) == SearchLimits().first_trusted_candidate_s < 20.0
+    tight._fits_in_wall_budget(tuner)
+    with pytest.raises(BudgetExceeded, match="a candidate takes about 30 s"):
+        tight._fits_in_wall_budget(llm)
+    tight._candidate_seconds[True].append(25.0)  # slower than the default: what was measured counts
+    with pytest.raises(BudgetExceeded, match="a candidate takes about 25 s"):
+        tight._fits_in_wall_budget(tuner)
+    tight._candidate_seconds[False].append(3.0)
+    tight._fits_in_wall_budget(llm)
 
 
 class _Arena:
@@ -79,6 +96,8 @@ def test_on_the_cpu_too_a_candidate_is_not_started_without_the_time_to_finish() 
                        limits=SearchLimits(first_candidate_s=30.0))
     with pytest.raises(BudgetExceeded, match="a candidate takes about 30 s"):
         cpu._fits_in_wall_budget(Proposal(Candidate("config X", config=None), "tuner"))
+    with pytest.raises(BudgetExceeded, match="a candidate takes about 30 s"):  # the interpreter's gate 2
+        cpu._fits_in_wall_budget(Proposal(Candidate("config X", config=None, origin="tuner"), "tuner"))
 
 
 def test_a_tiny_wall_budget_ends_the_run_on_time(tmp_path: Path) -> None:

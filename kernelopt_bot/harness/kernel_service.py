@@ -317,6 +317,15 @@ class KernelService:
 
         return self._retrying_memory(attempt)
 
+    def compiled(self, kernel: TritonKernel, source: str | None, config: LaunchConfig | None) -> Any:
+        """The kernel object of a trusted candidate, as gate 2 compiled (and cached) it: what gates
+        3 and 4 swap into the compiled model. Raises ``RuntimeError`` with the compile error when
+        it does not compile."""
+        kernel_obj = self.bench(kernel).compile_all([(source, config)], deadline_s=None, threads=1)[0]
+        if isinstance(kernel_obj, str):
+            raise RuntimeError(f"does not compile: {kernel_obj}")
+        return kernel_obj
+
     def _retrying_memory(self, work: Callable[[], T]) -> T:
         """``work()``; run once more after freeing memory when it ran out, then give up as ours."""
         try:

@@ -15,7 +15,7 @@ import contextlib
 import functools
 import traceback
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from kernelopt_bot.errors import KerneloptError
 from kernelopt_bot.harness.isolation import Channel, describe_exit, spawn_isolated
@@ -36,6 +36,22 @@ class ArmRaised(WorkerError):
 
     def __reduce__(self) -> tuple[type[ArmRaised], tuple[str, str]]:  # picklable like any exception
         return ArmRaised, (self.label, self.payload)
+
+
+class Arm(Protocol):
+    """What gates 3 and 4 ask of a compiled model: a :class:`ModelWorker` (its own process) or an
+    :class:`~kernelopt_bot.harness.swap_arm.EngineArm` (the engine's model, a kernel swapped in).
+    ``where`` says which ("process" or "engine"): only numbers measured on processes are reported."""
+
+    where: str
+    info: dict[str, Any]
+    ready: bool
+
+    def request(self, *message: Any, timeout_s: float = ...) -> Any: ...
+
+    def wait_ready(self) -> dict[str, Any]: ...
+
+    def close(self) -> None: ...
 
 
 @dataclass
@@ -120,6 +136,8 @@ def worker_main(conn: Channel, spec: WorkerSpec) -> None:
 
 class ModelWorker:
     """Parent-side handle of one arm."""
+
+    where = "process"
 
     def __init__(self, spec: WorkerSpec, *, start_timeout_s: float = 900.0) -> None:
         self.spec = spec

@@ -43,10 +43,14 @@ class SearchLimits:
     max_kernels: int = 3
     candidates_per_kernel: int = 3
     min_share: float = 0.02  # kernels below this share of model time are not worth a search
-    # What one candidate's gates cost before any was timed in this run (sandbox + a compiled arm +
-    # benchmark rounds; 20-24 s measured on an H200 for single-kernel problems). The wall budget
-    # is a deadline: a candidate that cannot finish before it is not started.
+    # What one candidate's gates cost before any of its kind was timed in this run (sandbox + a
+    # compiled arm + benchmark rounds; 20-24 s measured on an H200 for single-kernel problems). The
+    # wall budget is a deadline: a candidate that cannot finish before it is not started.
     first_candidate_s: float = 25.0
+    # The same for a trusted (the tuner's) candidate on a GPU: gates 2-4 run in the engine, no
+    # process starts and nothing compiles again (kernel compile, gate 2, two model runs, gate 4's
+    # rounds). On the CPU the interpreter's gate 2 dominates either way: first_candidate_s applies.
+    first_trusted_candidate_s: float = 10.0
 
 
 def _speedup(verdict: Verdict) -> float | None:
@@ -66,7 +70,9 @@ class Orchestrator:
         self.limits = limits or SearchLimits()
         self.log = log
         self.env: Guard = running_environment(capture.target.device)
-        self._candidate_seconds: list[float] = []  # how long each candidate's gates took in this run
+        # How long each candidate's gates took in this run, trusted (True) and others apart: a
+        # trusted candidate's gates run in the engine, the others' start processes.
+        self._candidate_seconds: dict[bool, list[float]] = {True: [], False: []}
 
     @property
     def device(self) -> str:
@@ -112,7 +118,7 @@ class Orchestrator:
                 outcome.status = "cached (nothing passed)"
                 outcome.detail = hit.reason
                 return
-        reason = self.budget.exhausted() or self._no_time_for_a_candidate()
+        reason = self.budget.exhausted() or self._no_time_for_a_candidate(trusted=True)
         if reason:
             outcome.status, outcome.detail = "not searched (budget)", reason
             return
@@ -145,15 +151,22 @@ class Orchestrator:
             tried += search.search(ctx, lambda p, k=kernel: self._verify(k, p), self.budget)
         self._conclude(kernel, tried, outcome, pack)
 
-    def candidate_estimate_s(self) -> float:
-        """Expected seconds for one more candidate: the slowest so far in this run, else the default."""
-        return max(self._candidate_seconds) if self._candidate_seconds else self.limits.first_candidate_s
+    def candidate_estimate_s(self, trusted: bool = False) -> float:
+        """Expected seconds for one more candidate, trusted (the tuner's: gates in the engine) or
+        not (gates in processes): the slowest of its kind so far in this run, else the default."""
+        seen = self._candidate_seconds[trusted]
+        if seen:
+            return max(seen)
+        if trusted and self.device == "cuda":
+            return self.limits.first_trusted_candidate_s
+        return self.limits.first_candidate_s
 
-    def _no_time_for_a_candidate(self) -> str | None:
-        """Why no candidate could finish before the wall budget's deadline, or ``None``: proposing
-        (which times variants on a GPU) is not started for a kernel whose candidates could not run."""
+    def _no_time_for_a_candidate(self, trusted: bool) -> str | None:
+        """Why no candidate of that kind could finish before the wall budget's deadline, or
+        ``None``. Proposing (which times variants on a GPU) is not started for a kernel whose
+        candidates could not run: that check asks for the tuner's (trusted) kind, the cheapest."""
         left = self.budget.wall_s_left()
-        need = self.candidate_estimate_s()
+        need = self.candidate_estimate_s(trusted)
         if left is None or left >= need:
             return None
         return f"{left:.0f} s of wall time left, a candidate takes about {need:.0f} s"
@@ -161,7 +174,7 @@ class Orchestrator:
     def _fits_in_wall_budget(self, proposal: Proposal) -> None:
         """Refuse a candidate the wall budget cannot see through (on any device: on the CPU the
         interpreter makes gates 1-3 take seconds to tens of seconds)."""
-        reason = self._no_time_for_a_candidate()
+        reason = self._no_time_for_a_candidate(proposal.candidate.trusted)
         if reason:
             raise BudgetExceeded(f"{proposal.candidate.label} refused: {reason}", "wall_s")
 
@@ -169,7 +182,7 @@ class Orchestrator:
         start = time.monotonic()
         verdict = self.cascade.verify(kernel, proposal.candidate)
         elapsed = time.monotonic() - start
-        self._candidate_seconds.append(elapsed)
+        self._candidate_seconds[proposal.candidate.trusted].append(elapsed)
         if self.device == "cuda":
             self.budget.charge_gpu(elapsed)
         self.log(f"  {proposal.candidate.label}: {verdict.status} ({elapsed:.0f} s)")

@@ -2,9 +2,12 @@
 
 static (no GPU time, in this process: the candidate is only parsed) -> compile + correctness (in
 the sandbox for untrusted source; in this process, through the kernel service, for the tuner's own
-candidates) -> model (packed and baseline models in their own processes, float64 referee in this
-one) -> performance (the end-to-end harness). The baseline arms live as long as the cascade, so
-verifying several candidates for one target compiles the baseline once. A gate that fails stops the cascade; the gates after
+candidates) -> model (float64 referee in this process) -> performance (the end-to-end harness).
+Gates 3 and 4 run on model arms: for untrusted source, packed and baseline models in their own
+processes (the baseline arms live as long as the cascade, so verifying several candidates for one
+target compiles the baseline once); for the tuner's candidates, the engine's own compiled model
+with the candidate's kernel swapped in for each request (:mod:`kernelopt_bot.harness.swap_arm`),
+so no process starts and nothing compiles again. A gate that fails stops the cascade; the gates after
 it are recorded as not run. If no candidate for a kernel is accepted, the compiler's kernel stays.
 """
 
@@ -24,7 +27,8 @@ from kernelopt_bot.compile.capture import Capture
 from kernelopt_bot.errors import one_line
 from kernelopt_bot.harness.arena import Arena
 from kernelopt_bot.harness.kernel_service import KernelService, free_memory, is_out_of_memory
-from kernelopt_bot.harness.model_worker import ModelWorker, WorkerError
+from kernelopt_bot.harness.model_worker import ArmRaised, ModelWorker, WorkerError
+from kernelopt_bot.harness.swap_arm import EngineArm, KernelSwap
 from kernelopt_bot.stitch.export import lookup_key_or_none
 from kernelopt_bot.stitch.pack import KernelPack, LaunchConfig, PackEntry, PackError, integer_arguments
 from kernelopt_bot.stitch.runtime import running_environment
@@ -174,11 +178,12 @@ class Cascade:
         if not static.passed:
             gates.append(static)
             return _finish(verdict)
-        # On a GPU the packed model's arm starts compiling now, while gate 2 runs:
-        # each takes seconds, and a candidate that compiles mostly passes gate 2. It is only asked
-        # anything (gates 3-4) after gate 2 passed, and is killed if it did not.
+        # On a GPU an untrusted candidate's packed-model arm starts compiling now, while gate 2
+        # runs: each takes seconds, and a candidate that compiles mostly passes gate 2. It is only
+        # asked anything (gates 3-4) after gate 2 passed, and is killed if it did not. A trusted
+        # candidate needs no arm process: gates 3-4 swap it into the engine's compiled model.
         early_arm = (self.arena.candidate(candidate_pack(self.capture, kernel, candidate), wait=False)
-                     if self.device == "cuda" else None)
+                     if self.device == "cuda" and not candidate.trusted else None)
         clock = StepClock(verdict.seconds)
         try:
             limits = sandbox or self.options.sandbox
@@ -206,7 +211,10 @@ class Cascade:
                 return _finish(verdict)
 
             try:
-                gates.extend(self._model_and_performance(kernel, candidate, job, early_arm, clock))
+                if candidate.trusted:
+                    gates.extend(self._model_and_performance_in_engine(kernel, candidate, job, clock))
+                else:
+                    gates.extend(self._model_and_performance(kernel, candidate, job, early_arm, clock))
             except InfrastructureFailure as exc:
                 return _not_verified(verdict, str(exc))
             return _finish(verdict)
@@ -256,7 +264,6 @@ class Cascade:
                                arm: ModelWorker | None, clock: StepClock) -> list[GateResult]:
         """Gates 3 and 4 on one candidate arm (``arm``, already started, or a new one), against
         the arena's long-lived baselines; ``clock`` records the time of each step."""
-        opts, target = self.options, self.capture.target
         try:
             baseline, repeat = self.arena.baselines()
             clock.done("baselines ready")
@@ -282,18 +289,41 @@ class Cascade:
                 return [GateResult.fail("model", f"the packed model did not compile or run: {again}")]
             clock.done("arm ready")
         with arm:
-            model = check_model(target, baseline, arm, kernel.name, seeds=opts.model_seeds,
-                                factor=opts.f64_factor)
-            clock.done("model")
-            if not model.passed:
-                return [model]
-            perf = check_performance(
-                baseline, arm, repeat, kernel.name, target=target.spec, device=self.device,
-                dtype=dtype_name(target.dtype), gamma=opts.gamma, rounds=opts.rounds, reps=opts.reps,
-                kernel_timing=job, copy_gbps=self._roofline_gbps(),
-            )
-            clock.done("performance")
-            return [model, perf]
+            return self._judge_on_arms(kernel, job, baseline, arm, repeat, clock)
+
+    def _model_and_performance_in_engine(self, kernel: TritonKernel, candidate: Candidate, job: dict[str, Any],
+                                         clock: StepClock) -> list[GateResult]:
+        """Gates 3 and 4 for a trusted candidate on the engine's compiled model: the baseline, the
+        candidate's kernel object (gate 2's, compiled once) swapped in, and the baseline again
+        for the noise floor, asked in turn within this process. No process starts."""
+        try:
+            swap = KernelSwap.build(self.capture, kernel, self.kernels.compiled(kernel, candidate.source,
+                                                                                candidate.config))
+            arm = EngineArm(self.capture, "candidate", swap)
+        except (RuntimeError, ArmRaised) as exc:
+            if is_out_of_memory(str(exc)):
+                raise InfrastructureFailure(f"out of memory running the model in the engine: {exc}") from exc
+            return [GateResult.fail("model", f"the packed model did not compile or run: {exc}")]
+        baseline = EngineArm(self.capture, "baseline")
+        repeat = EngineArm(self.capture, "baseline-repeat") if self.device == "cuda" else None
+        clock.done("arm ready")
+        return self._judge_on_arms(kernel, job, baseline, arm, repeat, clock)
+
+    def _judge_on_arms(self, kernel: TritonKernel, job: dict[str, Any], baseline: Any, arm: Any,
+                       repeat: Any, clock: StepClock) -> list[GateResult]:
+        """Gate 3, then gate 4, on compiled arms (processes or in-engine: the same interface)."""
+        opts, target = self.options, self.capture.target
+        model = check_model(target, baseline, arm, kernel.name, seeds=opts.model_seeds, factor=opts.f64_factor)
+        clock.done("model")
+        if not model.passed:
+            return [model]
+        perf = check_performance(
+            baseline, arm, repeat, kernel.name, target=target.spec, device=self.device,
+            dtype=dtype_name(target.dtype), gamma=opts.gamma, rounds=opts.rounds, reps=opts.reps,
+            kernel_timing=job, copy_gbps=self._roofline_gbps(),
+        )
+        clock.done("performance")
+        return [model, perf]
 
     def time_variants(self, kernel: TritonKernel, candidates: list[Candidate], *, reps: int = 50
                       ) -> tuple[float | None, list[float | str | None]]:

@@ -1,7 +1,8 @@
 """Gate 3: the re-stitched model against the eager model, with a float64 referee.
 
-The packed model (candidate installed) and the compiler baseline each run in their own process
-(arms of an :class:`~kernelopt_bot.harness.arena.Arena`) on fresh inputs. The packed outputs are
+The packed model (candidate installed) and the compiler baseline run as arms on fresh inputs: each
+in its own process (an :class:`~kernelopt_bot.harness.arena.Arena`'s), or, for a trusted candidate,
+the engine's compiled model with the candidate swapped in (:mod:`kernelopt_bot.harness.swap_arm`). The packed outputs are
 first held to a tight tolerance against eager. If that fails, a float64 eager run decides: the
 candidate may reorder floating-point work, so it is accepted when its error against float64 is
 within ``factor`` times the compiler baseline's own error against float64 (never below the dtype's
@@ -17,7 +18,7 @@ from typing import Any
 
 import torch
 
-from kernelopt_bot.harness.model_worker import ModelWorker, WorkerError, flatten_outputs
+from kernelopt_bot.harness.model_worker import Arm, WorkerError, flatten_outputs
 from kernelopt_bot.targets import Target
 from kernelopt_bot.verify.result import GateResult, InfrastructureFailure, is_infrastructure_text
 from kernelopt_bot.verify.tolerance import (
@@ -54,7 +55,7 @@ def _on(device: str, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
     return [t.to(device) for t in tensors]
 
 
-def check_model(target: Target, baseline: ModelWorker, candidate: ModelWorker, kernel_name: str | None, *,
+def check_model(target: Target, baseline: Arm, candidate: Arm, kernel_name: str | None, *,
                 seeds: tuple[int, ...] = DEFAULT_MODEL_SEEDS, factor: float = 10.0,
                 timeout_s: float = 600.0) -> GateResult:
     """Gate 3 on arms that are already compiled: ``candidate`` has the pack installed (or, with

@@ -18,9 +18,9 @@ from __future__ import annotations
 from typing import Any
 
 from kernelopt_bot.bench import compare_arms
-from kernelopt_bot.harness.model_worker import ModelWorker, WorkerError
+from kernelopt_bot.harness.model_worker import Arm, WorkerError
 from kernelopt_bot.harness.timing import NOT_MEASURED
-from kernelopt_bot.verify.result import GateResult
+from kernelopt_bot.verify.result import GateResult, InfrastructureFailure, is_infrastructure_text
 
 DEFAULT_GAMMA = 1.03
 # Kernels can beat a plain device copy a little (we saw 106% on an H200); 1.3x the copy roofline is
@@ -35,12 +35,13 @@ def physically_possible(bytes_moved: int, kernel_ms: float, copy_gbps: float,
     return kernel_ms >= floor_ms, floor_ms
 
 
-def check_performance(baseline: ModelWorker, candidate: ModelWorker, repeat: ModelWorker | None,
+def check_performance(baseline: Arm, candidate: Arm, repeat: Arm | None,
                       kernel_name: str, *, target: str, device: str, dtype: str,
                       gamma: float = DEFAULT_GAMMA, rounds: int = 10, reps: int = 20,
                       kernel_timing: dict[str, Any] | None = None, copy_gbps: float | None = None,
                       timeout_s: float = 600.0) -> GateResult:
-    """Gate 4 on compiled arms (``candidate`` has the pack installed, ``repeat`` is a second baseline)."""
+    """Gate 4 on compiled arms (``candidate`` has the pack installed, ``repeat`` is a second baseline).
+    ``numbers["arms"]`` records where the arms ran ("process" or "engine")."""
     if device != "cuda" or repeat is None:
         return GateResult.not_run("performance", NOT_MEASURED)
     numbers: dict[str, Any] = {"gamma": gamma}
@@ -55,10 +56,13 @@ def check_performance(baseline: ModelWorker, candidate: ModelWorker, repeat: Mod
         if not ok:
             return GateResult.fail("performance", f"kernel time {fastest:.4g} ms (fastest call) is below the "
                                                   f"physical floor {floor_ms:.4g} ms: it skipped work", **numbers)
+    numbers["arms"] = candidate.where
     try:
         result = compare_arms(baseline, candidate, repeat, target=target, device=device, dtype=dtype,
                               rounds=rounds, reps=reps, timeout_s=timeout_s)
     except WorkerError as exc:
+        if is_infrastructure_text(str(exc)):  # out of memory (after the arm's own retry): ours
+            raise InfrastructureFailure(f"benchmark: {exc}") from exc
         return GateResult.fail("performance", f"benchmark failed: {exc}", **numbers)
     numbers.update(baseline_ms=result.baseline_ms, packed_ms=result.packed_ms, speedup=result.speedup,
                    noise_floor=result.noise_floor, rounds=len(result.rounds),

@@ -1,0 +1,130 @@
+"""Gates 3-4 for trusted candidates inside the engine: the candidate's kernel swapped into the
+captured model for each request, no process started, the same gate-3 verdict as the process arms,
+and the compiled model exactly the compiler's again after every request."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+
+from kernelopt_bot.compile.artifact import TritonKernel
+from kernelopt_bot.compile.capture import Capture
+from kernelopt_bot.harness.isolation import processes_started
+from kernelopt_bot.harness.model_worker import ArmRaised
+from kernelopt_bot.harness.swap_arm import EngineArm, KernelSwap
+from kernelopt_bot.search.tuner import ORIGIN
+from kernelopt_bot.stitch.pack import LaunchConfig
+from kernelopt_bot.verify.cascade import Candidate, Cascade, VerifyOptions
+from tests.helpers import captured
+from tests.redteam import cheats
+
+OPTIONS = VerifyOptions(seeds=(0, 1), distributions=("normal",), rounds=1)
+# Within gate 2's kernel tolerance and unbiased; only gate 3's float64 referee catches it (the red
+# team's fp16_rounding_normal_range, sent here as if the tuner had written it).
+FP16_NORMAL_RANGE = "tl.where(tl.abs({v}) < 1e-4, {v}, {v}.to(tl.float16).to(tl.float32))"
+
+
+@pytest.fixture(scope="module")
+def gelu() -> Iterator[Cascade]:
+    with Cascade(captured("gelu.py"), OPTIONS) as cascade:
+        yield cascade
+
+
+def _other_config(cap: Capture, kernel: TritonKernel) -> LaunchConfig:
+    chosen = cap.recording(kernel.graph, kernel.name).config or {}
+    blocks = {n: v for n, v in (chosen.get("kwargs") or {}).items() if n in kernel.constexprs} or \
+        {n: 8 for n in kernel.constexprs}
+    name = next(iter(blocks))
+    blocks[name] = blocks[name] // 2 if blocks[name] > 8 else blocks[name] * 2
+    return LaunchConfig(blocks, num_warps=4, num_stages=1)
+
+
+def _globals(cap: Capture, kernel: TritonKernel) -> dict[int, Any]:
+    """The kernel's module-level object in every output module that has it."""
+    return {i: getattr(g.module, kernel.name) for i, g in enumerate(cap.graphs) if hasattr(g.module, kernel.name)}
+
+
+def _same(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
+    return len(a) == len(b) and all(torch.equal(x, y) for x, y in zip(a, b))
+
+
+def test_a_trusted_config_passes_gates_1_to_3_with_no_process_and_the_process_arms_verdict(gelu: Cascade) -> None:
+    kernel = gelu.capture.artifact.kernels[0]
+    config = _other_config(gelu.capture, kernel)
+    before = processes_started()
+    ours = gelu.verify(kernel, Candidate("config", config=config, origin=ORIGIN))
+    assert processes_started() == before  # no sandbox, no model arm
+    assert [g.passed for g in ours.gates[:3]] == [True, True, True], [g.to_json() for g in ours.gates]
+    assert ours.gate("performance").passed is None  # type: ignore[union-attr]
+    assert "not measured" in ours.gate("performance").reason  # type: ignore[union-attr]
+    assert "arm ready" in ours.seconds and "baselines ready" not in ours.seconds
+    theirs = gelu.verify(kernel, Candidate("config", config=config))  # the same config, untrusted
+    assert processes_started() > before
+    assert ours.gate("model").to_json() == theirs.gate("model").to_json()  # type: ignore[union-attr]
+
+
+def test_a_trusted_candidate_wrong_only_at_the_model_level_is_rejected_by_gate_3_in_the_engine() -> None:
+    cap = captured("linear_epilogue.py")
+    kernel = cap.artifact.kernels[-1]
+    wrong = cheats.map_store(kernel.source, FP16_NORMAL_RANGE)
+    with Cascade(cap, OPTIONS) as cascade:
+        before = processes_started()
+        verdict = cascade.verify(kernel, Candidate("fp16 rounding", source=wrong, origin=ORIGIN))
+        assert processes_started() == before
+    assert verdict.infrastructure is None
+    assert verdict.gate("correctness").passed is True  # type: ignore[union-attr]
+    assert verdict.rejected_by == "model", [g.to_json() for g in verdict.gates]
+    assert "float64" in verdict.gate("model").reason  # type: ignore[union-attr]
+
+
+def test_the_swap_is_undone_after_every_request_and_really_happens_during_it() -> None:
+    cap = captured("linear_epilogue.py")
+    kernel = cap.artifact.kernels[-1]
+    originals = _globals(cap, kernel)
+    assert originals
+    with Cascade(cap, OPTIONS) as cascade:
+        wrong = cheats.map_store(kernel.source, "{v} * 2.0")
+        replacement = cascade.kernels.compiled(kernel, wrong, None)
+    baseline = EngineArm(cap, "baseline")
+    before = baseline.request("outputs", 7)
+    arm = EngineArm(cap, "candidate", KernelSwap.build(cap, kernel, replacement))
+    assert arm.info["applied"] == [kernel.name] and arm.swap is not None and arm.swap.counted.launches >= 1
+    doubled = arm.request("outputs", 7)
+    assert not _same(doubled, before)  # the candidate ran inside the compiled model
+    assert _globals(cap, kernel) == originals and all(
+        _globals(cap, kernel)[i] is originals[i] for i in originals)  # the very objects, back
+    assert _same(baseline.request("outputs", 7), before)
+    assert arm.request("time", 7, 2) is None  # the CPU times nothing; on CUDA a number (gpu test)
+    assert all(_globals(cap, kernel)[i] is originals[i] for i in originals)
+
+
+def test_a_candidate_that_raises_is_the_arms_failure_and_the_swap_is_still_undone() -> None:
+    cap = captured("gelu.py")
+    kernel = cap.artifact.kernels[0]
+    originals = _globals(cap, kernel)
+
+    class Broken:
+        def run(self, *args: Any, **kwargs: Any) -> None:
+            raise RuntimeError("the candidate's own error")
+
+    with pytest.raises(ArmRaised, match="the candidate's own error"):
+        EngineArm(cap, "candidate", KernelSwap.build(cap, kernel, Broken()))
+    assert all(_globals(cap, kernel)[i] is originals[i] for i in originals)
+    baseline = EngineArm(cap, "baseline")
+    assert _same(baseline.request("outputs", 3), baseline.request("outputs", 3))
+
+
+@pytest.mark.gpu
+def test_a_trusted_candidates_gate_4_runs_in_the_engine_on_a_gpu(gelu: Cascade) -> None:
+    """On CUDA: gate 4 is measured on the engine's model (baseline, candidate, baseline again),
+    labelled so that the run reports a number from fresh processes instead."""
+    kernel = gelu.capture.artifact.kernels[0]
+    before = processes_started()
+    verdict = gelu.verify(kernel, Candidate("config", config=_other_config(gelu.capture, kernel), origin=ORIGIN))
+    assert processes_started() == before
+    perf = verdict.gate("performance")
+    assert perf is not None and perf.numbers.get("arms") == "engine"
+    assert isinstance(perf.numbers.get("noise_floor"), float) and perf.numbers.get("rounds") == OPTIONS.rounds
