@@ -270,7 +270,7 @@ def _run_pipeline_here(target: str, *, device: str | None, dtype: str, out_dir: 
     clock.stop()
     result.processes = _process_counts(result.device)
     peak = result.processes["peak_gpu_mb"]
-    log(f"  processes started: {result.processes['started']} (the engine and its children; "
+    log(f"    processes started: {result.processes['started']} (the engine and its children; "
         f"{result.processes['sandboxes']} sandbox(es)); peak GPU memory in the engine: "
         f"{'not measured (no CUDA)' if peak is None else f'{peak:.0f} MiB'}")
     result.seconds = time.time() - start
