@@ -390,10 +390,12 @@ def optimize(target: str, out_dir: str | None, device: str | None, dtype: str, b
         progress.note(f"isolation: {method}")
         result = run_pipeline(target, device=device, dtype=dtype, out_dir=out, budget=budget, gamma=gamma,
                               llm=llm, store_path=store_path, log=progress.relay)
+    if result.status != "ok" and result.error_kind == "bad input":
+        # nothing ran: the one-line reason is the whole answer (report.md and result.json say it too)
+        _fail(str(result.error), 2)
     _print_result(_console(), result, out)
     if result.status != "ok":
-        bad_input = result.error_kind == "bad input"
-        _fail(str(result.error) if bad_input else f"run failed: {result.error}", 2 if bad_input else 1)
+        _fail(f"run failed: {result.error}", 1)
 
 
 def _print_result(console: Any, result: Any, out: Path) -> None:
@@ -601,28 +603,15 @@ def verify(target: str, kernel_name: str, candidate_path: str, device: str | Non
     _console().print(table)
 
 
-_CONFIG_FIELDS = ("kwargs", "num_warps", "num_stages")
-
-
 def _launch_config(text: str) -> Any:
-    """``--config``: ``{"XBLOCK": 64, "num_warps": 4}`` (flat) or ``{"kwargs": {"XBLOCK": 64},
-    "num_warps": 4, "num_stages": 1}`` (a pack's form); checked as strictly as a pack's."""
+    """``--config``: flat or a pack's form (:meth:`LaunchConfig.from_user_json`)."""
     from kernelopt_bot.errors import BadInputError
     from kernelopt_bot.stitch.pack import LaunchConfig, PackError
 
     try:
-        data = json.loads(text)
+        return LaunchConfig.from_user_json(json.loads(text))
     except json.JSONDecodeError as exc:
         raise BadInputError(f"--config is not JSON: {exc}") from exc
-    if isinstance(data, dict) and isinstance(data.get("kwargs", {}), dict):
-        flat = {k: v for k, v in data.items() if k not in _CONFIG_FIELDS}
-        both = sorted(set(flat) & set(data.get("kwargs", {})))
-        if both:
-            raise BadInputError(f"--config: {', '.join(both)} given twice (flat and in kwargs)")
-        data = {**{k: v for k, v in data.items() if k in _CONFIG_FIELDS},
-                "kwargs": {**data.get("kwargs", {}), **flat}}
-    try:
-        return LaunchConfig.from_json(data)
     except PackError as exc:
         raise BadInputError(f"--config: {exc}") from exc
 

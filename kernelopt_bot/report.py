@@ -14,6 +14,7 @@ from typing import Any
 
 import jinja2
 
+from kernelopt_bot.progress import plain_names
 from kernelopt_bot.resources import templates_dir
 from kernelopt_bot.result import RunResult
 
@@ -56,7 +57,7 @@ def _amount(value: Any, missing: str = "-") -> str:
 def environment(root: Path | None = None) -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(root or templates_dir())), autoescape=False,
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
-    env.filters.update(md=md, code=code, ms=_ms, x=_x, pct=_pct, amount=_amount)
+    env.filters.update(md=md, code=code, ms=_ms, x=_x, pct=_pct, amount=_amount, named=plain_names)
     return env
 
 

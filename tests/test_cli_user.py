@@ -135,6 +135,22 @@ def test_verify_runs_without_the_interpreter_variable_and_says_what_it_does(tmp_
     assert any("verifying config.json" in line for line in result.stderr.splitlines()), result.stderr
 
 
+def test_verify_takes_a_config_candidate_in_the_flat_form_pin_takes(tmp_path: Path) -> None:
+    """The same config written the same way works for ``pin --config`` and ``verify --candidate``."""
+    from kernelopt_bot.verify.cascade import Candidate
+
+    flat = tmp_path / "flat.json"
+    flat.write_text('{"YBLOCK": 4, "num_warps": 2}')
+    candidate = Candidate.from_file(flat)
+    assert candidate.config is not None and candidate.config.kwargs == {"YBLOCK": 4}
+    assert candidate.config.num_warps == 2
+    inspected = run_cli("inspect", GELU, "--json")
+    kernel = json.loads(inspected.stdout)["kernels"][0]["name"]
+    result = run_cli("verify", GELU, "--kernel", kernel, "--candidate", str(flat), "--json")
+    assert result.returncode == 0, result.stderr  # read as a config; judged (and refused) by gate 1
+    assert "YBLOCK" in json.loads(result.stdout)["gates"][0]["reason"]
+
+
 def test_optimize_on_a_target_that_does_not_import_exits_2(tmp_path: Path) -> None:
     broken = tmp_path / "broken.py"
     broken.write_text("raise RuntimeError('this model file is broken')\n")
@@ -143,6 +159,7 @@ def test_optimize_on_a_target_that_does_not_import_exits_2(tmp_path: Path) -> No
     line = _error_line(result)
     assert "does not import" in line and "this model file is broken" in line
     assert json.loads((tmp_path / "out" / "result.json").read_text())["error_kind"] == "bad input"
+    assert result.stdout.strip() == "", result.stdout  # no summary table of a run that never ran
 
 
 def test_optimize_keeps_internal_timings_in_the_log_not_the_console(tmp_path: Path) -> None:

@@ -158,6 +158,15 @@ def test_the_headline_comes_first_then_the_tables() -> None:
     assert "| `triton_poi_fused_0` |" in rest
 
 
+def test_the_report_names_kernels_and_steps_without_graph_labels() -> None:
+    result = _measured_result()
+    result.kernels[1].name = "g1:triton_red_fused_1"
+    result.phases = {"searching g0:triton_poi_fused_0": 3.0, "searching g1:triton_red_fused_1": 2.0}
+    report = render_report(result)
+    assert "g0:" not in report and "g1:" not in report
+    assert "| searching triton\\_poi\\_fused\\_0 |" in report and "triton_red_fused_1 (graph 1)" in report
+
+
 def test_budget_and_usage_are_a_table_not_a_dict() -> None:
     report = render_report(_measured_result())
     budget = report.split("## Budget")[1].split("##")[0]

@@ -94,6 +94,20 @@ class LaunchConfig:
         return {"kwargs": dict(self.kwargs), "num_warps": self.num_warps, "num_stages": self.num_stages}
 
     @classmethod
+    def from_user_json(cls, data: Any) -> LaunchConfig:
+        """A config as a person writes it (``kernelopt pin --config``, a ``verify`` candidate file):
+        flat, ``{"XBLOCK": 64, "num_warps": 4}``, or a pack's form, ``{"kwargs": {"XBLOCK": 64},
+        "num_warps": 4, "num_stages": 1}``; checked as strictly as a pack's."""
+        if isinstance(data, dict) and isinstance(data.get("kwargs", {}), dict):
+            fields = ("kwargs", "num_warps", "num_stages")
+            flat = {k: v for k, v in data.items() if k not in fields}
+            both = sorted(set(flat) & set(data.get("kwargs", {})))
+            if both:
+                raise PackError(f"{', '.join(both)} given twice (flat and in kwargs)")
+            data = {**{k: v for k, v in data.items() if k in fields}, "kwargs": {**data.get("kwargs", {}), **flat}}
+        return cls.from_json(data)
+
+    @classmethod
     def from_json(cls, data: Any) -> LaunchConfig:
         """Strict: a config comes from a pack or a candidate file, i.e. from outside, so nothing is
         coerced (``4.9`` is not 4 warps, ``true`` is not 1 stage) and unknown keys are errors."""

@@ -83,7 +83,7 @@ class Candidate:
         stripped = text.lstrip()
         if stripped.startswith("{"):
             try:
-                return cls(path.name, config=LaunchConfig.from_json(json.loads(text)))
+                return cls(path.name, config=LaunchConfig.from_user_json(json.loads(text)))
             except (json.JSONDecodeError, PackError) as exc:
                 raise CandidateError(f"candidate {path} looks like JSON but is not a launch config: {exc}") from exc
         if not stripped:
