@@ -11,14 +11,15 @@ import pytest
 import torch
 
 from kernelopt_bot.compile.artifact import TritonKernel
-from kernelopt_bot.compile.capture import Capture
+from kernelopt_bot.compile.capture import Capture, capture
 from kernelopt_bot.harness.isolation import processes_started
 from kernelopt_bot.harness.model_worker import ArmRaised
 from kernelopt_bot.harness.swap_arm import EngineArm, KernelSwap
 from kernelopt_bot.search.tuner import ORIGIN
 from kernelopt_bot.stitch.pack import LaunchConfig
+from kernelopt_bot.targets import load_target
 from kernelopt_bot.verify.cascade import Candidate, Cascade, VerifyOptions
-from tests.helpers import captured
+from tests.helpers import DEVICE, EXAMPLES
 from tests.redteam import cheats
 
 OPTIONS = VerifyOptions(seeds=(0, 1), distributions=("normal",), rounds=1)
@@ -29,7 +30,7 @@ FP16_NORMAL_RANGE = "tl.where(tl.abs({v}) < 1e-4, {v}, {v}.to(tl.float16).to(tl.
 
 @pytest.fixture(scope="module")
 def gelu() -> Iterator[Cascade]:
-    with Cascade(captured("gelu.py"), OPTIONS) as cascade:
+    with Cascade(fresh_capture("gelu.py"), OPTIONS) as cascade:
         yield cascade
 
 
@@ -51,6 +52,12 @@ def _same(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
     return len(a) == len(b) and all(torch.equal(x, y) for x, y in zip(a, b))
 
 
+def fresh_capture(example: str) -> Capture:
+    """A capture of this test's own: the session's shared one may have been recompiled by another
+    test's ``install()`` (which resets Dynamo), and a swap must be tested on the module that runs."""
+    return capture(load_target(str(EXAMPLES / example), DEVICE, "fp32"))
+
+
 def test_a_trusted_config_passes_gates_1_to_3_with_no_process_and_the_process_arms_verdict(gelu: Cascade) -> None:
     kernel = gelu.capture.artifact.kernels[0]
     config = _other_config(gelu.capture, kernel)
@@ -67,7 +74,7 @@ def test_a_trusted_config_passes_gates_1_to_3_with_no_process_and_the_process_ar
 
 
 def test_a_trusted_candidate_wrong_only_at_the_model_level_is_rejected_by_gate_3_in_the_engine() -> None:
-    cap = captured("linear_epilogue.py")
+    cap = fresh_capture("linear_epilogue.py")
     kernel = cap.artifact.kernels[-1]
     wrong = cheats.map_store(kernel.source, FP16_NORMAL_RANGE)
     with Cascade(cap, OPTIONS) as cascade:
@@ -81,7 +88,7 @@ def test_a_trusted_candidate_wrong_only_at_the_model_level_is_rejected_by_gate_3
 
 
 def test_the_swap_is_undone_after_every_request_and_really_happens_during_it() -> None:
-    cap = captured("linear_epilogue.py")
+    cap = fresh_capture("linear_epilogue.py")
     kernel = cap.artifact.kernels[-1]
     originals = _globals(cap, kernel)
     assert originals
@@ -102,7 +109,7 @@ def test_the_swap_is_undone_after_every_request_and_really_happens_during_it() -
 
 
 def test_a_candidate_that_raises_is_the_arms_failure_and_the_swap_is_still_undone() -> None:
-    cap = captured("gelu.py")
+    cap = fresh_capture("gelu.py")
     kernel = cap.artifact.kernels[0]
     originals = _globals(cap, kernel)
 
@@ -128,3 +135,18 @@ def test_a_trusted_candidates_gate_4_runs_in_the_engine_on_a_gpu(gelu: Cascade) 
     perf = verdict.gate("performance")
     assert perf is not None and perf.numbers.get("arms") == "engine"
     assert isinstance(perf.numbers.get("noise_floor"), float) and perf.numbers.get("rounds") == OPTIONS.rounds
+
+
+def test_a_model_recompiled_since_capture_is_judged_in_process_arms_not_rejected() -> None:
+    """If the captured output module no longer runs (Dynamo was reset and the model recompiled), a
+    swap there would prove nothing: the candidate is judged in process arms, never rejected for it."""
+    cap = fresh_capture("gelu.py")
+    torch._dynamo.reset()
+    with torch.no_grad():
+        cap.compiled(*cap.inputs)  # recompiled: a new output module runs from now on
+    kernel = cap.artifact.kernels[0]
+    with Cascade(cap, OPTIONS) as cascade:
+        before = processes_started()
+        verdict = cascade.verify(kernel, Candidate("config", config=_other_config(cap, kernel), origin=ORIGIN))
+    assert [g.passed for g in verdict.gates[:3]] == [True, True, True], [g.to_json() for g in verdict.gates]
+    assert processes_started() > before  # the model gate ran in process arms

@@ -304,6 +304,11 @@ class Cascade:
             if is_out_of_memory(str(exc)):
                 raise InfrastructureFailure(f"out of memory running the model in the engine: {exc}") from exc
             return [GateResult.fail("model", f"the packed model did not compile or run: {exc}")]
+        if kernel.name not in arm.info.get("applied", []):
+            # The compiled model no longer runs the captured output module (something reset Dynamo
+            # and it recompiled): a swap there proves nothing, so judge in process arms instead.
+            arm.close()
+            return self._model_and_performance(kernel, candidate, job, None, clock)
         baseline = EngineArm(self.capture, "baseline")
         repeat = EngineArm(self.capture, "baseline-repeat") if self.device == "cuda" else None
         clock.done("arm ready")
