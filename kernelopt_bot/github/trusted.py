@@ -36,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from kernelopt_bot.config import DTYPES, MODULE_ENTRY_RE, NAME_RE, KerneloptConfig
 from kernelopt_bot.result import RESULT_SCHEMA, KernelOutcome, Recommendation, RunResult
 from kernelopt_bot.stitch.pack import Guard, KernelPack, LaunchConfig, PackEntry, PackError
+from kernelopt_bot.verify.static import BLOCK_CONSTEXPRS, MAX_TILE_NUMEL
 
 MAX_FOLDERS = 64
 MAX_RESULT_BYTES = 1 << 20
@@ -43,10 +44,7 @@ MAX_PACK_BYTES = 8 << 20
 MAX_TRACEBACK_CHARS = 20_000
 MAX_MS = 1e6
 MAX_SPEEDUP = 100.0
-BLOCK_KEYS = ("XBLOCK", "YBLOCK", "ZBLOCK", "R0_BLOCK", "R1_BLOCK", "RBLOCK")
 MAX_BLOCK = 1 << 16
-MAX_TILE = 1 << 20
-NUM_WARPS = (1, 2, 4, 8, 16, 32)
 KEY_RE = re.compile(r"^[0-9a-f]{64}$")
 KERNEL_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,199}$")
 DEVICE_RE = re.compile(r"^[A-Za-z0-9:_?-]{1,32}$")
@@ -219,32 +217,24 @@ def validate_result(text: str, *, name: str, dtype: str) -> RunResult:
     )
 
 
-def _is_pow2(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v > 0 and v & (v - 1) == 0
-
-
 def validate_config_json(raw: Any) -> LaunchConfig:
-    """A launch config checked field by field on its own (no original kernel at hand)."""
-    if not isinstance(raw, dict) or set(raw) - {"kwargs", "num_warps", "num_stages"}:
-        raise UntrustedResultError("config must be an object with kwargs, num_warps, num_stages only")
-    kwargs = raw.get("kwargs", {})
-    if not isinstance(kwargs, dict):
-        raise UntrustedResultError("config.kwargs must be an object")
+    """A launch config checked on its own (no original kernel at hand): the pack's strict format
+    (:meth:`LaunchConfig.from_json`: no coercion, no unknown keys), then what publishing adds: only
+    the block-size constexprs Inductor uses, each at most ``MAX_BLOCK``, the tile within gate 1's cap."""
+    try:
+        config = LaunchConfig.from_json(raw)
+    except PackError as exc:
+        raise UntrustedResultError(f"config: {exc}"[:300]) from None
     tile = 1
-    for k, v in kwargs.items():
-        if k not in BLOCK_KEYS:
-            raise UntrustedResultError(f"config key {str(k)[:40]!r} is not a block size ({', '.join(BLOCK_KEYS)})")
-        if not _is_pow2(v) or v > MAX_BLOCK:
-            raise UntrustedResultError(f"config {k}={v!r} is not a power of two up to {MAX_BLOCK}")
+    for k, v in config.kwargs.items():
+        if k not in BLOCK_CONSTEXPRS:
+            raise UntrustedResultError(f"config key {k[:40]!r} is not a block size ({', '.join(BLOCK_CONSTEXPRS)})")
+        if v > MAX_BLOCK:
+            raise UntrustedResultError(f"config {k}={v} exceeds {MAX_BLOCK}")
         tile *= v
-    if tile > MAX_TILE:
-        raise UntrustedResultError(f"config tile of {tile} elements exceeds {MAX_TILE}")
-    warps, stages = raw.get("num_warps", 4), raw.get("num_stages", 1)
-    if not _is_pow2(warps) or warps not in NUM_WARPS:
-        raise UntrustedResultError(f"num_warps={warps!r} must be one of {NUM_WARPS}")
-    if not (isinstance(stages, int) and not isinstance(stages, bool) and 1 <= stages <= 8):
-        raise UntrustedResultError(f"num_stages={stages!r} must be an int from 1 to 8")
-    return LaunchConfig(dict(kwargs), warps, stages)
+    if tile > MAX_TILE_NUMEL:
+        raise UntrustedResultError(f"config tile of {tile} elements exceeds {MAX_TILE_NUMEL}")
+    return config
 
 
 MAX_SHAPES = 64  # verified shape sets per pack entry
