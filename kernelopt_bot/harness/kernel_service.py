@@ -36,7 +36,7 @@ from kernelopt_bot.errors import one_line
 from kernelopt_bot.harness.kernel import KernelHarness
 from kernelopt_bot.stitch.pack import LaunchConfig
 from kernelopt_bot.verify.correctness import DEFAULT_SEEDS, DISTRIBUTIONS, check_correctness
-from kernelopt_bot.verify.result import InfrastructureFailure, StepClock
+from kernelopt_bot.verify.result import InfrastructureFailure, StepClock, is_out_of_memory
 
 COMPILE_DEADLINE_S = 30.0  # per batch of variants, compiled in parallel
 PROBE_REPS = 3  # a first look at a variant before it gets the full repetitions
@@ -61,16 +61,6 @@ def variant_key(source: str, config: LaunchConfig | None) -> str:
     """What makes two variants the same kernel: their source and their launch config."""
     text = json.dumps([source, config.to_json() if config else None], sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()
-
-
-def is_out_of_memory(error: BaseException | str) -> bool:
-    """CUDA's or the host's out-of-memory, as an exception or as the text one left behind."""
-    if isinstance(error, BaseException):
-        if isinstance(error, MemoryError) or type(error).__name__ == "OutOfMemoryError":
-            return True
-        error = str(error)
-    lowered = error.lower()
-    return "out of memory" in lowered or "outofmemoryerror" in lowered
 
 
 def free_memory(device: str) -> None:

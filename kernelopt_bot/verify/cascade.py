@@ -26,7 +26,7 @@ from kernelopt_bot.compile.artifact import TritonKernel
 from kernelopt_bot.compile.capture import Capture
 from kernelopt_bot.errors import one_line
 from kernelopt_bot.harness.arena import Arena
-from kernelopt_bot.harness.kernel_service import KernelService, free_memory, is_out_of_memory
+from kernelopt_bot.harness.kernel_service import KernelService, free_memory
 from kernelopt_bot.harness.model_worker import ArmRaised, ModelWorker, WorkerError
 from kernelopt_bot.harness.swap_arm import EngineArm, KernelSwap
 from kernelopt_bot.stitch.export import lookup_key_or_none
@@ -43,6 +43,7 @@ from kernelopt_bot.verify.result import (
     StepClock,
     Verdict,
     is_infrastructure_text,
+    is_out_of_memory,
 )
 from kernelopt_bot.verify.sandbox import SandboxLimits, SandboxOutcome, run_sandboxed
 from kernelopt_bot.verify.static import DeviceLimits, check_config, check_source

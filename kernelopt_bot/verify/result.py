@@ -20,8 +20,17 @@ def is_infrastructure_text(text: str) -> bool:
     """Does an error text say our side failed (our deadline, out of memory) rather than the
     candidate's code? Used where only a reason string comes back (a worker's error, a sandbox
     outcome without its ``infrastructure`` flag)."""
-    lowered = text.lower()
-    return lowered.startswith("timed out") or "out of memory" in lowered or "outofmemoryerror" in lowered
+    return text.lower().startswith("timed out") or is_out_of_memory(text)
+
+
+def is_out_of_memory(error: BaseException | str) -> bool:
+    """CUDA's or the host's out-of-memory, as an exception or as the text one left behind."""
+    if isinstance(error, BaseException):
+        if isinstance(error, MemoryError) or type(error).__name__ == "OutOfMemoryError":
+            return True
+        error = str(error)
+    lowered = error.lower()
+    return "out of memory" in lowered or "outofmemoryerror" in lowered
 
 
 class StepClock:

@@ -19,6 +19,7 @@ from typing import Any
 
 from kernelopt_bot.errors import KerneloptError, one_line
 from kernelopt_bot.harness.isolation import Channel, describe_exit, spawn_isolated
+from kernelopt_bot.verify.result import is_out_of_memory
 
 SANDBOX_PROCESS = "kernelopt-sandbox"  # the children's name (isolation.processes_started counts by it)
 
@@ -59,17 +60,13 @@ def serve_job(conn: Channel, job: str, payload: dict[str, Any], limits: SandboxL
         reply = ("limit", f"out of memory (limit {limits.memory_mb} MiB)")
     except BaseException as exc:  # noqa: BLE001 - every failure is a result
         last = traceback.format_exc().strip().splitlines()[-1]
-        kind = "limit" if _cuda_out_of_memory(exc) else "error"
+        kind = "limit" if is_out_of_memory(exc) else "error"
         reply = (kind, f"{one_line(exc)} [{last[:300]}]")
     try:
         conn.send(reply)
     except Exception as exc:  # noqa: BLE001 - a value that cannot be pickled
         conn.send(("error", f"result could not be sent back: {one_line(exc)}"))
     conn.close()
-
-
-def _cuda_out_of_memory(exc: BaseException) -> bool:
-    return type(exc).__name__ == "OutOfMemoryError" or "CUDA out of memory" in str(exc)
 
 
 def run_sandboxed(job: str, payload: dict[str, Any], *, device: str,
