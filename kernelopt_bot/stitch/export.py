@@ -30,7 +30,6 @@ Standard library only, like the rest of ``stitch``: exporting a pack needs no to
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import json
 import re
@@ -38,7 +37,7 @@ import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kernelopt_bot.stitch.keys import KernelSourceError, find_jit_function, read_decorator
+from kernelopt_bot.stitch.keys import KernelSourceError, parse_kernel
 from kernelopt_bot.stitch.pack import KernelPack, LaunchConfig, PackEntry
 
 # Inductor applies its table only to kernels whose jit source contains this.
@@ -51,12 +50,7 @@ def inductor_lookup_key(source: str) -> str:
     """The key Inductor's ``autotune_lookup_table`` uses for the kernel in ``source`` (a kernel
     module as Inductor generated it): ``generate_lookup_hash_from_source_code(str(size_hints),
     fn.src)`` recomputed without torch."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError as exc:
-        raise KernelSourceError(f"kernel source does not parse: {exc}") from exc
-    fn = find_jit_function(tree)
-    decorator = read_decorator(tree)
+    fn, decorator = parse_kernel(source)
     size_hints = decorator.size_hints if decorator is not None else None
     first = min([fn.lineno, *(d.lineno for d in fn.decorator_list)])
     lines = source.splitlines(keepends=True)[first - 1 : fn.end_lineno]

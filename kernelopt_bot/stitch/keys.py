@@ -131,14 +131,18 @@ def read_decorator(fn_or_tree: ast.Module | str) -> KernelDecorator | None:
     return None
 
 
-def normalized_form(source: str) -> dict[str, Any]:
-    """The parts of a kernel source that decide its behaviour, as a JSON-able dict."""
+def parse_kernel(source: str) -> tuple[ast.FunctionDef, KernelDecorator | None]:
+    """A kernel module's ``@triton.jit`` function and its Inductor decorator (None if it has none)."""
     try:
         tree = ast.parse(source)
     except SyntaxError as exc:
         raise KernelSourceError(f"kernel source does not parse: {exc}") from exc
-    fn = find_jit_function(tree)
-    dec = read_decorator(tree)
+    return find_jit_function(tree), read_decorator(tree)
+
+
+def normalized_form(source: str) -> dict[str, Any]:
+    """The parts of a kernel source that decide its behaviour, as a JSON-able dict."""
+    fn, dec = parse_kernel(source)
     body = ast.FunctionDef(
         name=_PLACEHOLDER,
         args=fn.args,
