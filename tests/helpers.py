@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from kernelopt_bot.compile.capture import Capture, capture
 from kernelopt_bot.targets import load_target
@@ -50,3 +51,15 @@ def run_cli(*args: str, timeout: int = 600) -> subprocess.CompletedProcess[str]:
     env = user_env()
     return subprocess.run([sys.executable, "-m", "kernelopt_bot.cli", *args], capture_output=True,
                           text=True, cwd=ROOT, env=env, timeout=timeout)
+
+
+def other_tiling(kernel: Any, chosen: dict | None) -> Any:
+    """The chosen launch config (``KernelRecording.config``) with its first block size halved (or
+    doubled when small), 4 warps, 1 stage: another valid tiling of the same kernel."""
+    from kernelopt_bot.stitch.pack import LaunchConfig
+
+    blocks = {n: v for n, v in ((chosen or {}).get("kwargs") or {}).items() if n in kernel.constexprs} or \
+        {n: 8 for n in kernel.constexprs}
+    name = next(iter(blocks))
+    blocks[name] = blocks[name] // 2 if blocks[name] > 8 else blocks[name] * 2
+    return LaunchConfig(blocks, num_warps=4, num_stages=1)

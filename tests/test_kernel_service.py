@@ -15,7 +15,7 @@ from kernelopt_bot.stitch.pack import LaunchConfig
 from kernelopt_bot.verify.cascade import Candidate, Cascade, VerifyOptions
 from kernelopt_bot.verify.result import InfrastructureFailure, Verdict
 from kernelopt_bot.verify.sandbox import SANDBOX_PROCESS
-from tests.helpers import bump_constant, captured, first_float_constant
+from tests.helpers import bump_constant, captured, first_float_constant, other_tiling
 
 SEEDS = (0, 1)  # two trials: the comparison is between paths, not a search for rare failures
 
@@ -31,14 +31,8 @@ def _kernel(cascade: Cascade) -> TritonKernel:
 
 
 def _other_config(cascade: Cascade) -> LaunchConfig:
-    """The recorded config with its block size halved (or doubled): another valid tiling."""
     kernel = _kernel(cascade)
-    chosen = cascade.capture.recording(kernel.graph, kernel.name).config or {}
-    blocks = {n: v for n, v in (chosen.get("kwargs") or {}).items() if n in kernel.constexprs} or \
-        {n: 8 for n in kernel.constexprs}
-    name = next(iter(blocks))
-    blocks[name] = blocks[name] // 2 if blocks[name] > 8 else blocks[name] * 2
-    return LaunchConfig(blocks, num_warps=4, num_stages=1)
+    return other_tiling(kernel, cascade.capture.recording(kernel.graph, kernel.name).config)
 
 
 def _verify(cascade: Cascade, candidate: Candidate) -> tuple[Verdict, int]:

@@ -19,7 +19,7 @@ from kernelopt_bot.search.tuner import ORIGIN
 from kernelopt_bot.stitch.pack import LaunchConfig
 from kernelopt_bot.targets import load_target
 from kernelopt_bot.verify.cascade import Candidate, Cascade, VerifyOptions
-from tests.helpers import DEVICE, EXAMPLES
+from tests.helpers import DEVICE, EXAMPLES, other_tiling
 from tests.redteam import cheats
 
 OPTIONS = VerifyOptions(seeds=(0, 1), distributions=("normal",), rounds=1)
@@ -35,12 +35,7 @@ def gelu() -> Iterator[Cascade]:
 
 
 def _other_config(cap: Capture, kernel: TritonKernel) -> LaunchConfig:
-    chosen = cap.recording(kernel.graph, kernel.name).config or {}
-    blocks = {n: v for n, v in (chosen.get("kwargs") or {}).items() if n in kernel.constexprs} or \
-        {n: 8 for n in kernel.constexprs}
-    name = next(iter(blocks))
-    blocks[name] = blocks[name] // 2 if blocks[name] > 8 else blocks[name] * 2
-    return LaunchConfig(blocks, num_warps=4, num_stages=1)
+    return other_tiling(kernel, cap.recording(kernel.graph, kernel.name).config)
 
 
 def _globals(cap: Capture, kernel: TritonKernel) -> dict[int, Any]:
