@@ -376,12 +376,11 @@ def optimize(target: str, out_dir: str | None, device: str | None, dtype: str, b
     _start(target, device, interpreter=False)  # the engine loads the target and runs every kernel
     from kernelopt_bot.folders import make_dirs
     from kernelopt_bot.harness.isolation import ISOLATION_ENV, choose_isolation
-    from kernelopt_bot.pipeline import DEFAULT_BUDGET, run_pipeline
+    from kernelopt_bot.pipeline import DEFAULT_BUDGET, run_pipeline, target_name
 
     os.environ[ISOLATION_ENV] = isolation  # the engine and every child it starts
     method = choose_isolation(isolation).method  # --isolation namespace without namespaces stops here
-    name = Path(target).stem if target.endswith(".py") else target.rpartition(":")[2]
-    out = Path(out_dir) if out_dir else Path("kernelopt-out") / name
+    out = Path(out_dir) if out_dir else Path("kernelopt-out") / target_name(target)
     llm = {"base_url": llm_base_url, "model": llm_model} if llm_base_url else None
     plan = {**DEFAULT_BUDGET, **budget}
     make_dirs(out)

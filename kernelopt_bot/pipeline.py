@@ -181,14 +181,15 @@ def _run_engine(request: dict[str, Any], isolation: Any, folders: list[str], dea
 def _failed(target: str, device: str | None, dtype: str, out_dir: Path, start: float, error: str,
             reproduce: str = "", isolation: str = "") -> RunResult:
     """A failed run decided by this process (bad options, a dead engine), written like any other."""
-    result = RunResult(target=target, name=_name(target), device=device or "auto", dtype=dtype, status="failed",
+    result = RunResult(target=target, name=target_name(target), device=device or "auto", dtype=dtype, status="failed",
                        error=error, reproduce=reproduce, isolation=isolation)
     result.seconds = time.time() - start
     _write(out_dir, result, KernelPack(target=target, created_by="kernelopt optimize"))
     return result
 
 
-def _name(target: str) -> str:
+def target_name(target: str) -> str:
+    """The name a run goes by: the file's stem, or the factory's name of ``pkg.mod:factory``."""
     return Path(target).stem if target.endswith(".py") else target.rpartition(":")[2]
 
 
@@ -249,7 +250,7 @@ def _run_pipeline_here(target: str, *, device: str | None, dtype: str, out_dir: 
     ``llm_problem``: why the parent could not give the engine the LLM endpoint it was asked for;
     ``started``: when the run began in the parent (``time.time()``), where the wall budget starts."""
     start = time.time() if started is None else min(float(started), time.time())
-    result = RunResult(target=target, name=_name(target), device=device or "auto", dtype=dtype,
+    result = RunResult(target=target, name=target_name(target), device=device or "auto", dtype=dtype,
                        reproduce=reproduce, isolation=isolation)
     if llm_problem:
         result.llm_status, result.llm_error = "unavailable", llm_problem
