@@ -26,10 +26,16 @@ SEED_BASE = 1000
 
 @dataclass
 class RoundResult:
+    """One round's GPU times (CUDA events) and host-inclusive latencies (wall clock per call,
+    synchronized) of each arm, in ms."""
+
     seed: int
     baseline_ms: float | None
     packed_ms: float | None
     baseline_repeat_ms: float | None
+    baseline_host_ms: float | None = None
+    packed_host_ms: float | None = None
+    baseline_repeat_host_ms: float | None = None
 
     @property
     def speedup(self) -> float | None:
@@ -48,6 +54,9 @@ class BenchResult:
     speedup: float | None
     noise_floor: float | None
     rounds: list[RoundResult] = field(default_factory=list)
+    baseline_host_ms: float | None = None  # medians of the host-inclusive latency of a call
+    packed_host_ms: float | None = None
+    host_noise_floor: float | None = None
     applied: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     max_abs_diff: float | None = None
@@ -66,26 +75,54 @@ class BenchResult:
 
 
 def _max_abs_diff(a: list[Any], b: list[Any], device: str = "cpu") -> float:
-    """Largest elementwise difference (inf for a NaN mismatch), computed on ``device``: the arms
-    send their outputs through a pipe on the CPU, where float64 over a large output takes seconds."""
-    import torch
+    """Largest elementwise difference (inf for a NaN mismatch), in float64 on ``device`` a piece
+    at a time (:func:`~kernelopt_bot.harness.memory.float64_chunks`): the arms send their outputs
+    through a pipe on the CPU, where float64 over a large output takes seconds, and a whole
+    output's float64 temporaries on the GPU would take the memory the arms need. Out of memory is
+    ours: retried once after freeing, then raised as an
+    :class:`~kernelopt_bot.verify.result.InfrastructureFailure`, never a difference."""
+    from kernelopt_bot.errors import one_line
+    from kernelopt_bot.harness.memory import free_memory, retry_note
+    from kernelopt_bot.verify.result import InfrastructureFailure, is_out_of_memory
 
     if len(a) != len(b):
         return float("inf")
     if any(x.shape != y.shape for x, y in zip(a, b)):
         return float("inf")
-    worst = max((_pair_diff(x.to(device), y.to(device)) for x, y in zip(a, b) if x.numel()), default=0.0)
-    if device == "cuda":
-        torch.cuda.empty_cache()  # the float64 temporaries' memory back to the arms
-    return worst
+
+    def worst() -> float:
+        return max((_pair_diff(x, y, device) for x, y in zip(a, b) if x.numel()), default=0.0)
+
+    try:
+        try:
+            return worst()
+        except Exception as exc:
+            if not is_out_of_memory(exc):
+                raise
+        free_memory(device)
+        try:
+            return worst()
+        except Exception as exc:
+            if is_out_of_memory(exc):
+                raise InfrastructureFailure(f"out of memory comparing the arms' outputs "
+                                            f"({retry_note(device)}): {one_line(exc)}") from exc
+            raise
+    finally:
+        if device == "cuda":
+            free_memory(device)  # the float64 temporaries' memory back to the arms
 
 
-def _pair_diff(x: Any, y: Any) -> float:
+def _pair_diff(x: Any, y: Any, device: str = "cpu") -> float:
     import torch
 
-    if bool((torch.isnan(x) != torch.isnan(y)).any()):
-        return float("inf")
-    return float(torch.nan_to_num((x.double() - y.double()).abs(), nan=0.0).max())
+    from kernelopt_bot.harness.memory import float64_chunks
+
+    worst = 0.0
+    for cx, cy in float64_chunks(x, y, device=device):
+        if bool((torch.isnan(cx) != torch.isnan(cy)).any()):
+            return float("inf")
+        worst = max(worst, float(torch.nan_to_num((cx - cy).abs(), nan=0.0).max()))
+    return worst
 
 
 def bench(target: str, pack: KernelPack, *, device: str, dtype: str = "fp32", rounds: int = 10,
@@ -119,11 +156,13 @@ def compare_arms(base: Arm, packed: Arm, repeat: Arm | None, *, target: str,
     workers = [base, packed, repeat]
     for r in range(rounds):
         seed = SEED_BASE + r
-        times: dict[str, float] = {}
+        times: dict[str, tuple[float | None, float | None]] = {}
         order = workers[r % len(workers):] + workers[: r % len(workers)]
         for w in order:
-            times[labels[id(w)]] = w.request("time", seed, reps, timeout_s=timeout_s)
-        result.rounds.append(RoundResult(seed, times["baseline"], times["packed"], times["baseline-repeat"]))
+            times[labels[id(w)]] = w.request("time", seed, reps, timeout_s=timeout_s) or (None, None)
+        result.rounds.append(RoundResult(
+            seed, times["baseline"][0], times["packed"][0], times["baseline-repeat"][0],
+            times["baseline"][1], times["packed"][1], times["baseline-repeat"][1]))
     # Re-check on inputs that were timed: a result cached or left behind by timing shows here.
     last = SEED_BASE + rounds - 1
     result.max_abs_diff_after_timing = _max_abs_diff(base.request("outputs", last, timeout_s=timeout_s),
@@ -144,3 +183,8 @@ def _summarize(result: BenchResult) -> None:
     result.packed_ms = statistics.median(packed)
     result.speedup = result.baseline_ms / result.packed_ms
     result.noise_floor = max((abs(a / b - 1.0) for a, b in pairs), default=None)
+    host = [(r.baseline_host_ms, r.packed_host_ms, r.baseline_repeat_host_ms) for r in result.rounds]
+    if host and all(all(t for t in row) for row in host):
+        result.baseline_host_ms = statistics.median(row[0] for row in host)  # type: ignore[type-var]
+        result.packed_host_ms = statistics.median(row[1] for row in host)  # type: ignore[type-var]
+        result.host_noise_floor = max(abs(row[0] / row[2] - 1.0) for row in host)  # type: ignore[operator]

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 import click
 from rich.markup import escape
 
+from kernelopt_bot.candidate import DEFAULT_GAMMA
 from kernelopt_bot.errors import KerneloptError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -108,13 +109,11 @@ def _start(target: str, device: str | None, *, interpreter: bool = True) -> str:
     """Check ``target`` without torch, then pick the device; on the CPU turn interpreter mode on
     before anything imports triton (``interpreter=False``: this process runs no kernel)."""
     _check_target_spec(target)
-    from kernelopt_bot.targets import resolve_device
+    from kernelopt_bot.device import prepare_device, resolve_device
 
     chosen = resolve_device(device)
-    if chosen == "cpu" and interpreter:
-        from kernelopt_bot.compile.interpret import enable_interpreter_mode
-
-        enable_interpreter_mode()
+    if interpreter:
+        prepare_device(chosen)
     return chosen
 
 
@@ -348,7 +347,7 @@ def _parse_budget(items: tuple[str, ...]) -> dict[str, Any]:
 @click.option("--budget", "budget_items", multiple=True, metavar="N|KEY=VALUE",
               help="Candidates to verify (N), or KEY=VALUE: candidates, kernels, candidates_per_kernel, "
                    "wall_seconds, gpu_seconds, tokens, cost, compile_options, rounds (repeatable).")
-@click.option("--gamma", default=1.03, show_default=True, type=click.FloatRange(min=1.0),
+@click.option("--gamma", default=DEFAULT_GAMMA, show_default=True, type=click.FloatRange(min=1.0),
               help="Required end-to-end speedup for a replacement.")
 @click.option("--llm-base-url", default=None, envvar="KERNELOPT_LLM_BASE_URL",
               help="OpenAI-compatible endpoint for the LLM agents (key from KERNELOPT_LLM_API_KEY or OPENAI_API_KEY).")
@@ -412,6 +411,9 @@ def _print_result(console: Any, result: Any, out: Path) -> None:
     if result.measured:
         console.print(f"end to end: {result.baseline_ms:.4f} ms -> {result.optimized_ms:.4f} ms, "
                       f"speedup {result.speedup:.3f}x ({result.pack_entries} kernels replaced)")
+        if result.latency_ms.get("baseline"):
+            console.print(f"host-inclusive latency of a call: {result.latency_ms['baseline']:.4f} ms -> "
+                          f"{result.latency_ms['optimized']:.4f} ms")
     else:
         console.print("end to end: not measured (no CUDA device)")
     for rec in result.recommendations:
@@ -431,7 +433,7 @@ def _print_recommendation(console: Any, rec: Any) -> None:
 @click.option("--option", "option_labels", multiple=True, metavar="LABEL",
               help="Only these options (repeatable), e.g. 'mode=max-autotune-no-cudagraphs' (default: all).")
 @click.option("--rounds", default=10, show_default=True, type=click.IntRange(1, 1000))
-@click.option("--gamma", default=1.03, show_default=True, type=click.FloatRange(min=1.0))
+@click.option("--gamma", default=DEFAULT_GAMMA, show_default=True, type=click.FloatRange(min=1.0))
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON list instead of a summary.")
 @output_flags
 @handle_errors
@@ -478,7 +480,7 @@ def modes(target: str, device: str | None, dtype: str, option_labels: tuple[str,
               help="Only problems whose path or slug matches this shell pattern (repeatable), "
                    "e.g. 'level1/*' or 'l2_*_bf16'.")
 @click.option("--budget", "budget_items", multiple=True, metavar="N|KEY=VALUE", help="As for optimize.")
-@click.option("--gamma", default=1.03, show_default=True, type=click.FloatRange(min=1.0))
+@click.option("--gamma", default=DEFAULT_GAMMA, show_default=True, type=click.FloatRange(min=1.0))
 @click.option("--timeout", "timeout_s", default=900.0, show_default=True, type=click.FloatRange(min=1.0),
               help="Deadline for each problem (seconds).")
 @click.option("--gpus", default=None, metavar="all|N|I,J,...",
@@ -534,7 +536,7 @@ def suite_merge(shard_dirs: tuple[str, ...], out_dir: str) -> None:
               help="Triton kernel source, or a JSON launch config.")
 @DEVICE
 @DTYPE
-@click.option("--gamma", default=1.03, show_default=True, type=click.FloatRange(min=1.0),
+@click.option("--gamma", default=DEFAULT_GAMMA, show_default=True, type=click.FloatRange(min=1.0),
               help="Required end-to-end speedup.")
 @click.option("--f64-factor", default=10.0, show_default=True, type=click.FloatRange(min=1.0),
               help="Gate 3: allowed error against float64, as a multiple of the compiler's.")
@@ -555,9 +557,10 @@ def verify(target: str, kernel_name: str, candidate_path: str, device: str | Non
     if not Path(candidate_path).is_file():
         raise BadInputError(f"{candidate_path}: no such file")
     device = _start(target, device)
+    from kernelopt_bot.candidate import Candidate, CandidateError
     from kernelopt_bot.compile.capture import capture
     from kernelopt_bot.targets import load_target
-    from kernelopt_bot.verify.cascade import Candidate, CandidateError, Cascade, VerifyOptions
+    from kernelopt_bot.verify.cascade import Cascade, VerifyOptions
     from kernelopt_bot.verify.sandbox import SandboxLimits
 
     try:

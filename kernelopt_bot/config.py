@@ -33,6 +33,7 @@ from typing import Any, Literal, Union, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from kernelopt_bot.candidate import DEFAULT_GAMMA
 from kernelopt_bot.errors import BadInputError
 
 DTYPES = ("fp32", "bf16", "fp16")
@@ -215,7 +216,7 @@ class KerneloptConfig(_Strict):
     targets: list[TargetConfig] = Field(description="The models to optimize (at least one).")
     budget: BudgetConfig = Field(default_factory=BudgetConfig,
                                  description="Limits for each target run; the first one reached stops the search.")
-    gamma: float = Field(default=1.03, ge=1.0, le=10.0,
+    gamma: float = Field(default=DEFAULT_GAMMA, ge=1.0, le=10.0,
                          description="The least end-to-end speedup a replacement needs to be accepted (gate 4).")
     llm: LLMConfig | None = Field(default=None,
                                   description="LLM agents for the search; without it the offline tuner searches "

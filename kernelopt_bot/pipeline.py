@@ -14,6 +14,7 @@ import dataclasses
 import functools
 import json
 import shlex
+import statistics
 import threading
 import time
 import traceback
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelopt_bot import __version__
+from kernelopt_bot.candidate import DEFAULT_GAMMA
 from kernelopt_bot.errors import BadInputError, KerneloptError
 from kernelopt_bot.folders import make_dirs
 from kernelopt_bot.harness.isolation import Channel
@@ -69,7 +71,7 @@ def reproduce_command(target: str, device: str | None, dtype: str, budget: dict[
     for key, value in budget.items():
         if value != DEFAULT_BUDGET.get(key):
             parts += ["--budget", f"{key}={json.dumps(value)}"]
-    if gamma != 1.03:
+    if gamma != DEFAULT_GAMMA:
         parts += ["--gamma", str(gamma)]
     if llm and llm.get("base_url"):
         parts += ["--llm-base-url", str(llm["base_url"])]
@@ -99,7 +101,7 @@ def engine_deadline_s(wall_seconds: float | None) -> float | None:
 
 
 def run_pipeline(target: str, *, device: str | None = None, dtype: str = "fp32", out_dir: Path,
-                 budget: dict[str, Any] | None = None, gamma: float = 1.03,
+                 budget: dict[str, Any] | None = None, gamma: float = DEFAULT_GAMMA,
                  llm: dict[str, Any] | None = None, store_path: str | Path | None = None,
                  log: Callable[[str], None] = lambda _m: None, shown_as: str | None = None) -> RunResult:
     """Run the whole pipeline on one target in an isolated engine process and write report.md,
@@ -269,11 +271,8 @@ def _run_pipeline_here(target: str, *, device: str | None, dtype: str, out_dir: 
         tail = traceback.format_exc().strip().splitlines()[-1]
         result.status, result.error = "failed", f"internal error: {type(exc).__name__}: {exc} [{tail[:200]}]"
     clock.stop()
-    result.processes = _process_counts(result.device)
-    peak = result.processes["peak_gpu_mb"]
-    log(f"    processes started: {result.processes['started']} (the engine and its children; "
-        f"{result.processes['sandboxes']} sandbox(es)); peak GPU memory in the engine: "
-        f"{'not measured (no CUDA)' if peak is None else f'{peak:.0f} MiB'}")
+    result.processes = {**_process_counts(result.device), **result.processes}
+    log(_processes_line(result.processes))
     result.seconds = time.time() - start
     _write(out_dir, result, pack)
     return result
@@ -294,6 +293,22 @@ def _process_counts(device: str) -> dict[str, Any]:
             peak = round(torch.cuda.max_memory_allocated() / (1 << 20), 1)
     return {"started": 1 + processes_started(), "sandboxes": processes_started(SANDBOX_PROCESS),
             "peak_gpu_mb": peak}
+
+
+def _processes_line(processes: dict[str, Any]) -> str:
+    """optimize.log's line on what the run cost in processes and GPU memory."""
+    def mib(key: str) -> str:
+        value = processes.get(key)
+        return "not measured" if value is None else f"{value:.0f} MiB"
+
+    line = (f"    processes started: {processes['started']} (the engine and its children; "
+            f"{processes['sandboxes']} sandbox(es)); peak GPU memory: {mib('peak_gpu_mb')} in the engine")
+    if processes.get("device_peak_mb") is not None:
+        line += f", {mib('device_peak_mb')} on the device (every process)"
+        if processes.get("model_gpu_mb"):
+            line += (f"; the compiled model alone holds {mib('model_gpu_mb')} "
+                     f"({processes['device_peak_mb'] / processes['model_gpu_mb']:.1f}x)")
+    return line
 
 
 class _PhaseClock:
@@ -326,13 +341,15 @@ def _run(target: str, device: str | None, dtype: str, plan: dict[str, Any], gamm
          llm: dict[str, Any] | None, store_path: str | Path | None, result: RunResult,
          log: Callable[[str], None], elapsed: float) -> KernelPack:
     from kernelopt_bot.compile.capture import capture, versions
+    from kernelopt_bot.device import resolve_device
+    from kernelopt_bot.harness.device_watch import DeviceMemoryWatch
     from kernelopt_bot.profile import profile
     from kernelopt_bot.search.budget import Budget
     from kernelopt_bot.search.orchestrator import Orchestrator, SearchLimits
     from kernelopt_bot.search.tuner import OfflineTuner
     from kernelopt_bot.stitch.runtime import running_environment
     from kernelopt_bot.store import Store
-    from kernelopt_bot.targets import load_target, resolve_device
+    from kernelopt_bot.targets import load_target
     from kernelopt_bot.verify.cascade import Cascade, VerifyOptions
 
     # The wall budget covers the whole run: the search stops early enough to leave the final
@@ -356,8 +373,9 @@ def _run(target: str, device: str | None, dtype: str, plan: dict[str, Any], gamm
     llm_search, llm_problem = _llm_search(llm, log)
     store = Store(store_path) if store_path is not None else Store()
     run_id = store.start_run(target, tgt.device, dtype, result.hardware, result.versions, plan)
+    watch = DeviceMemoryWatch(tgt.device)
     try:
-        with Cascade(cap, VerifyOptions(gamma=gamma, rounds=int(plan["rounds"]))) as cascade:
+        with watch, Cascade(cap, VerifyOptions(gamma=gamma, rounds=int(plan["rounds"]))) as cascade:
             if tgt.device == "cuda":
                 # Gates 3-4 and the final benchmark need the baseline arms; they compile while the
                 # tuner times variants instead of after it.
@@ -373,16 +391,22 @@ def _run(target: str, device: str | None, dtype: str, plan: dict[str, Any], gamm
             log("searching")
             result.kernels, pack = orchestrator.run()
             _record_llm_status(result, llm_search, llm_problem, budget)
-            if plan["compile_options"] and tgt.device == "cuda":
-                log("measuring the compiler's own options")
-                result.recommendations = _recommend_in_time(cascade.arena, tgt, gamma, int(plan["rounds"]),
-                                                            budget, orchestrator.candidate_estimate_s(trusted=False))
-            log("end-to-end benchmark")
-            left = budget.wall_s_left()
-            with _arms_end_by(cascade.arena, None if left is None else left + reserve):
-                pack = _final_bench(cascade, tgt, pack, result, int(plan["rounds"]))
+            # The final benchmark's arm compiles beside the compiler's options' arms.
+            with _final_arm(cascade.arena, tgt, pack, result, budget, reserve) as final_arm:
+                if plan["compile_options"] and tgt.device == "cuda":
+                    log("measuring the compiler's own options")
+                    result.recommendations = _recommend_in_time(
+                        cascade.arena, tgt, gamma, int(plan["rounds"]), budget,
+                        orchestrator.candidate_estimate_s(trusted=False))
+                log("end-to-end benchmark")
+                left = budget.wall_s_left()
+                with _arms_end_by(cascade.arena, None if left is None else left + reserve):
+                    pack = _final_bench(cascade, tgt, pack, result, int(plan["rounds"]), final_arm)
             result.pack_entries = len(pack)
+            base = cascade.arena.baseline_info()
+            result.processes["model_gpu_mb"] = None if not base.get("gpu_mb") else round(base["gpu_mb"], 1)
     finally:
+        result.processes["device_peak_mb"] = None if watch.peak_mb is None else round(watch.peak_mb, 1)
         result.usage = budget.snapshot()
         store.finish_run(run_id, result)
         store.close()
@@ -405,12 +429,11 @@ def _arms_end_by(arena: Any, seconds: float | None) -> Iterator[None]:
 
 def _recommend_in_time(arena: Any, tgt: Any, gamma: float, rounds: int, budget: Any,
                        candidate_s: float) -> list[Any]:
-    """The compiler's options, each started only with time for it before the search's deadline
+    """The compiler's options, started only with time for them before the search's deadline
     (the larger of ``MIN_OPTION_S`` and the estimate for a candidate whose gates start processes:
     an option compiles and times the whole model as such a candidate's arm does) and cut off at
     that deadline."""
-    from kernelopt_bot.result import Recommendation
-    from kernelopt_bot.search.compile_options import COMPILE_OPTIONS, MIN_OPTION_S, recommend
+    from kernelopt_bot.search.compile_options import MIN_OPTION_S, recommend
 
     extra = max(0.0, candidate_s - MIN_OPTION_S)
 
@@ -418,39 +441,59 @@ def _recommend_in_time(arena: Any, tgt: Any, gamma: float, rounds: int, budget: 
         left = budget.wall_s_left()
         return None if left is None else left - extra
 
-    out: list[Any] = []
-    for option in COMPILE_OPTIONS:
-        with _arms_end_by(arena, budget.wall_s_left()):
-            rec = recommend(arena, tgt, gamma=gamma, rounds=rounds, options=(option,), time_left=time_left)[0]
-        if rec.detail.startswith("failed:") and budget.wall_s_left() == 0.0:
-            rec = Recommendation(option.label, None, False,
-                                 "not measured: the wall-time budget ran out while it compiled (stopped)")
-        out.append(rec)
-    return out
+    with _arms_end_by(arena, budget.wall_s_left()):
+        return recommend(arena, tgt, gamma=gamma, rounds=rounds, time_left=time_left)
 
 
-def _final_bench(cascade: Any, tgt: Any, pack: KernelPack, result: RunResult, rounds: int) -> KernelPack:
+@contextlib.contextmanager
+def _final_arm(arena: Any, tgt: Any, pack: KernelPack, result: RunResult, budget: Any,
+               reserve: float) -> Iterator[Any]:
+    """The final benchmark's arm (``install(pack)`` then a fresh compile), started now without
+    waiting, or None where the final benchmark needs none (no GPU, an empty pack, or gate 4's
+    fresh-process numbers for exactly this pack); closed on leaving."""
+    from kernelopt_bot.harness.model_worker import WorkerError
+
+    arm = None
+    if tgt.device == "cuda" and len(pack) and _measured_in_this_run(pack, result) is None:
+        left = budget.wall_s_left()
+        with _arms_end_by(arena, None if left is None else left + reserve), contextlib.suppress(WorkerError):
+            arm = arena.candidate(pack, label="final", wait=False)
+    try:
+        yield arm
+    finally:
+        if arm is not None:
+            arm.close()
+
+
+def _final_bench(cascade: Any, tgt: Any, pack: KernelPack, result: RunResult, rounds: int,
+                 started: Any = None) -> KernelPack:
     """Measure the combined pack end to end; if the combination misbehaves, keep the best single
     entry. An arm of ours that fails (its compile outlived the wall budget, say) is no verdict on
     the pack: the combination, never checked together, is cut to its best entry, which every gate
-    passed on its own, and gate 4's numbers stand where this run has them."""
+    passed on its own, and gate 4's numbers stand where this run has them. ``started``: this
+    pack's arm, already compiling (see :func:`_final_arm`)."""
     from kernelopt_bot.bench import compare_arms
     from kernelopt_bot.harness.model_worker import WorkerError
     from kernelopt_bot.verify.model import check_model
+    from kernelopt_bot.verify.result import InfrastructureFailure
 
     arena = cascade.arena
     baseline, repeat = arena.baselines()
     if len(pack) == 0:
         if tgt.device == "cuda":
             times = [baseline.request("time", 2000 + i, 20) for i in range(rounds)]
-            times.sort()
-            result.baseline_ms = result.optimized_ms = times[len(times) // 2]
+            result.baseline_ms = result.optimized_ms = statistics.median(t[0] for t in times)
+            if all(t[1] is not None for t in times):
+                host = statistics.median(t[1] for t in times)
+                result.latency_ms = {"baseline": host, "optimized": host, "noise_floor": None}
             result.speedup = 1.0  # nothing replaced: the compiler's code runs
         return pack
     if _take_gate4_numbers(pack, result):
         return pack
     try:
-        with arena.candidate(pack, label="final") as arm:
+        with started or arena.candidate(pack, label="final", wait=False) as arm:
+            arm.wait_ready()
+            arena.settle()  # nothing is timed while an arm compiles
             model = check_model(tgt, baseline, arm, None)
             if not model.passed and len(pack) > 1:
                 pack = _keep_best(pack, result, f"combined pack failed gate 3: {model.reason}")
@@ -459,7 +502,7 @@ def _final_bench(cascade: Any, tgt: Any, pack: KernelPack, result: RunResult, ro
                 raise RuntimeError(f"the verified pack failed gate 3 when re-checked: {model.reason}")
             bench = compare_arms(baseline, arm, repeat, target=tgt.spec, device=tgt.device,
                                  dtype=result.dtype, rounds=rounds)
-    except WorkerError as exc:
+    except (WorkerError, InfrastructureFailure) as exc:  # ours (a dead arm, out of memory): no verdict
         if len(pack) > 1:
             pack = _keep_best(pack, result, f"the combined pack could not be checked end to end ({exc})")
         if not _take_gate4_numbers(pack, result):
@@ -469,6 +512,8 @@ def _final_bench(cascade: Any, tgt: Any, pack: KernelPack, result: RunResult, ro
         return pack
     result.baseline_ms, result.optimized_ms = bench.baseline_ms, bench.packed_ms
     result.speedup, result.noise_floor = bench.speedup, bench.noise_floor
+    result.latency_ms = {"baseline": bench.baseline_host_ms, "optimized": bench.packed_host_ms,
+                         "noise_floor": bench.host_noise_floor}
     pack.measured = {"baseline_ms": bench.baseline_ms, "packed_ms": bench.packed_ms,
                      "speedup": bench.speedup, "noise_floor": bench.noise_floor}
     if len(pack) == 1 and bench.speedup is not None:
@@ -503,6 +548,8 @@ def _take_gate4_numbers(pack: KernelPack, result: RunResult) -> bool:
         return False
     result.baseline_ms, result.optimized_ms = gate4["baseline_ms"], gate4["packed_ms"]
     result.speedup, result.noise_floor = gate4["speedup"], gate4.get("noise_floor")
+    result.latency_ms = {"baseline": gate4.get("baseline_host_ms"), "optimized": gate4.get("packed_host_ms"),
+                         "noise_floor": gate4.get("host_noise_floor")}
     pack.measured = {k: gate4.get(k) for k in ("baseline_ms", "packed_ms", "speedup", "noise_floor")}
     return True
 

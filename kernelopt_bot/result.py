@@ -57,6 +57,9 @@ class RunResult:
     optimized_ms: float | None = None
     speedup: float | None = None
     noise_floor: float | None = None
+    # The same end-to-end comparison as host-inclusive latency of one call (wall clock, synchronized
+    # per call; launch overhead included): "baseline", "optimized" in ms and "noise_floor".
+    latency_ms: dict[str, float | None] = field(default_factory=dict)
     kernels: list[KernelOutcome] = field(default_factory=list)
     recommendations: list[Recommendation] = field(default_factory=list)
     pack_entries: int = 0

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kernelopt_bot.candidate import DEFAULT_GAMMA
 from kernelopt_bot.errors import BadInputError
 from kernelopt_bot.gpu_pool import GpuFailure, GpuPool, JobResult, looks_like_gpu_failure, resolve
 from kernelopt_bot.result import RunResult
@@ -275,7 +276,7 @@ def _pool_result(problem: Problem, job: JobResult) -> ProblemResult:
 
 
 def run_suite(root: Path, out: Path, *, shard: tuple[int, int] = (0, 1), device: str | None = None,
-              dtypes: tuple[str, ...] | None = None, budget: list[str] | None = None, gamma: float = 1.03,
+              dtypes: tuple[str, ...] | None = None, budget: list[str] | None = None, gamma: float = DEFAULT_GAMMA,
               timeout_s: float = 900.0, log: Any = print, gpus: list[int | None] | None = None,
               job_fn: str = PROBLEM_JOB, cores: int | None = None,
               only: tuple[str, ...] | None = None, reference: bool = True) -> SuiteResult:
@@ -290,7 +291,7 @@ def run_suite(root: Path, out: Path, *, shard: tuple[int, int] = (0, 1), device:
     index, total = shard
     mine = problems[index::total]
     out.mkdir(parents=True, exist_ok=True)
-    from kernelopt_bot.targets import resolve_device
+    from kernelopt_bot.device import resolve_device
 
     suite = SuiteResult(device=device or resolve_device(None))
     jobs = [{"root": str(root.resolve()), "problem": asdict(p), "out": str(out.resolve()), "device": device,

@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from kernelopt_bot.device import prepare_device, resolve_device
 from kernelopt_bot.errors import TargetError, one_line
 
 DTYPES: dict[str, torch.dtype] = {
@@ -33,17 +34,6 @@ DTYPES: dict[str, torch.dtype] = {
     "bf16": torch.bfloat16,
     "fp16": torch.float16,
 }
-
-
-def resolve_device(device: str | None) -> str:
-    """``None``/``auto`` picks CUDA when there is one; asking for CUDA without one is an error."""
-    if device in (None, "", "auto"):
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device not in ("cpu", "cuda"):
-        raise TargetError(f"unknown device {device!r} (use cpu or cuda)")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise TargetError("--device cuda was asked for but no CUDA device is available")
-    return device
 
 
 def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
@@ -86,11 +76,8 @@ def load_target(spec: str, device: str | None = None, dtype: str | torch.dtype =
     """Load a target and check it runs eagerly; every failure is a one-line :class:`TargetError`."""
     dev = resolve_device(device)
     dt = resolve_dtype(dtype)
-    if dev == "cpu":
-        # Before user code runs: it may import parts of Inductor that must see interpreter mode.
-        from kernelopt_bot.compile.interpret import enable_interpreter_mode
-
-        enable_interpreter_mode()
+    # Before user code runs: it may import parts of Inductor that must see interpreter mode.
+    prepare_device(dev)
     path = Path(spec)
     if spec.endswith(".py") or path.is_file():
         target = _load_benchmark_file(path, dev, dt)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The GPU image has torch, triton, click, rich, jinja2 and pyyaml but not pydantic, which the bot's
-# config needs: fetch its wheels (for the image's Python 3.12, x86-64) into .whl/, which
+# The GPU image has torch, triton, click, rich, jinja2 and pyyaml but not pydantic (the bot's config)
+# nor openai (the LLM client): fetch their wheels (for the image's Python 3.12, x86-64) into .whl/, which
 # scripts/gpu_check.sh installs when pydantic is missing. Carry `.whl` with the device call.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -8,5 +8,6 @@ grep -qx '/.whl/' .git/info/exclude 2> /dev/null || echo '/.whl/' >> .git/info/e
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
   -d .whl pydantic==2.13.4 pydantic_core==2.46.4 annotated-types==0.7.0 typing-inspection==0.4.2 \
-  typing_extensions==4.16.0
+  typing_extensions==4.16.0 openai==3.57.0 anyio==4.16.0 httpx2==2.16.2 httpcore2==2.16.2 h11==0.16.0 \
+  idna==3.20 jiter==0.19.0 sniffio==1.3.1 certifi==2026.10.19.post1 truststore==0.10.5
 ls .whl

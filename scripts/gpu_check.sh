@@ -2,8 +2,8 @@
 # One call on a GPU machine runs one or more parts, each under its own time limit; a short table
 # prints last. Logs and results land under $OUT, packed as results.tgz plus summary.txt.
 #   bash scripts/gpu_check.sh engine     GPU engine tests + engine report (per-example times, roofline, noise)
-#   bash scripts/gpu_check.sh redteam    the red team's cheating candidates at full size (all three files; the
-#                                        GPU-only race cases run only here)
+#   bash scripts/gpu_check.sh redteam    the red team (all three files) at tiny size, then its GPU-only cases (a race,
+#                                        gate 4) at full size
 #   bash scripts/gpu_check.sh isolation  model code and candidates find no secret, with CUDA inside the namespaces
 #   bash scripts/gpu_check.sh honest     the honest candidates (HONEST_K selects)
 #   bash scripts/gpu_check.sh speedup    gate 4 on a sweep-found launch config (SPEEDUP_EXAMPLE, SPEEDUP_DTYPE)
@@ -17,7 +17,7 @@
 set -uo pipefail
 export PYTHONUNBUFFERED=1 OUT="${OUT:-$PWD/gpu_out}" KERNELOPT_EXAMPLE_SIZE=full
 export TORCHINDUCTOR_CACHE_DIR="${TORCHINDUCTOR_CACHE_DIR:-/tmp/kernelopt-inductor-cache}"
-if compgen -G ".whl/*.whl" > /dev/null && ! python3 -c "import pydantic" 2> /dev/null; then  # the bot's config needs pydantic, which the GPU image lacks
+if compgen -G ".whl/*.whl" > /dev/null && ! python3 -c "import pydantic, openai" 2> /dev/null; then  # the bot's config needs pydantic, which the GPU image lacks
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     && export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 fi
@@ -54,7 +54,14 @@ part_engine() {
   return $rc
 }
 
-part_redteam() { run_tests redteam tests/redteam -k "cheater or covers"; }
+GPU_ONLY_CASES="race_next_block_on_gpu or unchanged_source_noise or slower_launch_config"
+part_redteam() {  # every case at the examples' tiny size (8 s a case at full size would not fit), then the
+  # GPU-only ones (a race across programs, gate 4's noise and gamma) at full size
+  local rc=0
+  KERNELOPT_EXAMPLE_SIZE=tiny run_tests redteam tests/redteam -k "not ($GPU_ONLY_CASES)" || rc=1
+  run_tests redteam_gpu tests/redteam -k "$GPU_ONLY_CASES" || rc=1
+  return $rc
+}
 
 part_isolation() { run_tests isolation tests/test_isolation.py tests/test_infrastructure.py; }
 
@@ -105,7 +112,7 @@ part_gpus() {  # issue 6: the same problems on one GPU, then on every GPU, each 
   return $rc
 }
 
-export R summary
+export R summary GPU_ONLY_CASES
 export -f run_tests timed_suite part_engine part_redteam part_isolation part_honest part_speedup part_optimize part_prdry part_suite part_gpus
 for part in "${@:-engine}"; do
   case "$part" in

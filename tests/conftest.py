@@ -20,9 +20,9 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 HAS_CUDA = torch.cuda.is_available()
 os.environ.setdefault("KERNELOPT_EXAMPLE_SIZE", "full" if HAS_CUDA else "tiny")
 if not HAS_CUDA:
-    from kernelopt_bot.compile.interpret import enable_interpreter_mode
+    from kernelopt_bot.device import prepare_device
 
-    enable_interpreter_mode()
+    prepare_device("cpu")
 
 DEVICE = "cuda" if HAS_CUDA else "cpu"
 

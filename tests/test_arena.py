@@ -53,3 +53,33 @@ def test_closing_an_arm_that_is_still_compiling_kills_it_at_once(tmp_path: Path)
     arm.close()
     assert time.monotonic() - start < 5.0 and not arm.alive
     arm.close()  # closing twice is harmless
+
+
+def test_arms_compile_side_by_side_and_settle_waits_for_all_before_anything_is_timed() -> None:
+    """The compiler's options and the final arm compile at once; ``settle`` returns only when none
+    compiles (each ready or failed), so a timed arm never shares the CPU with a compile."""
+    with Arena(str(EXAMPLES / "gelu.py"), "cpu", "fp32") as arena:
+        assert arena.room_for(3) == 3  # no GPU memory to plan on the CPU
+        arms = [arena.candidate(None, label=f"arm{i}", wait=False) for i in range(2)]
+        assert all(a.compiling for a in arms) and len(arena.compiling()) == 2
+        arena.settle()
+        assert arena.compiling() == [] and all(a.ready for a in arms)
+        assert arms[0].wait_ready() is arms[0].info  # a second wait answers at once
+        for arm in arms:
+            arm.close()
+        assert not any(a.compiling for a in arms)
+
+
+def test_a_start_failure_seen_by_settle_stays_with_the_arm(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.py"
+    broken.write_text("import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n"
+                      "        raise RuntimeError('cannot run')\n"
+                      "def get_inputs():\n    return [torch.randn(4)]\ndef get_init_inputs():\n    return []\n")
+    with Arena(str(broken), "cpu", "fp32", timeout_s=120) as arena:
+        arm = arena.candidate(None, wait=False)
+        arena.settle()  # does not raise: the failure is the arm's owner's to report
+        assert not arm.compiling and not arm.ready
+        with pytest.raises(WorkerError, match="cannot run"):
+            arm.wait_ready()
+        with pytest.raises(WorkerError, match="cannot run"):  # the same error again, no second wait
+            arm.wait_ready()

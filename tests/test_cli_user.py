@@ -137,7 +137,7 @@ def test_verify_runs_without_the_interpreter_variable_and_says_what_it_does(tmp_
 
 def test_verify_takes_a_config_candidate_in_the_flat_form_pin_takes(tmp_path: Path) -> None:
     """The same config written the same way works for ``pin --config`` and ``verify --candidate``."""
-    from kernelopt_bot.verify.cascade import Candidate
+    from kernelopt_bot.candidate import Candidate
 
     flat = tmp_path / "flat.json"
     flat.write_text('{"YBLOCK": 4, "num_warps": 2}')

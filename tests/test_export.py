@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from kernelopt_bot.candidate import Candidate, candidate_pack
 from kernelopt_bot.stitch.export import (
     FUSED_MARK,
     inductor_lookup_key,
@@ -24,7 +25,6 @@ from kernelopt_bot.stitch.export import (
     lookup_key_or_none,
 )
 from kernelopt_bot.stitch.pack import KernelPack, LaunchConfig, PackEntry, PackError
-from kernelopt_bot.verify.cascade import Candidate, candidate_pack
 from tests.helpers import EXAMPLES, ROOT, captured
 
 EXAMPLE = "sum_middle_dim.py"  # one persistent reduction, no libdevice call: stock interpreter runs it
@@ -94,9 +94,9 @@ def test_lookup_key_round_trips_and_is_checked() -> None:
 
 
 # A fresh process with stock PyTorch only: interpreter mode set up by hand, as
-# kernelopt_bot.compile.interpret.enable_interpreter_mode does (no libdevice shim: the example
+# kernelopt_bot.device.prepare_device("cpu") does (no libdevice shim: the example
 # kernel calls none), then the activation lines exactly as `kernelopt export` printed them.
-# One shim more than enable_interpreter_mode: Inductor's lookup reads ``fn.src``, which triton's
+# One shim more than prepare_device: Inductor's lookup reads ``fn.src``, which triton's
 # JITFunction has on a GPU and its InterpretedFunction lacks (AttributeError with a non-empty
 # table, torch 2.13 + triton 3.9); triton's own JITFunction computes it here.
 _STOCK_SCRIPT = """\

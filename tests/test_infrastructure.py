@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+from kernelopt_bot.candidate import Candidate, Proposal
 from kernelopt_bot.result import KernelOutcome
-from kernelopt_bot.search.base import Proposal
 from kernelopt_bot.search.budget import Budget
 from kernelopt_bot.search.orchestrator import Orchestrator
 from kernelopt_bot.stitch.pack import LaunchConfig
 from kernelopt_bot.store import Store
-from kernelopt_bot.verify.cascade import Candidate, Cascade, VerifyOptions
+from kernelopt_bot.verify.cascade import Cascade, VerifyOptions
 from kernelopt_bot.verify.result import GATE_ORDER, GateResult, Verdict
 from kernelopt_bot.verify.sandbox import SandboxLimits
 from tests.helpers import captured

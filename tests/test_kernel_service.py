@@ -7,12 +7,13 @@ from collections.abc import Iterator
 
 import pytest
 
+from kernelopt_bot.candidate import Candidate
 from kernelopt_bot.compile.artifact import TritonKernel
 from kernelopt_bot.harness.isolation import processes_started
 from kernelopt_bot.harness.kernel_service import KernelService, late_text, variant_key
 from kernelopt_bot.search.tuner import ORIGIN
 from kernelopt_bot.stitch.pack import LaunchConfig
-from kernelopt_bot.verify.cascade import Candidate, Cascade, VerifyOptions
+from kernelopt_bot.verify.cascade import Cascade, VerifyOptions
 from kernelopt_bot.verify.result import InfrastructureFailure, Verdict
 from kernelopt_bot.verify.sandbox import SANDBOX_PROCESS
 from tests.helpers import bump_constant, captured, first_float_constant, other_tiling

@@ -174,3 +174,15 @@ def test_budget_and_usage_are_a_table_not_a_dict() -> None:
     assert "| wall seconds | 110 | 98.4 |" in budget
     assert "| GPU seconds | no limit | 61.2 |" in budget
     assert "LLM tokens" not in budget  # no LLM agents asked for: their resources are noise
+
+
+def test_host_latency_and_device_memory_are_reported_when_measured() -> None:
+    result = _measured_result()
+    assert "host-inclusive latency" not in render_report(result)  # not measured: no row
+    result.latency_ms = {"baseline": 3.1, "optimized": 2.2, "noise_floor": 0.01}
+    result.processes = {"started": 6, "sandboxes": 0, "peak_gpu_mb": 900.0, "device_peak_mb": 3000.0,
+                        "model_gpu_mb": 1200.0}
+    result.phases = {"searching": 12.0}
+    report = render_report(result)
+    assert "| host-inclusive latency of a call, `torch.compile` -> with pack | 3.1" in report
+    assert "on the device (every process): 3000 MiB (2.5x what the compiled model alone holds)" in report

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import torch
 
+from kernelopt_bot.candidate import Candidate
 from kernelopt_bot.compile.artifact import TritonKernel
 from kernelopt_bot.compile.capture import Capture, capture
 from kernelopt_bot.harness.isolation import processes_started
@@ -18,7 +19,7 @@ from kernelopt_bot.harness.swap_arm import EngineArm, KernelSwap
 from kernelopt_bot.search.tuner import ORIGIN
 from kernelopt_bot.stitch.pack import LaunchConfig
 from kernelopt_bot.targets import load_target
-from kernelopt_bot.verify.cascade import Candidate, Cascade, VerifyOptions
+from kernelopt_bot.verify.cascade import Cascade, VerifyOptions
 from tests.helpers import DEVICE, EXAMPLES, other_tiling
 from tests.redteam import cheats
 

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
+from kernelopt_bot.candidate import Candidate
 from kernelopt_bot.compile.artifact import parse_output_code
 from kernelopt_bot.profile import KernelProfile
 from kernelopt_bot.search.base import SearchContext
 from kernelopt_bot.search.tuner import OfflineTuner, predicted_gain, promising
-from kernelopt_bot.verify.cascade import Candidate
 
 H200 = Path(__file__).resolve().parent / "fixtures" / "output_code" / "torch-2.11.0"
 

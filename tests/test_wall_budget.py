@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from pathlib import Path
@@ -9,13 +10,12 @@ from typing import Any
 
 import pytest
 
+from kernelopt_bot.candidate import Candidate, Proposal
 from kernelopt_bot.harness.model_worker import WorkerError
 from kernelopt_bot.pipeline import WALL_MARGIN_S, _final_bench, _recommend_in_time
-from kernelopt_bot.search.base import Proposal
 from kernelopt_bot.search.budget import Budget, BudgetExceeded
 from kernelopt_bot.search.compile_options import COMPILE_OPTIONS, recommend
 from kernelopt_bot.search.orchestrator import Orchestrator, SearchLimits
-from kernelopt_bot.verify.cascade import Candidate
 from tests.helpers import EXAMPLES, captured
 from tests.test_final_bench import GATE4, _entry, _pack, _result
 from tests.test_report import shell
@@ -73,6 +73,12 @@ class _Arena:
     def candidate(self, *_a: Any, **_k: Any) -> Any:
         raise AssertionError("no option may start after the deadline")
 
+    def room_for(self, wanted: int) -> int:
+        return wanted
+
+    def settle(self) -> None:
+        pass
+
 
 def test_compiler_options_past_the_deadline_are_reported_not_measured() -> None:
     recs = recommend(_Arena(), None, gamma=1.03, time_left=lambda: 20.0)  # type: ignore[arg-type]
@@ -119,16 +125,43 @@ def test_a_tiny_wall_budget_ends_the_run_on_time(tmp_path: Path) -> None:
     assert "starting the engine" in result["phases"]
 
 
+class _SlowArm:
+    """An arm whose compile outlives its start timeout: waiting for it runs the clock to the
+    timeout (counted from its start), then it is killed."""
+
+    def __init__(self, now: list[float], timeout_s: float) -> None:
+        self.now, self.timeout_s, self.ends_at = now, timeout_s, now[0] + timeout_s
+
+    def wait_ready(self) -> Any:
+        self.now[0] = max(self.now[0], self.ends_at)
+        raise WorkerError(f"arm: no answer to start within {self.timeout_s:.0f} s (killed)")
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> _SlowArm:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+
 class _SlowArena(_Arena):
-    """Every arm's compile outlives its start timeout: the clock runs to it, then the arm is killed."""
+    """Every arm's compile outlives its start timeout."""
 
     def __init__(self, now: list[float]) -> None:
-        self.timeout_s, self.now, self.started = 600.0, now, []
+        self.timeout_s, self.now, self.started, self.arms = 600.0, now, [], []
 
-    def candidate(self, *_a: Any, **_k: Any) -> Any:
+    def candidate(self, *_a: Any, wait: bool = True, **_k: Any) -> Any:
+        assert not wait  # arms compile side by side and are waited for together
         self.started.append(self.timeout_s)
-        self.now[0] += self.timeout_s
-        raise WorkerError(f"arm: no answer to start within {self.timeout_s:.0f} s (killed)")
+        self.arms.append(_SlowArm(self.now, self.timeout_s))
+        return self.arms[-1]
+
+    def settle(self) -> None:
+        for arm in self.arms:
+            with contextlib.suppress(WorkerError):
+                arm.wait_ready()
 
 
 def test_a_compiler_option_is_cut_off_at_the_deadline() -> None:
@@ -136,9 +169,9 @@ def test_a_compiler_option_is_cut_off_at_the_deadline() -> None:
     budget = Budget(max_wall_s=100.0, clock=lambda: now[0])
     arena = _SlowArena(now)
     recs = _recommend_in_time(arena, None, 1.03, 3, budget, candidate_s=20.0)
-    assert arena.started == [100.0]  # the first option's compile may take what is left, no more
-    assert "ran out while it compiled" in recs[0].detail and recs[0].speedup is None
-    assert all("wall-time budget ran out" in r.detail for r in recs[1:])  # the others never start
+    assert arena.started == [100.0] * 3  # they compile at once, each may take what is left, no more
+    assert now[0] == 100.0  # and are cut off together at the deadline
+    assert all("ran out while it compiled" in r.detail and r.speedup is None for r in recs)
     assert arena.timeout_s == 600.0  # the arena's own limit is back for later arms
 
 

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from kernelopt_bot.compile.artifact import Artifact, parse_artifact
-from kernelopt_bot.compile.interpret import enable_interpreter_mode
+from kernelopt_bot.device import prepare_device
 from kernelopt_bot.targets import Target, dtype_name
 
 _FRESH = itertools.count()
@@ -29,12 +29,6 @@ def versions() -> dict[str, str]:
     import triton
 
     return {"torch": torch.__version__, "triton": triton.__version__}
-
-
-def prepare_device(device: str) -> None:
-    """Without CUDA, switch to interpreter mode before anything compiles."""
-    if device == "cpu":
-        enable_interpreter_mode()
 
 
 def compile_fresh(model: torch.nn.Module, *, mode: str | None = None,

@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from kernelopt_bot.candidate import DEFAULT_GAMMA
 from kernelopt_bot.config import KerneloptConfig, TargetConfig
 from kernelopt_bot.result import RunResult
 from kernelopt_bot.stitch.pack import KernelPack
@@ -40,7 +41,7 @@ class TargetJob:
     dtype: str
     device: str | None
     budget: dict[str, Any] = field(default_factory=dict)
-    gamma: float = 1.03
+    gamma: float = DEFAULT_GAMMA
     llm: dict[str, Any] | None = None
 
     @property

@@ -4,14 +4,24 @@ Starting a process and compiling the model costs seconds to tens of seconds. The
 on a GPU, the second baseline that measures the noise floor) do not change while candidates for
 the same target are verified, so they are started once and asked again and again; each candidate
 gets its own fresh process, with its pack, compile mode and Inductor settings.
+
+Arms that are not needed one after the other (the compiler's options, the final benchmark's arm)
+compile at once, as many as the GPU's free memory holds (:meth:`Arena.room_for`), and nothing
+is timed while any of them still compiles (:meth:`Arena.settle`): a compile beside a timed arm
+takes the CPU its launches need, which on a launch-bound model is the whole measurement.
 """
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
-from kernelopt_bot.harness.model_worker import ModelWorker, WorkerSpec
+from kernelopt_bot.harness.model_worker import ModelWorker, WorkerError, WorkerSpec
 from kernelopt_bot.stitch.pack import KernelPack
+
+CONTEXT_MB = 600.0  # a CUDA context and Inductor's runtime, per process
+ARM_HEADROOM = 1.5  # compiling (autotuning, workspaces) takes more than the arm holds once ready
+RESERVE_MB = 2048.0  # left free for the engine's own work and the allocator's fragmentation
 
 
 class Arena:
@@ -23,6 +33,7 @@ class Arena:
         self.timeout_s = timeout_s
         self.mode, self.config = mode, dict(config or {})
         self._workers: dict[str, ModelWorker] = {}
+        self._started: list[ModelWorker] = []  # candidate arms, for settle() and room_for()
 
     def _spec(self, label: str, **overrides: Any) -> WorkerSpec:
         fields: dict[str, Any] = {"mode": self.mode, "config": dict(self.config)}
@@ -64,6 +75,7 @@ class Arena:
         if config is not None:
             overrides["config"] = {**self.config, **config}
         worker = ModelWorker(self._spec(label, **overrides), start_timeout_s=self.timeout_s)
+        self._started = [w for w in self._started if not w.closed] + [worker]
         if not wait:
             return worker
         try:
@@ -73,7 +85,46 @@ class Arena:
             raise
         return worker
 
+    def baseline_info(self) -> dict[str, Any]:
+        """What the baseline arm reported when ready (``gpu_mb``: the compiled model's GPU memory),
+        or ``{}`` before that."""
+        base = self._workers.get("baseline")
+        return base.info if base is not None and base.ready else {}
+
+    def compiling(self) -> list[ModelWorker]:
+        """The arms (baselines included) still compiling."""
+        return [w for w in [*self._workers.values(), *self._started] if w.compiling]
+
+    def settle(self) -> None:
+        """Wait until no arm compiles any more (each is ready or has failed; a failure stays with
+        the arm, for its owner's ``wait_ready``): call before timing anything."""
+        for worker in self.compiling():
+            with contextlib.suppress(WorkerError):
+                worker.wait_ready()
+
+    def room_for(self, wanted: int) -> int:
+        """How many of ``wanted`` new arms may start compiling now. On a GPU, each needs about what
+        the ready baseline arm holds (times :data:`ARM_HEADROOM`, plus a context), arms still
+        compiling count as already holding theirs, and :data:`RESERVE_MB` stays free. At least
+        one when nothing compiles, so the run goes on (an out-of-memory error is then reported as
+        an infrastructure failure, not a verdict)."""
+        if self.device != "cuda" or wanted <= 0:
+            return max(0, wanted)
+        held = self.baseline_info().get("gpu_mb")
+        if not held:
+            return wanted
+        import torch
+
+        free_mb = torch.cuda.mem_get_info()[0] / 2**20
+        per_arm = held * ARM_HEADROOM + CONTEXT_MB
+        compiling = len(self.compiling())
+        fit = int((free_mb - RESERVE_MB) // per_arm) - compiling
+        return min(wanted, max(fit, 0 if compiling else 1))
+
     def close(self) -> None:
+        for worker in self._started:
+            worker.close()
+        self._started.clear()
         for worker in self._workers.values():
             worker.close()
         self._workers.clear()

@@ -17,7 +17,6 @@ freeing the caching allocator, then raised as an :class:`InfrastructureFailure`,
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import json
 import os
@@ -34,6 +33,7 @@ from kernelopt_bot.compile.artifact import TritonKernel
 from kernelopt_bot.compile.capture import KernelRecording
 from kernelopt_bot.errors import one_line
 from kernelopt_bot.harness.kernel import KernelHarness
+from kernelopt_bot.harness.memory import free_memory, retry_note
 from kernelopt_bot.stitch.pack import LaunchConfig
 from kernelopt_bot.verify.correctness import DEFAULT_SEEDS, DISTRIBUTIONS, check_correctness
 from kernelopt_bot.verify.result import InfrastructureFailure, StepClock, is_out_of_memory
@@ -61,13 +61,6 @@ def variant_key(source: str, config: LaunchConfig | None) -> str:
     """What makes two variants the same kernel: their source and their launch config."""
     text = json.dumps([source, config.to_json() if config else None], sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()
-
-
-def free_memory(device: str) -> None:
-    """Give back what this process caches, before a retry after running out of memory."""
-    gc.collect()
-    if device == "cuda" and torch.cuda.is_available():
-        torch.cuda.empty_cache()
 
 
 class KernelBench:
@@ -329,7 +322,8 @@ class KernelService:
         except Exception as exc:
             if is_out_of_memory(exc):
                 raise InfrastructureFailure(
-                    f"out of memory in the engine (retried once after freeing): {one_line(exc)}") from exc
+                    f"out of memory in the engine ({retry_note(self.device)}): "
+                    f"{one_line(exc)}") from exc
             raise
 
     def close(self) -> None:

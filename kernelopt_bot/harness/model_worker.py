@@ -86,8 +86,9 @@ def flatten_outputs(out: Any, device: str = "cpu") -> list[Any]:
 def _serve(spec: WorkerSpec, conn: Channel) -> None:
     import torch
 
-    from kernelopt_bot.compile.capture import compile_fresh, prepare_device
-    from kernelopt_bot.harness.timing import time_on
+    from kernelopt_bot.compile.capture import compile_fresh
+    from kernelopt_bot.device import prepare_device
+    from kernelopt_bot.harness.timing import time_model
     from kernelopt_bot.stitch import runtime
     from kernelopt_bot.stitch.pack import KernelPack
     from kernelopt_bot.targets import load_target
@@ -104,6 +105,9 @@ def _serve(spec: WorkerSpec, conn: Channel) -> None:
     conn.send(("ready", {
         "applied": [a.kernel_name for a in runtime.applied()],
         "skipped": [f"{s.kernel_name}: {s.reason}" for s in runtime.skipped()],
+        # What this arm holds on the GPU (model, inputs, compiled workspace; the CUDA context not
+        # included): the arena sizes how many arms may compile at once from it.
+        "gpu_mb": torch.cuda.max_memory_reserved() / 2**20 if target.device == "cuda" else None,
     }))
     while True:
         op, *args = conn.recv()
@@ -113,8 +117,8 @@ def _serve(spec: WorkerSpec, conn: Channel) -> None:
             if op == "time":
                 seed, reps = args
                 inputs = target.make_inputs(seed)
-                timing = time_on(target.device, functools.partial(compiled, *inputs), reps=reps, warmup=2)
-                conn.send(("ok", timing.median_ms))
+                timing = time_model(target.device, functools.partial(compiled, *inputs), reps=reps)
+                conn.send(("ok", timing.reply()))
             elif op == "outputs":
                 (seed,) = args
                 conn.send(("ok", flatten_outputs(compiled(*target.make_inputs(seed)))))
@@ -150,14 +154,31 @@ class ModelWorker:
         self._conn = self._proc.conn
         self.info: dict[str, Any] = {}
         self.ready = False  # compiled and answering (after wait_ready)
+        self.start_error: WorkerError | None = None  # why it failed to start, once waited for
+        self.closed = False
 
     def wait_ready(self) -> dict[str, Any]:
-        kind, payload = self._receive(self.start_timeout_s, "start")
-        if kind != "ready":
-            raise WorkerError(f"{self.spec.label}: unexpected reply {kind!r} while starting")
+        """Wait for the arm's compile; a second call after a failed start raises the same error
+        (the arena may have waited for it first, to keep the machine quiet while others time)."""
+        if self.ready:
+            return self.info
+        if self.start_error is not None:
+            raise self.start_error
+        try:
+            kind, payload = self._receive(self.start_timeout_s, "start")
+            if kind != "ready":
+                raise WorkerError(f"{self.spec.label}: unexpected reply {kind!r} while starting")
+        except WorkerError as exc:
+            self.start_error = exc
+            raise
         self.info = payload
         self.ready = True
         return payload
+
+    @property
+    def compiling(self) -> bool:
+        """Started, neither ready nor failed nor closed: it is using the CPU (and GPU) now."""
+        return not (self.ready or self.closed or self.start_error is not None)
 
     def request(self, *message: Any, timeout_s: float = 600.0) -> Any:
         try:
@@ -192,12 +213,15 @@ class ModelWorker:
 
     def close(self) -> None:
         """Ask a ready arm to quit; kill one still compiling (it reads its pipe only once ready,
-        so asking would only wait out the join)."""
+        so asking would only wait out the join). Closing twice is harmless."""
+        if self.closed:
+            return
         if self._proc.alive() and self.ready:
             with contextlib.suppress(OSError, ValueError):
                 self._conn.send(("quit",))
             self._proc.wait(10)
         self._proc.close()
+        self.closed = True
 
     def __enter__(self) -> ModelWorker:
         return self

@@ -30,9 +30,9 @@ import torch
 from kernelopt_bot.compile.artifact import TritonKernel
 from kernelopt_bot.compile.capture import Capture
 from kernelopt_bot.errors import one_line
-from kernelopt_bot.harness.kernel_service import free_memory
+from kernelopt_bot.harness.memory import free_memory
 from kernelopt_bot.harness.model_worker import ArmRaised, flatten_outputs
-from kernelopt_bot.harness.timing import time_on
+from kernelopt_bot.harness.timing import time_model
 from kernelopt_bot.stitch.pack import integer_arguments
 from kernelopt_bot.stitch.runtime import ShapeGuardedKernel, sizes_baked_in
 from kernelopt_bot.verify.result import is_out_of_memory
@@ -129,12 +129,11 @@ class EngineArm:
         # Copies: a later call of the same compiled model must not change what was handed out.
         return [t.clone() for t in flatten_outputs(self._call(seed), self.capture.target.device)]
 
-    def _time(self, seed: int, reps: int) -> float | None:
+    def _time(self, seed: int, reps: int) -> tuple[float, float | None] | None:
         target = self.capture.target
         inputs = target.make_inputs(seed)
         with torch.no_grad():
-            timing = time_on(target.device, functools.partial(self.capture.compiled, *inputs), reps=reps, warmup=2)
-        return timing.median_ms
+            return time_model(target.device, functools.partial(self.capture.compiled, *inputs), reps=reps).reply()
 
     def request(self, *message: Any, timeout_s: float = 600.0) -> Any:
         """``("outputs", seed)`` or ``("time", seed, reps)``, answered as a model arm answers.

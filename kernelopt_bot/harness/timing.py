@@ -7,6 +7,7 @@ number, because interpreter times say nothing about a GPU.
 from __future__ import annotations
 
 import statistics
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +24,7 @@ class Timing:
     median_ms: float | None
     samples_ms: list[float] = field(default_factory=list)
     reason: str = ""
+    host_ms: float | None = None  # median host-inclusive latency of a call (see time_model)
 
     @property
     def measured(self) -> bool:
@@ -33,7 +35,13 @@ class Timing:
         return cls(None, [], reason)
 
     def to_json(self) -> dict[str, Any]:
-        return {"median_ms": self.median_ms, "samples": len(self.samples_ms), "reason": self.reason}
+        return {"median_ms": self.median_ms, "samples": len(self.samples_ms), "reason": self.reason,
+                "host_ms": self.host_ms}
+
+    def reply(self) -> tuple[float, float | None] | None:
+        """What a model arm answers to ``("time", seed, reps)``: ``(gpu_ms, host_ms)``, or None
+        where nothing was timed (the CPU interpreter)."""
+        return None if self.median_ms is None else (self.median_ms, self.host_ms)
 
 
 class L2Flusher:
@@ -93,3 +101,25 @@ def time_on(device: str, fn: Callable[[], Any], **kwargs: Any) -> Timing:
         before()
     fn()
     return Timing.not_measured()
+
+
+def time_model(device: str, fn: Callable[[], Any], *, reps: int = 20, warmup: int = 2) -> Timing:
+    """A whole model's call, timed two ways: GPU time (CUDA events, calls queued back to back after
+    an L2 flush, as for a kernel) and host-inclusive latency (wall clock from the call to the end
+    of its GPU work, synchronized before and after each call). On a launch-bound model the two
+    differ: the GPU time hides the host's launch overhead behind the flush, the latency does not,
+    and that overhead is what CUDA graphs remove."""
+    timing = time_on(device, fn, reps=reps, warmup=warmup)
+    if not timing.measured:
+        return timing
+    flush = flusher()
+    latencies: list[float] = []
+    for _ in range(reps):
+        flush()
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        latencies.append((time.perf_counter() - start) * 1000.0)
+    timing.host_ms = statistics.median(latencies)
+    return timing

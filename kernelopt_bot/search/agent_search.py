@@ -16,12 +16,12 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-from kernelopt_bot.search.base import Proposal, SearchContext
+from kernelopt_bot.candidate import Candidate, Proposal
+from kernelopt_bot.search.base import SearchContext
 from kernelopt_bot.search.budget import Budget, BudgetExceeded
 from kernelopt_bot.search.llm.agents import make_agents
 from kernelopt_bot.search.llm.client import LLMUnavailable
 from kernelopt_bot.search.llm.config import LLMSettings
-from kernelopt_bot.verify.cascade import Candidate
 from kernelopt_bot.verify.result import Verdict
 
 

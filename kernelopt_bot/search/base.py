@@ -10,20 +10,9 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
+from kernelopt_bot.candidate import Proposal
 from kernelopt_bot.compile.artifact import TritonKernel
 from kernelopt_bot.profile import KernelProfile
-from kernelopt_bot.verify.cascade import Candidate
-
-
-@dataclass
-class Proposal:
-    """A candidate plus what its strategy knows about it (kernel-level time, why it was made)."""
-
-    candidate: Candidate
-    strategy: str
-    kernel_ms: float | None = None
-    note: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

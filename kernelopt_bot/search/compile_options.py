@@ -14,11 +14,12 @@ from typing import Any
 
 from kernelopt_bot.bench import compare_arms
 from kernelopt_bot.harness.arena import Arena
-from kernelopt_bot.harness.model_worker import WorkerError
+from kernelopt_bot.harness.model_worker import Arm, WorkerError
 from kernelopt_bot.result import Recommendation
 from kernelopt_bot.targets import Target
 from kernelopt_bot.verify.model import check_model
 from kernelopt_bot.verify.perf import judge
+from kernelopt_bot.verify.result import InfrastructureFailure
 
 
 @dataclass(frozen=True)
@@ -42,29 +43,65 @@ def recommend(arena: Arena, target: Target, *, gamma: float, rounds: int = 10, r
               time_left: Callable[[], float | None] | None = None) -> list[Recommendation]:
     """Measure each option against the default compile; never raises for an option that fails.
 
-    ``time_left`` (seconds of wall budget left, None = no limit; the search budget's
-    ``wall_s_left``): options that would start too close to the end are reported as not measured,
-    so the run keeps its wall budget.
+    The options' arms compile at once (as many as the GPU's memory holds: ``Arena.room_for``),
+    and are timed one after the other once none compiles any more (``Arena.settle``).
+    ``time_left`` (seconds of wall budget left, None = no limit): options that would start too
+    close to the end are reported as not measured, so the run keeps its wall budget.
     """
     if arena.device != "cuda":
         return [Recommendation(o.label, None, False, "not measured: no CUDA device") for o in options]
-    out: list[Recommendation] = []
     baseline, repeat = arena.baselines()
-    for option in options:
+    done: dict[str, Recommendation] = {}
+    pending = list(options)
+    while pending:
         left = time_left() if time_left is not None else None
         if left is not None and left < MIN_OPTION_S:
-            out.append(Recommendation(option.label, None, False, "not measured: the wall-time budget ran out"))
-            continue
+            break
+        room = arena.room_for(len(pending))
+        if room == 0:  # others (the final benchmark's arm) still compile: let them finish first
+            arena.settle()
+            room = arena.room_for(len(pending))
+        wave, pending = pending[:room], pending[room:]
+        arms: list[tuple[CompileOption, Arm | WorkerError]] = []
+        for option in wave:
+            try:
+                arms.append((option, arena.candidate(None, label=option.label, mode=option.mode,
+                                                     config=option.config, wait=False)))
+            except WorkerError as exc:
+                arms.append((option, exc))
         try:
-            with arena.candidate(None, label=option.label, mode=option.mode, config=option.config) as arm:
-                model = check_model(target, baseline, arm, None)
-                if not model.passed:
-                    out.append(Recommendation(option.label, None, False, f"outputs differ: {model.reason}"))
-                    continue
-                result = compare_arms(baseline, arm, repeat, target=target.spec, device=arena.device,
-                                      dtype=arena.dtype, rounds=rounds, reps=reps)
-                verdict = judge(result, None, gamma, {})
-                out.append(Recommendation(option.label, result.speedup, bool(verdict.passed), verdict.reason))
-        except WorkerError as exc:
-            out.append(Recommendation(option.label, None, False, f"failed: {exc}"))
-    return out
+            arena.settle()  # nothing is timed while an arm compiles
+            for option, arm in arms:
+                done[option.label] = _measure(option, arm, target, baseline, repeat, arena.device, arena.dtype,
+                                              gamma=gamma, rounds=rounds, reps=reps, time_left=time_left)
+        finally:
+            for _, arm in arms:
+                if not isinstance(arm, WorkerError):
+                    arm.close()
+    return [done.get(o.label) or Recommendation(o.label, None, False, "not measured: the wall-time budget ran out")
+            for o in options]
+
+
+def _measure(option: CompileOption, arm: Arm | WorkerError, target: Target, baseline: Arm,
+             repeat: Arm | None, device: str, dtype: str, *, gamma: float, rounds: int, reps: int,
+             time_left: Callable[[], float | None] | None) -> Recommendation:
+    """Gate 3 and gate 4's rules for one option's (compiled) arm."""
+    try:
+        if isinstance(arm, WorkerError):
+            raise arm
+        arm.wait_ready()
+        model = check_model(target, baseline, arm, None)
+        if not model.passed:
+            return Recommendation(option.label, None, False, f"outputs differ: {model.reason}")
+        result = compare_arms(baseline, arm, repeat, target=target.spec, device=device, dtype=dtype,
+                              rounds=rounds, reps=reps)
+        verdict = judge(result, None, gamma, {})
+        return Recommendation(option.label, result.speedup, bool(verdict.passed), verdict.reason)
+    except InfrastructureFailure as exc:  # out of memory after a retry: ours, not the option's
+        return Recommendation(option.label, None, False, f"not measured: {exc}")
+    except WorkerError as exc:
+        left = time_left() if time_left is not None else None
+        if left is not None and left <= 0.0:
+            return Recommendation(option.label, None, False,
+                                  "not measured: the wall-time budget ran out while it compiled (stopped)")
+        return Recommendation(option.label, None, False, f"failed: {exc}")

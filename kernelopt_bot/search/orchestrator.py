@@ -15,18 +15,31 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from kernelopt_bot.candidate import Candidate, Proposal, candidate_pack
 from kernelopt_bot.compile.artifact import TritonKernel
 from kernelopt_bot.compile.capture import Capture
 from kernelopt_bot.profile import KernelProfile, Profile
 from kernelopt_bot.result import KernelOutcome
-from kernelopt_bot.search.base import Proposal, SearchContext, SearchStrategy
+from kernelopt_bot.search.base import SearchContext, SearchStrategy
 from kernelopt_bot.search.budget import Budget, BudgetExceeded
 from kernelopt_bot.stitch.export import lookup_key_or_none
 from kernelopt_bot.stitch.pack import Guard, KernelPack, PackEntry
 from kernelopt_bot.stitch.runtime import running_environment
 from kernelopt_bot.store import Store
-from kernelopt_bot.verify.cascade import Cascade, candidate_pack
 from kernelopt_bot.verify.result import Verdict
+
+
+class Gates(Protocol):
+    """What the search asks of the gates (the verify package's ``Cascade`` is one), so the search
+    imports no gate: a verdict on a candidate, kernel-level times of variants for the tuner, and the seconds per
+    step of each timing job since the log last read them (the orchestrator clears the list)."""
+
+    timing_seconds: list[dict[str, float]]
+
+    def verify(self, kernel: TritonKernel, candidate: Candidate) -> Verdict: ...
+
+    def time_variants(self, kernel: TritonKernel, candidates: list[Candidate]
+                      ) -> tuple[float | None, list[float | str | None]]: ...
 
 
 class FeedbackSearch(Protocol):
@@ -60,7 +73,7 @@ def _speedup(verdict: Verdict) -> float | None:
 
 
 class Orchestrator:
-    def __init__(self, capture: Capture, profile: Profile, cascade: Cascade, budget: Budget, *,
+    def __init__(self, capture: Capture, profile: Profile, cascade: Gates, budget: Budget, *,
                  strategies: list[SearchStrategy], feedback: list[FeedbackSearch] | None = None,
                  store: Store | None = None, run_id: int | None = None,
                  limits: SearchLimits | None = None, log: Callable[[str], None] = lambda _m: None) -> None:

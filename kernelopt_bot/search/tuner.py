@@ -14,15 +14,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from kernelopt_bot.candidate import Candidate, Proposal
 from kernelopt_bot.compile.artifact import TritonKernel
-from kernelopt_bot.search.base import Proposal, SearchContext, SearchStrategy
+from kernelopt_bot.search.base import SearchContext, SearchStrategy
 from kernelopt_bot.search.space import configs, sample
 from kernelopt_bot.search.transforms import applicable
 from kernelopt_bot.stitch.pack import LaunchConfig
-from kernelopt_bot.verify.cascade import Candidate
 
 # (original_ms, [ms or error per variant]) for a kernel's candidates, timed alone
-# (:meth:`kernelopt_bot.verify.cascade.Cascade.time_variants`).
+# (the gates' ``time_variants``: :class:`kernelopt_bot.search.orchestrator.Gates`).
 Timer = Callable[[TritonKernel, list[Candidate]], tuple[float | None, list[float | str | None]]]
 
 ORIGIN = "tuner"  # our own code: trusted like the target (Candidate.trusted)

@@ -13,29 +13,29 @@ it are recorded as not run. If no candidate for a kernel is accepted, the compil
 
 from __future__ import annotations
 
-import json
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from kernelopt_bot.candidate import DEFAULT_GAMMA, Candidate, candidate_pack
 from kernelopt_bot.compile.artifact import TritonKernel
 from kernelopt_bot.compile.capture import Capture
+from kernelopt_bot.device import device_limits
 from kernelopt_bot.errors import one_line
 from kernelopt_bot.harness.arena import Arena
-from kernelopt_bot.harness.kernel_service import KernelService, free_memory
+from kernelopt_bot.harness.kernel_service import KernelService
+from kernelopt_bot.harness.memory import free_memory, retry_note
 from kernelopt_bot.harness.model_worker import ArmRaised, ModelWorker, WorkerError
 from kernelopt_bot.harness.swap_arm import EngineArm, KernelSwap
-from kernelopt_bot.stitch.export import lookup_key_or_none
-from kernelopt_bot.stitch.pack import KernelPack, LaunchConfig, PackEntry, PackError, integer_arguments
-from kernelopt_bot.stitch.runtime import running_environment
 from kernelopt_bot.targets import dtype_name
 from kernelopt_bot.verify.correctness import DEFAULT_SEEDS, DISTRIBUTIONS
 from kernelopt_bot.verify.model import DEFAULT_MODEL_SEEDS, check_model
-from kernelopt_bot.verify.perf import DEFAULT_GAMMA, check_performance
+from kernelopt_bot.verify.perf import check_performance
 from kernelopt_bot.verify.result import (
     GATE_ORDER,
     GateResult,
@@ -46,50 +46,7 @@ from kernelopt_bot.verify.result import (
     is_out_of_memory,
 )
 from kernelopt_bot.verify.sandbox import SandboxLimits, SandboxOutcome, run_sandboxed
-from kernelopt_bot.verify.static import DeviceLimits, check_config, check_source
-
-
-class CandidateError(ValueError):
-    """A candidate file that is neither Triton source nor a launch-config JSON."""
-
-
-TRUSTED_ORIGINS = frozenset({"tuner"})
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """New source for a kernel, a launch config for it, or both.
-
-    ``origin`` says whose code it is. ``"tuner"``: our launch configs and our own source
-    transformations of the compiler's kernel, as trusted as the target itself, so gate 2 and
-    timing run inside the engine. Anything else (the default, ``"untrusted"``: an LLM's source, a
-    file handed to ``kernelopt verify``) runs gate 2 in a sandbox process first."""
-
-    label: str
-    source: str | None = None
-    config: LaunchConfig | None = None
-    origin: str = "untrusted"
-
-    @property
-    def trusted(self) -> bool:
-        return self.origin in TRUSTED_ORIGINS
-
-    @classmethod
-    def from_file(cls, path: str | Path) -> Candidate:
-        path = Path(path)
-        try:
-            text = path.read_text()
-        except OSError as exc:
-            raise CandidateError(f"cannot read candidate {path}: {exc.strerror or exc}") from exc
-        stripped = text.lstrip()
-        if stripped.startswith("{"):
-            try:
-                return cls(path.name, config=LaunchConfig.from_user_json(json.loads(text)))
-            except (json.JSONDecodeError, PackError) as exc:
-                raise CandidateError(f"candidate {path} looks like JSON but is not a launch config: {exc}") from exc
-        if not stripped:
-            raise CandidateError(f"candidate {path} is empty")
-        return cls(path.name, source=text)
+from kernelopt_bot.verify.static import check_config, check_source
 
 
 @dataclass(frozen=True)
@@ -103,18 +60,6 @@ class VerifyOptions:
     reps: int = 20
     allow_inline_asm: bool = False
     sandbox: SandboxLimits = field(default_factory=SandboxLimits)
-
-
-def candidate_pack(capture: Capture, kernel: TritonKernel, candidate: Candidate,
-                   measured: dict[str, Any] | None = None) -> KernelPack:
-    """A one-entry pack that installs ``candidate`` for ``kernel`` on this machine."""
-    pack = KernelPack(target=capture.target.spec, created_by="kernelopt verify")
-    # Gate 2 ran the candidate with the recorded launch's sizes only: the entry is guarded to them.
-    verified = integer_arguments(capture.recording(kernel.graph, kernel.name).args)
-    pack.add(PackEntry(kernel.key, kernel.name, source=candidate.source, config=candidate.config,
-                       guard=running_environment(capture.target.device), measured=measured or {},
-                       note=candidate.label, shapes=(verified,), lookup_key=lookup_key_or_none(kernel.source)))
-    return pack
 
 
 class Cascade:
@@ -164,8 +109,7 @@ class Cascade:
             if not result.passed:
                 return result
         if candidate.config is not None:
-            limits = DeviceLimits.from_current_device() if self.device == "cuda" else DeviceLimits()
-            result = check_config(kernel, candidate.config, limits)
+            result = check_config(kernel, candidate.config, device_limits(self.device))
             if not result.passed:
                 return result
         return GateResult.ok("static", "passed static checks")
@@ -289,8 +233,45 @@ class Cascade:
                     raise InfrastructureFailure(f"out of memory starting the model arms: {again}") from again
                 return [GateResult.fail("model", f"the packed model did not compile or run: {again}")]
             clock.done("arm ready")
-        with arm:
-            return self._judge_on_arms(kernel, job, baseline, arm, repeat, clock)
+        first = arm
+
+        def judge() -> list[GateResult]:
+            with first:
+                return self._judge_on_arms(kernel, job, baseline, first, repeat, clock)
+
+        def restart_and_judge() -> list[GateResult]:
+            # The arm that ran out is gone: stop every arm (their memory back to the GPU), start
+            # them afresh and judge once more. They compiled before, so a failure now is ours.
+            self.arena.close()
+            try:
+                again_baseline, again_repeat = self.arena.baselines()
+                again_arm = self.arena.candidate(candidate_pack(self.capture, kernel, candidate))
+            except WorkerError as exc:
+                raise InfrastructureFailure(f"out of memory judging the candidate, and the model arms did not "
+                                            f"start again: {exc}") from exc
+            clock.done("arms restarted after running out of memory")
+            with again_arm:
+                return self._judge_on_arms(kernel, job, again_baseline, again_arm, again_repeat, clock)
+
+        return self._retrying_memory(judge, restart_and_judge)
+
+    def _retrying_memory(self, judge: Callable[[], list[GateResult]],
+                         again: Callable[[], list[GateResult]]) -> list[GateResult]:
+        """Gates 3 and 4 (``judge()``); when they ran out of memory (an arm, the referee, a
+        comparison: ours, never a verdict), free this process's memory and run ``again()`` once.
+        Out of memory then is an :class:`InfrastructureFailure` that says it was retried."""
+        try:
+            return judge()
+        except InfrastructureFailure as exc:
+            if not is_out_of_memory(str(exc)):
+                raise
+        free_memory(self.device)
+        try:
+            return again()
+        except InfrastructureFailure as exc:
+            if is_out_of_memory(str(exc)):
+                raise InfrastructureFailure(f"{exc} ({retry_note(self.device)})") from exc
+            raise
 
     def _model_and_performance_in_engine(self, kernel: TritonKernel, candidate: Candidate, job: dict[str, Any],
                                          clock: StepClock) -> list[GateResult]:
@@ -313,7 +294,11 @@ class Cascade:
         baseline = EngineArm(self.capture, "baseline")
         repeat = EngineArm(self.capture, "baseline-repeat") if self.device == "cuda" else None
         clock.done("arm ready")
-        return self._judge_on_arms(kernel, job, baseline, arm, repeat, clock)
+
+        def judge() -> list[GateResult]:  # the engine's arms hold nothing between requests
+            return self._judge_on_arms(kernel, job, baseline, arm, repeat, clock)
+
+        return self._retrying_memory(judge, judge)
 
     def _judge_on_arms(self, kernel: TritonKernel, job: dict[str, Any], baseline: Any, arm: Any,
                        repeat: Any, clock: StepClock) -> list[GateResult]:
@@ -323,6 +308,7 @@ class Cascade:
         clock.done("model")
         if not model.passed:
             return [model]
+        self.arena.settle()  # no arm compiles while gate 4 times (an early arm, a prestarted baseline)
         perf = check_performance(
             baseline, arm, repeat, kernel.name, target=target.spec, device=self.device,
             dtype=dtype_name(target.dtype), gamma=opts.gamma, rounds=opts.rounds, reps=opts.reps,

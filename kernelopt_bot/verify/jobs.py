@@ -18,12 +18,13 @@ def _bench(payload: dict[str, Any]) -> Any:
     """The payload's kernel and recorded arguments (loaded from ``args_path``) on a
     :class:`~kernelopt_bot.harness.kernel_service.KernelBench`, interpreter mode set up first."""
     device = payload["device"]
-    from kernelopt_bot.compile.capture import KernelRecording, prepare_device
+    from kernelopt_bot.device import prepare_device
 
     prepare_device(device)
     import torch
 
     from kernelopt_bot.compile.artifact import TritonKernel
+    from kernelopt_bot.compile.capture import KernelRecording
     from kernelopt_bot.harness.kernel_service import KernelBench
 
     kernel = TritonKernel.from_json(payload["kernel"])

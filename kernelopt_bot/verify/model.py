@@ -18,9 +18,16 @@ from typing import Any
 
 import torch
 
+from kernelopt_bot.errors import one_line
+from kernelopt_bot.harness.memory import float64_chunks, free_memory
 from kernelopt_bot.harness.model_worker import Arm, WorkerError, flatten_outputs
 from kernelopt_bot.targets import Target
-from kernelopt_bot.verify.result import GateResult, InfrastructureFailure, is_infrastructure_text
+from kernelopt_bot.verify.result import (
+    GateResult,
+    InfrastructureFailure,
+    is_infrastructure_text,
+    is_out_of_memory,
+)
 from kernelopt_bot.verify.tolerance import (
     MODEL_TIGHT_TOLERANCE,
     UNIT_ROUNDOFF,
@@ -33,26 +40,30 @@ DEFAULT_MODEL_SEEDS = (101, 102)
 
 
 def _float64_outputs(target: Target, inputs: tuple[Any, ...]) -> list[torch.Tensor]:
-    model64 = copy.deepcopy(target.model).double()
-    args64 = tuple(x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs)
+    """The eager model's outputs in float64: on the target's device, or, when that runs out of
+    memory (a float64 copy of a large model's inputs and activations is twice their size), on the
+    CPU, where the referee is slower but its answer the same. Out of memory there too is ours."""
+    try:
+        return _float64_on(target, inputs, target.device)
+    except Exception as exc:
+        if target.device == "cpu" or not is_out_of_memory(exc):
+            raise
+    free_memory(target.device)
+    return _float64_on(target, inputs, "cpu")
+
+
+def _float64_on(target: Target, inputs: tuple[Any, ...], device: str) -> list[torch.Tensor]:
+    model64 = copy.deepcopy(target.model).to(device=device, dtype=torch.float64)
+    args64 = tuple(x.to(device=device, dtype=torch.float64) if isinstance(x, torch.Tensor) and x.is_floating_point()
+                   else x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs)
     with torch.no_grad():
-        return flatten_outputs(model64(*args64), target.device)
+        return flatten_outputs(model64(*args64), device)
 
 
-def _release(device: str) -> None:
-    """Give the float64 comparisons' memory back to the GPU: this process's cache would otherwise
-    hold several times an output's size that the arms and the sandbox need."""
-    if device == "cuda":
-        torch.cuda.empty_cache()
-
-
-def _on(device: str, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-    """Outputs an arm sent through its pipe, back on the target's device for comparing.
-
-    The comparisons run in float64 over every element: on the CPU that is half a minute for a
-    quarter-billion-element output, on the GPU a few milliseconds.
-    """
-    return [t.to(device) for t in tensors]
+def _same_nan_pattern(a: torch.Tensor, b: torch.Tensor, device: str) -> bool:
+    """NaN in the same places, a piece at a time on ``device`` (the arms' outputs come through a
+    pipe on the CPU; a whole output's masks are not needed at once)."""
+    return all(torch.equal(torch.isnan(x), torch.isnan(y)) for x, y in float64_chunks(a, b, device=device))
 
 
 def check_model(target: Target, baseline: Arm, candidate: Arm, kernel_name: str | None, *,
@@ -66,11 +77,13 @@ def check_model(target: Target, baseline: Arm, candidate: Arm, kernel_name: str 
                                         f"(applied: {candidate.info.get('applied') or 'none'})")
     try:
         for seed in seeds:
-            packed = _on(target.device, candidate.request("outputs", seed, timeout_s=timeout_s))
+            # The arms' outputs stay where they arrive (the CPU, for a process arm): the
+            # comparisons move them to the target's device a piece at a time.
+            packed = candidate.request("outputs", seed, timeout_s=timeout_s)
             inputs = target.make_inputs(seed)
             eager = flatten_outputs(target.eager(*inputs), target.device)
             verdict = _check_seed(target, inputs, seed, packed, eager,
-                                  lambda s=seed: _on(target.device, baseline.request("outputs", s, timeout_s=timeout_s)),
+                                  lambda s=seed: baseline.request("outputs", s, timeout_s=timeout_s),
                                   factor, numbers)
             if verdict is not None:
                 return verdict
@@ -78,8 +91,14 @@ def check_model(target: Target, baseline: Arm, candidate: Arm, kernel_name: str 
         if _ours(str(exc)):
             raise InfrastructureFailure(f"model run: {exc}") from exc
         return GateResult.fail("model", f"model run failed: {exc}")
+    except Exception as exc:
+        # This process ran out (the eager model, the float64 referee, a comparison): ours, never a
+        # verdict. The caller frees memory and tries once more (the cascade restarts the arms).
+        if is_out_of_memory(exc):
+            raise InfrastructureFailure(f"out of memory checking the model in the engine: {one_line(exc)}") from exc
+        raise
     finally:
-        _release(target.device)
+        free_memory(target.device)  # the comparisons' memory back to the arms and the sandbox
     how = "matched eager at tight tolerance" if numbers["tight"] else (
         f"float64 fallback: candidate error {numbers['err_candidate_f64']:.3g} <= {factor:g} x "
         f"baseline error {numbers['err_baseline_f64']:.3g}")
@@ -108,15 +127,17 @@ def _check_seed(target: Target, inputs: tuple[Any, ...], seed: int, packed: list
     base = baseline_outputs()
     try:
         ref64 = _float64_outputs(target, inputs)
-    except Exception as exc:  # noqa: BLE001 - no referee means no acceptance
+    except Exception as exc:
+        if is_out_of_memory(exc):
+            raise  # ours, not the candidate's: check_model reports it as such
         return GateResult.fail("model", f"tight tolerance failed and the float64 reference could not run: {exc}")
     floor = UNIT_ROUNDOFF.get(target.dtype, UNIT_ROUNDOFF[torch.float32])
     for i, (p, b, r) in enumerate(zip(packed, base, ref64)):
         if not p.is_floating_point():
-            if not torch.equal(p, b):
+            if not torch.equal(p.to(target.device), b.to(target.device)):
                 return GateResult.fail("model", f"output {i}: integer results differ from the compiler's")
             continue
-        if not torch.equal(torch.isnan(p), torch.isnan(b)):
+        if not _same_nan_pattern(p, b, target.device):
             return GateResult.fail("model", f"output {i}: NaN where the compiler's model has none (seed {seed})")
         err_c, err_b = relative_error(p, r), relative_error(b, r)
         numbers["err_candidate_f64"] = max(err_c, numbers["err_candidate_f64"] or 0.0)

@@ -18,11 +18,11 @@ from __future__ import annotations
 from typing import Any
 
 from kernelopt_bot.bench import compare_arms
+from kernelopt_bot.candidate import DEFAULT_GAMMA
 from kernelopt_bot.harness.model_worker import Arm, WorkerError
 from kernelopt_bot.harness.timing import NOT_MEASURED
 from kernelopt_bot.verify.result import GateResult, InfrastructureFailure, is_infrastructure_text
 
-DEFAULT_GAMMA = 1.03
 # Kernels can beat a plain device copy a little (we saw 106% on an H200); 1.3x the copy roofline is
 # beyond the memory's datasheet peak, so only skipped work gets there.
 PHYSICS_SLACK = 1.3
@@ -66,6 +66,8 @@ def check_performance(baseline: Arm, candidate: Arm, repeat: Arm | None,
         return GateResult.fail("performance", f"benchmark failed: {exc}", **numbers)
     numbers.update(baseline_ms=result.baseline_ms, packed_ms=result.packed_ms, speedup=result.speedup,
                    noise_floor=result.noise_floor, rounds=len(result.rounds),
+                   baseline_host_ms=result.baseline_host_ms, packed_host_ms=result.packed_host_ms,
+                   host_noise_floor=result.host_noise_floor,
                    round_speedups=[r.speedup for r in result.rounds])
     return judge(result, kernel_name, gamma, numbers)
 

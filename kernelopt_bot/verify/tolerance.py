@@ -9,10 +9,12 @@ here).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+
+from kernelopt_bot.harness import memory
 
 
 @dataclass(frozen=True)
@@ -56,8 +58,74 @@ class Comparison:
 
 
 def _scale(ref: torch.Tensor) -> float:
-    finite = ref[torch.isfinite(ref)]
-    return float(finite.abs().max()) if finite.numel() else 0.0
+    """The largest finite ``|ref|`` (0 when there is none), a piece at a time."""
+    flat = ref.reshape(-1)
+    step = memory.CHUNK_ELEMENTS
+    worst = 0.0
+    for start in range(0, flat.numel(), step):
+        piece = flat[start:start + step]
+        finite = piece[torch.isfinite(piece)]
+        if finite.numel():
+            worst = max(worst, float(finite.abs().max()))
+    return worst
+
+
+def _norm(pieces: list[float]) -> float:
+    """The 2-norm of a vector from its pieces' 2-norms: exactly that norm for one piece, scaled by
+    the largest otherwise (no overflow in the squares); NaN or inf when a piece is."""
+    if len(pieces) == 1:
+        return pieces[0]
+    if any(math.isnan(x) for x in pieces):
+        return math.nan
+    top = max(pieces, default=0.0)
+    if top == 0.0 or math.isinf(top):
+        return top
+    return top * math.sqrt(math.fsum((x / top) ** 2 for x in pieces))
+
+
+@dataclass
+class _Sums:
+    """What :func:`compare` needs from every element, added up a piece at a time so the float64
+    temporaries stay bounded (:func:`~kernelopt_bot.harness.memory.float64_chunks`) however large
+    the output."""
+
+    atol_abs: float
+    rtol: float
+    dtype: torch.dtype
+    stray_nan: int = 0
+    missing_nan: int = 0
+    infinities_differ: bool = False
+    mismatches: int = 0
+    max_abs_err: float | None = None
+    ref_norms: list[float] = field(default_factory=list)
+    err_norms: list[float] = field(default_factory=list)
+    bias: _BiasSums = field(default_factory=lambda: _BiasSums())
+    flushed: int = 0
+    normal: int = 0
+
+    def add(self, c: torch.Tensor, r: torch.Tensor) -> None:
+        nan_c, nan_r = torch.isnan(c), torch.isnan(r)
+        self.stray_nan += int((nan_c & ~nan_r).sum())
+        self.missing_nan += int((nan_r & ~nan_c).sum())
+        inf_c, inf_r = torch.isinf(c), torch.isinf(r)
+        if not torch.equal(inf_c, inf_r) or not torch.equal(c[inf_c], r[inf_r]):
+            self.infinities_differ = True
+        if self.stray_nan or self.missing_nan or self.infinities_differ:
+            return  # the verdict is decided; the statistics below are never reported
+        finite = ~(nan_r | inf_r)
+        c, r = c[finite], r[finite]
+        err = (c - r).abs()
+        bound = self.atol_abs + self.rtol * r.abs()
+        self.mismatches += int((err > bound).sum())
+        if err.numel():
+            worst = float(err.max())
+            self.max_abs_err = worst if self.max_abs_err is None else max(self.max_abs_err, worst)
+        self.ref_norms.append(float(r.norm()))
+        self.err_norms.append(float((c - r).norm()))
+        self.bias.add(c, r)
+        flushed, normal = flushed_to_zero(c, r, self.dtype)
+        self.flushed += flushed
+        self.normal += normal
 
 
 def compare(candidate: torch.Tensor, reference: torch.Tensor,
@@ -67,7 +135,12 @@ def compare(candidate: torch.Tensor, reference: torch.Tensor,
 
     ``check_flush=False`` skips the flushed-to-zero rule, for inputs built to cancel (equal or zero
     rows, a large common offset): there the reference's small values are rounding noise, and an
-    honest reordering may compute them as exactly 0."""
+    honest reordering may compute them as exactly 0.
+
+    The float64 work runs on the reference's device in pieces of at most
+    :data:`~kernelopt_bot.harness.memory.CHUNK_ELEMENTS` elements (a candidate on another device
+    moves a piece at a time), so its extra memory is bounded whatever the output's size; the
+    statistics and messages are those of one pass over the whole tensor."""
     if candidate.shape != reference.shape:
         return Comparison(False, f"{what}: shape {tuple(candidate.shape)} != {tuple(reference.shape)}", {})
     if candidate.dtype != reference.dtype:
@@ -76,43 +149,37 @@ def compare(candidate: torch.Tensor, reference: torch.Tensor,
     if n == 0:
         return Comparison(True, "empty", {})
     if not reference.is_floating_point():
-        wrong = int((candidate != reference).sum())
+        wrong = int((candidate.to(reference.device) != reference).sum())
         return Comparison(wrong == 0, f"{what}: {wrong} of {n} elements differ" if wrong else "exact",
                           {"mismatches": wrong})
     tol = (table or KERNEL_TOLERANCE).get(reference.dtype, KERNEL_TOLERANCE[torch.float32])
-    c, r = candidate.double(), reference.double()
-    nan_c, nan_r = torch.isnan(c), torch.isnan(r)
-    if not torch.equal(nan_c, nan_r):
-        stray = int((nan_c & ~nan_r).sum())
-        missing = int((nan_r & ~nan_c).sum())
+    sums = _Sums(tol.atol * _scale(reference), tol.rtol, reference.dtype)
+    for c, r in memory.float64_chunks(candidate, reference):
+        sums.add(c, r)
+    if sums.stray_nan or sums.missing_nan:
+        stray, missing = sums.stray_nan, sums.missing_nan
         return Comparison(False, f"{what}: NaN pattern differs ({stray} NaN where the reference has "
                                  f"values, e.g. unwritten elements; {missing} missing)",
                           {"stray_nan": stray, "missing_nan": missing})
-    inf_c, inf_r = torch.isinf(c), torch.isinf(r)
-    if not torch.equal(inf_c, inf_r) or not torch.equal(c[inf_c], r[inf_r]):
+    if sums.infinities_differ:
         return Comparison(False, f"{what}: infinities differ", {})
-    finite = ~(nan_r | inf_r)
-    c, r = c[finite], r[finite]
-    scale = _scale(reference)
-    err = (c - r).abs()
-    bound = tol.atol * scale + tol.rtol * r.abs()
-    mismatches = int((err > bound).sum())
-    ref_norm = float(r.norm())
-    rel_norm = float((c - r).norm()) / ref_norm if ref_norm > 0 else float((c - r).norm())
-    numbers = {"max_abs_err": float(err.max()) if err.numel() else 0.0, "rel_norm_err": rel_norm,
+    mismatches = sums.mismatches
+    ref_norm, err_norm = _norm(sums.ref_norms), _norm(sums.err_norms)
+    rel_norm = err_norm / ref_norm if ref_norm > 0 else err_norm
+    numbers = {"max_abs_err": sums.max_abs_err or 0.0, "rel_norm_err": rel_norm,
                "mismatches": mismatches, "elements": n}
     if mismatches:
         return Comparison(False, f"{what}: {mismatches} of {n} elements outside rtol={tol.rtol:g}, "
                                  f"atol={tol.atol:g}*max|ref| (max abs err {numbers['max_abs_err']:.3g})", numbers)
     if rel_norm > tol.norm:
         return Comparison(False, f"{what}: relative norm error {rel_norm:.3g} > {tol.norm:g}", numbers)
-    bias = systematic_bias(c, r, reference.dtype)
+    bias = sums.bias.result(reference.dtype)
     numbers.update(bias_signed=bias.signed, bias_bound=bias.bound)
     if not bias.ok:
         return Comparison(False, f"{what}: systematic error: mean signed relative error {bias.signed:+.3g} "
                                  f"exceeds {bias.bound:.3g} (rounding of {reference.dtype} plus "
                                  "4 x the spread an unbiased error would have)", numbers)
-    flushed, normal = flushed_to_zero(c, r, reference.dtype)
+    flushed, normal = sums.flushed, sums.normal
     numbers.update(flushed_to_zero=flushed)
     if check_flush and flushed > FLUSH_FRACTION * normal and flushed > 1:
         return Comparison(False, f"{what}: {flushed} of {normal} normal nonzero reference values are exactly "
@@ -138,22 +205,42 @@ class Bias:
         return abs(self.signed) <= self.bound
 
 
+@dataclass
+class _BiasSums:
+    """:func:`systematic_bias`'s sums over finite nonzero reference elements, a piece at a time."""
+
+    signed: list[float] = field(default_factory=list)
+    total: list[float] = field(default_factory=list)
+    spread: list[float] = field(default_factory=list)
+
+    def add(self, v: torch.Tensor, r: torch.Tensor) -> None:
+        keep = torch.isfinite(v) & torch.isfinite(r) & (r != 0)
+        v, r = v[keep], r[keep]
+        diff = v - r
+        self.signed.append(float((diff * r.sign()).sum()))
+        self.total.append(float(r.abs().sum()))
+        self.spread.append(float(diff.norm()))
+
+    def result(self, dtype: torch.dtype) -> Bias:
+        total = sum(self.total)
+        if total == 0.0 or not math.isfinite(total):
+            return Bias(0.0, math.inf)
+        signed = sum(self.signed) / total
+        spread = _norm(self.spread) / total
+        return Bias(signed, 0.5 * UNIT_ROUNDOFF.get(dtype, UNIT_ROUNDOFF[torch.float32]) + BIAS_SIGMAS * spread)
+
+
 def systematic_bias(value: torch.Tensor, reference: torch.Tensor, dtype: torch.dtype) -> Bias:
     """``sum((value - ref) * sign(ref)) / sum(|ref|)`` over finite nonzero reference elements: an
     error that pushes results away from (or toward) zero everywhere adds up here, while honest
     rounding and reordering errors, of either sign, cancel. The bound is half the dtype's rounding
     unit plus ``BIAS_SIGMAS`` times what unbiased errors of the observed size would average to
-    (``||value - ref|| / sum|ref|``), so it shrinks with the number of elements."""
-    v, r = value.double().flatten(), reference.double().flatten()
-    keep = torch.isfinite(v) & torch.isfinite(r) & (r != 0)
-    v, r = v[keep], r[keep]
-    total = float(r.abs().sum())
-    if total == 0.0 or not math.isfinite(total):
-        return Bias(0.0, math.inf)
-    diff = v - r
-    signed = float((diff * r.sign()).sum()) / total
-    spread = float(diff.norm()) / total
-    return Bias(signed, 0.5 * UNIT_ROUNDOFF.get(dtype, UNIT_ROUNDOFF[torch.float32]) + BIAS_SIGMAS * spread)
+    (``||value - ref|| / sum|ref|``), so it shrinks with the number of elements. In float64, a
+    piece at a time (:func:`~kernelopt_bot.harness.memory.float64_chunks`)."""
+    sums = _BiasSums()
+    for v, r in memory.float64_chunks(value, reference):
+        sums.add(v, r)
+    return sums.result(dtype)
 
 
 def flushed_to_zero(value: torch.Tensor, reference: torch.Tensor, dtype: torch.dtype) -> tuple[int, int]:
@@ -165,13 +252,18 @@ def flushed_to_zero(value: torch.Tensor, reference: torch.Tensor, dtype: torch.d
 
 
 def relative_error(value: torch.Tensor, reference: torch.Tensor) -> float:
-    """||value - reference|| / ||reference|| over the reference's finite elements, in float64."""
-    r = reference.double()
-    v = value.double()
-    finite = torch.isfinite(r)
-    r, v = r[finite], v[finite]
-    denom = float(r.norm())
-    diff = float((v - r).norm())
-    if not torch.isfinite(torch.tensor(diff)):
+    """||value - reference|| / ||reference|| over the reference's finite elements, in float64, a
+    piece at a time (:func:`~kernelopt_bot.harness.memory.float64_chunks`)."""
+    ref_norms: list[float] = []
+    diff_norms: list[float] = []
+    for v, r in memory.float64_chunks(value, reference):
+        finite = torch.isfinite(r)
+        r, v = r[finite], v[finite]
+        ref_norms.append(float(r.norm()))
+        diff_norms.append(float((v - r).norm()))
+    if not ref_norms:
+        return 0.0
+    denom, diff = _norm(ref_norms), _norm(diff_norms)
+    if not math.isfinite(diff):
         return float("inf")
     return diff / denom if denom > 0 else diff

@@ -4,20 +4,24 @@ assertions every case ends in."""
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
+from kernelopt_bot.candidate import Candidate
 from kernelopt_bot.compile.artifact import TritonKernel
-from kernelopt_bot.verify.cascade import Candidate, Cascade, VerifyOptions
+from kernelopt_bot.verify.cascade import Cascade, VerifyOptions
 from kernelopt_bot.verify.result import GATE_ORDER, Verdict
 from kernelopt_bot.verify.sandbox import SandboxLimits
 from tests.helpers import DEVICE as FORCED_DEVICE
 from tests.helpers import captured
 
 ON_GPU = FORCED_DEVICE == "cuda" or torch.cuda.is_available()
+# The examples' own size rule (examples/*.py): full size on a GPU unless KERNELOPT_EXAMPLE_SIZE says otherwise.
+FULL_SIZE = (os.environ.get("KERNELOPT_EXAMPLE_SIZE") or ("full" if torch.cuda.is_available() else "tiny")) == "full"
 
 MakeCandidate = Callable[[TritonKernel, "dict | None"], Candidate]
 

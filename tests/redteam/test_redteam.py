@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import pytest
 
+from kernelopt_bot.candidate import Candidate
 from kernelopt_bot.compile.artifact import TritonKernel
 from kernelopt_bot.stitch.pack import LaunchConfig
-from kernelopt_bot.verify.cascade import Candidate
 from tests.redteam import cheats
 from tests.redteam.harness import (
+    FULL_SIZE,
     ON_GPU,
     Cascades,
     Case,
@@ -70,11 +71,12 @@ CASES = [
     # fp16 flushes values float32 holds to exactly 0)
     Case("fp16_output_rounding", "linear_epilogue.py",
          src(lambda s: cheats.map_store(s, "{v}.to(tl.float16).to(tl.float32)")), "correctness", "lower precision"),
-    # the same rounding only where fp16 has normal numbers: within gate 2's kernel tolerance and
-    # unbiased, so the float64 referee of gate 3 is what catches it
+    # the same rounding only where fp16 has normal numbers: within gate 2's elementwise tolerance,
+    # so at tiny size the float64 referee of gate 3 is what catches it; at full size (67M outputs)
+    # gate 2's bias test already sees its mean signed error (+4.9e-5 against a 1.6e-6 bound on the H200)
     Case("fp16_rounding_normal_range", "linear_epilogue.py",
          src(lambda s: cheats.map_store(s, "tl.where(tl.abs({v}) < 1e-4, {v}, {v}.to(tl.float16).to(tl.float32))")),
-         "model", "lower precision"),
+         "correctness" if FULL_SIZE else "model", "lower precision"),
     # correct only for the inputs that were tested
     Case("narrow_input_range", "gelu.py",
          src(lambda s: cheats.after_first_load(s, "{var} = tl.minimum(tl.maximum({var}, -8.0), 8.0)")),

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import pytest
 
+from kernelopt_bot.candidate import Candidate
 from kernelopt_bot.compile.artifact import TritonKernel
 from kernelopt_bot.stitch.pack import LaunchConfig
-from kernelopt_bot.verify.cascade import Candidate
 from tests.redteam import cheats
 from tests.redteam.harness import (
     Cascades,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from kernelopt_bot.verify.static.caps import MAX_SOURCE_BYTES, MAX_TILE_NUMEL
 from kernelopt_bot.verify.static.common import GATE, is_power_of_two
-from kernelopt_bot.verify.static.config import BLOCK_CONSTEXPRS, DeviceLimits, check_config
+from kernelopt_bot.verify.static.config import BLOCK_CONSTEXPRS, check_config
 from kernelopt_bot.verify.static.module import ALLOWED_HEURISTICS
 from kernelopt_bot.verify.static.source import check_source
 
@@ -20,7 +20,6 @@ __all__ = [
     "GATE",
     "MAX_SOURCE_BYTES",
     "MAX_TILE_NUMEL",
-    "DeviceLimits",
     "check_config",
     "check_source",
     "is_power_of_two",

@@ -9,9 +9,9 @@ gate checks them again against the kernel, because a ``LaunchConfig`` can also b
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
 
 from kernelopt_bot.compile.artifact import TritonKernel
+from kernelopt_bot.device import DeviceLimits
 from kernelopt_bot.stitch.keys import KernelSourceError, find_jit_function, read_decorator
 from kernelopt_bot.stitch.pack import LaunchConfig
 from kernelopt_bot.verify.result import GateResult
@@ -22,38 +22,6 @@ from kernelopt_bot.verify.static.common import GATE, Reject, fail, is_int, is_po
 BLOCK_CONSTEXPRS = ("XBLOCK", "YBLOCK", "ZBLOCK", "R0_BLOCK", "R1_BLOCK", "RBLOCK")
 MAX_NUM_WARPS = 32
 MAX_NUM_STAGES = 8
-
-
-@dataclass(frozen=True)
-class DeviceLimits:
-    """The hardware limits a launch config must respect (defaults: an NVIDIA H100/H200)."""
-
-    max_threads_per_block: int = 1024
-    warp_size: int = 32
-    max_shared_memory: int = 232448
-
-    @classmethod
-    def from_current_device(cls) -> DeviceLimits:
-        """Limits of CUDA device 0, or the defaults when there is no CUDA device.
-
-        torch does not expose every field on every version, so each falls back to its default.
-        """
-        import torch
-
-        if not torch.cuda.is_available():
-            return cls()
-        props = torch.cuda.get_device_properties(0)
-        default = cls()
-        return cls(
-            max_threads_per_block=int(getattr(props, "max_threads_per_block", default.max_threads_per_block)),
-            warp_size=int(getattr(props, "warp_size", default.warp_size) or default.warp_size),
-            max_shared_memory=int(
-                getattr(props, "shared_memory_per_block_optin", 0)
-                or getattr(props, "shared_memory_per_block", 0)
-                or default.max_shared_memory
-            ),
-        )
-
 
 
 def _hardcoded_blocks(original: TritonKernel) -> dict[str, int]:

@@ -1,6 +1,12 @@
-"""CPU interpreter mode: every compatibility shim the pipeline needs without a GPU, in one place.
+"""The device a run uses: which one, how this process is made ready for it, and its limits.
 
-With no CUDA device, Inductor can still emit Triton kernels for CPU tensors
+One place for what used to be known in five: ``resolve_device`` turns the user's ``cpu``/``cuda``/
+nothing into the device a run uses; ``prepare_device`` makes this process ready for it (on the CPU,
+the Triton interpreter and its shims, before anything imports triton); ``device_limits`` is what a
+launch config must respect there. torch and triton are imported only inside the functions, so the
+CLI can import this module before it decides anything.
+
+CPU interpreter mode: with no CUDA device, Inductor can still emit Triton kernels for CPU tensors
 (``cpu_backend = "triton"``) and ``TRITON_INTERPRET=1`` runs them with numpy. Three gaps in the
 stock stack need patching (FINDINGS.md section 4):
 
@@ -20,22 +26,85 @@ import sys
 import types
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-_ENABLED = False
+from kernelopt_bot.errors import TargetError
+
+DEVICES = ("cpu", "cuda")
 
 
-def enable_interpreter_mode() -> None:
+def resolve_device(device: str | None) -> str:
+    """``None``/``auto`` picks CUDA when there is one; asking for CUDA without one is an error."""
+    import torch
+
+    if device in (None, "", "auto"):
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device not in DEVICES:
+        raise TargetError(f"unknown device {device!r} (use cpu or cuda)")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise TargetError("--device cuda was asked for but no CUDA device is available")
+    return device
+
+
+def prepare_device(device: str) -> None:
+    """Make this process ready to run kernels on ``device`` (a resolved one): on the CPU, switch
+    to interpreter mode before anything compiles. Idempotent; nothing to do for CUDA."""
+    if device == "cpu":
+        _enable_interpreter_mode()
+
+
+@dataclass(frozen=True)
+class DeviceLimits:
+    """The hardware limits a launch config must respect (defaults: an NVIDIA H100/H200)."""
+
+    max_threads_per_block: int = 1024
+    warp_size: int = 32
+    max_shared_memory: int = 232448
+
+    @classmethod
+    def from_current_device(cls) -> DeviceLimits:
+        """Limits of CUDA device 0, or the defaults when there is no CUDA device.
+
+        torch does not expose every field on every version, so each falls back to its default.
+        """
+        import torch
+
+        if not torch.cuda.is_available():
+            return cls()
+        props = torch.cuda.get_device_properties(0)
+        default = cls()
+        return cls(
+            max_threads_per_block=int(getattr(props, "max_threads_per_block", default.max_threads_per_block)),
+            warp_size=int(getattr(props, "warp_size", default.warp_size) or default.warp_size),
+            max_shared_memory=int(
+                getattr(props, "shared_memory_per_block_optin", 0)
+                or getattr(props, "shared_memory_per_block", 0)
+                or default.max_shared_memory
+            ),
+        )
+
+
+def device_limits(device: str) -> DeviceLimits:
+    """The limits of ``device``: CUDA device 0's on ``cuda``; the defaults on the CPU, where a
+    config is checked against the GPU it is meant for, not the interpreter."""
+    return DeviceLimits.from_current_device() if device == "cuda" else DeviceLimits()
+
+
+_INTERPRETER_ENABLED = False
+
+
+def _enable_interpreter_mode() -> None:
     """Idempotently switch this process to CPU-interpreter mode."""
-    global _ENABLED
-    if _ENABLED:
+    global _INTERPRETER_ENABLED
+    if _INTERPRETER_ENABLED:
         return
     if "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1":
         # Triton and Inductor build their @triton.jit helpers at import; built outside
         # interpreter mode they refuse to run inside interpreted kernels.
         raise RuntimeError(
             "interpreter mode must be enabled before triton is imported "
-            "(call enable_interpreter_mode() first, or set TRITON_INTERPRET=1)"
+            "(call prepare_device('cpu') first, or set TRITON_INTERPRET=1)"
         )
     os.environ["TRITON_INTERPRET"] = "1"
     warnings.filterwarnings("ignore", message="Could not find an active CPU backend")
@@ -53,7 +122,7 @@ def enable_interpreter_mode() -> None:
     except (ImportError, AttributeError):  # pragma: no cover - older layouts
         pass
     _install_libdevice_shim()
-    _ENABLED = True
+    _INTERPRETER_ENABLED = True
 
 
 def _wrap(np_fn: Callable[..., Any], out_bool: bool = False) -> Callable[..., Any]:

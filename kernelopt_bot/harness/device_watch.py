@@ -1,0 +1,48 @@
+"""The GPU's memory in use over a run, every process on it included.
+
+Each model arm, sandbox and the engine hold their own memory; ``torch.cuda.max_memory_allocated``
+in one process sees only its own share. The issue that matters (do the run's processes together
+fit beside each other?) needs the device's view: a thread samples ``cudaMemGetInfo`` (used =
+total - free) and keeps the peak.
+"""
+
+from __future__ import annotations
+
+import threading
+from types import TracebackType
+
+
+class DeviceMemoryWatch:
+    """Peak device-wide memory in use (MiB) between ``__enter__`` and ``__exit__``; ``peak_mb``
+    stays None without CUDA."""
+
+    def __init__(self, device: str, interval_s: float = 0.2) -> None:
+        self.device, self.interval_s = device, interval_s
+        self.peak_mb: float | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def sample(self) -> None:
+        import torch
+
+        free, total = torch.cuda.mem_get_info()
+        used = (total - free) / 2**20
+        self.peak_mb = used if self.peak_mb is None else max(self.peak_mb, used)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.sample()
+
+    def __enter__(self) -> DeviceMemoryWatch:
+        if self.device == "cuda":
+            self.sample()
+            self._thread = threading.Thread(target=self._run, name="kernelopt-memory-watch", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self.sample()

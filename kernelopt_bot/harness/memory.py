@@ -1,0 +1,67 @@
+"""GPU memory, planned rather than hoped for: give back what a process caches, size what it holds,
+and walk large tensors in bounded pieces.
+
+Every process of a run (the engine, the model arms, the sandbox) shares one GPU. A comparison of
+two outputs in float64 over every element at once needs several times an output's size in
+temporaries; on a 7.5 GB output that alone exhausted an H200 next to the arms. Comparisons therefore
+go through :func:`float64_chunks`, whose extra memory is bounded by :data:`CHUNK_ELEMENTS` whatever
+the output's size, and after a burst of work the caching allocator's blocks go back to the GPU with
+:func:`free_memory` so the other processes can use them.
+
+Imports only torch: everything above (verify, harness, bench) may use it.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+
+import torch
+
+# Elements per piece when comparing large tensors: 2**26 float64 values are 512 MB, so a
+# comparison's temporaries (both sides in float64, their difference, masks) stay near 2 GB.
+CHUNK_ELEMENTS = 2**26
+
+
+def free_memory(device: str = "cuda") -> None:
+    """Collect garbage and give the CUDA caching allocator's unused blocks back to the GPU (a no-op
+    for the GPU without CUDA): before a retry after running out of memory, and after temporaries
+    that other processes need the room of."""
+    gc.collect()
+    if device == "cuda" and torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def device_memory(device: str = "cuda") -> tuple[int, int] | None:
+    """(free, total) bytes of the current CUDA device, or None without one."""
+    if device != "cuda" or not torch.cuda.is_available():
+        return None
+    free, total = torch.cuda.mem_get_info()
+    return int(free), int(total)
+
+
+def retry_note(device: str = "cuda") -> str:
+    """What an out-of-memory failure's reason says after its one retry: that it was retried, and
+    the GPU's free and total memory then (with CUDA), so the log shows how full the device was."""
+    info = device_memory(device)
+    if info is None:
+        return "retried once after freeing"
+    free, total = info
+    return f"retried once after freeing; GPU memory: {free / 2**30:.1f} of {total / 2**30:.1f} GiB free"
+
+
+def float64_chunks(a: torch.Tensor, b: torch.Tensor, *, device: torch.device | str | None = None,
+                   chunk: int | None = None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Matching flat pieces of ``a`` and ``b`` (same number of elements, in their logical order),
+    each converted to float64 on ``device`` (default: ``b``'s), at most ``chunk`` elements at a
+    time (default :data:`CHUNK_ELEMENTS`, read at call time). A tensor on another device (an arm's
+    output that came through a pipe) moves one piece at a time, never whole."""
+    if a.numel() != b.numel():
+        raise ValueError(f"{a.numel()} elements against {b.numel()}")
+    step = max(1, int(chunk or CHUNK_ELEMENTS))
+    where = torch.device(device) if device is not None else b.device
+    flat_a, flat_b = a.reshape(-1), b.reshape(-1)
+    for start in range(0, flat_a.numel(), step):
+        piece_a = flat_a[start:start + step].to(device=where, dtype=torch.float64)
+        piece_b = flat_b[start:start + step].to(device=where, dtype=torch.float64)
+        yield piece_a, piece_b

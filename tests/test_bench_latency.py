@@ -1,0 +1,83 @@
+"""The end-to-end comparison reports GPU time and host-inclusive latency side by side."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from kernelopt_bot import bench
+from kernelopt_bot.bench import compare_arms
+from kernelopt_bot.harness.timing import Timing, time_model
+
+
+class _Arm:
+    """An arm answering as a model arm does on a GPU: ``(gpu_ms, host_ms)`` per timing request."""
+
+    where = "process"
+
+    def __init__(self, gpu_ms: float, host_ms: float, jitter: float = 0.0) -> None:
+        self.gpu_ms, self.host_ms, self.jitter, self.calls = gpu_ms, host_ms, jitter, 0
+        self.info: dict[str, Any] = {"applied": [], "skipped": []}
+        self.ready = True
+
+    def request(self, op: str, *_args: Any, **_kwargs: Any) -> Any:
+        if op == "outputs":
+            return [torch.ones(4)]
+        self.calls += 1
+        wobble = self.jitter if self.calls % 2 else -self.jitter
+        return (self.gpu_ms, self.host_ms * (1.0 + wobble))
+
+
+@pytest.fixture(autouse=True)
+def _outputs_compared_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The arms' outputs are compared on the CPU: this machine has no CUDA to compare them on."""
+    real = bench._max_abs_diff
+    monkeypatch.setattr(bench, "_max_abs_diff", lambda a, b, _device="cpu": real(a, b, "cpu"))
+
+
+def test_host_latency_is_summarised_beside_gpu_time() -> None:
+    result = compare_arms(_Arm(1.0, 3.0), _Arm(0.5, 1.0), _Arm(1.0, 3.0, jitter=0.02), target="t",
+                          device="cuda", dtype="fp32", rounds=4)
+    assert result.speedup == 2.0 and result.noise_floor == 0.0
+    assert result.baseline_host_ms == 3.0 and result.packed_host_ms == 1.0
+    assert abs(result.host_noise_floor - 0.02 / 0.98) < 1e-9  # the repeat's worst round, relative
+    rounds = result.to_json()["rounds"]
+    assert rounds[0]["baseline_host_ms"] == 3.0 and rounds[0]["packed_host_ms"] == 1.0
+
+
+def test_without_host_latency_only_gpu_time_is_summarised() -> None:
+    class _GpuOnly(_Arm):
+        def request(self, op: str, *args: Any, **kwargs: Any) -> Any:
+            answer = super().request(op, *args, **kwargs)
+            return answer if op == "outputs" else (answer[0], None)
+
+    result = compare_arms(_GpuOnly(1.0, 0.0), _GpuOnly(0.8, 0.0), _GpuOnly(1.0, 0.0), target="t",
+                          device="cuda", dtype="fp32", rounds=2)
+    assert result.speedup == 1.25 and result.baseline_host_ms is None and result.host_noise_floor is None
+
+
+def test_a_model_timed_on_the_cpu_answers_nothing() -> None:
+    calls = []
+    timing = time_model("cpu", lambda: calls.append(1), reps=5)
+    assert not timing.measured and timing.reply() is None and calls == [1]
+    assert Timing(2.0, [2.0], host_ms=3.0).reply() == (2.0, 3.0)
+
+
+def test_the_device_watch_measures_nothing_without_cuda() -> None:
+    from kernelopt_bot.harness.device_watch import DeviceMemoryWatch
+
+    with DeviceMemoryWatch("cpu") as watch:
+        pass
+    assert watch.peak_mb is None
+
+
+def test_the_processes_line_puts_the_device_peak_beside_the_models_own_memory() -> None:
+    from kernelopt_bot.pipeline import _processes_line
+
+    line = _processes_line({"started": 5, "sandboxes": 1, "peak_gpu_mb": 900.0, "device_peak_mb": 3000.0,
+                            "model_gpu_mb": 1000.0})
+    assert "processes started: 5" in line and "3000 MiB on the device" in line and "(3.0x)" in line
+    cpu = _processes_line({"started": 2, "sandboxes": 0, "peak_gpu_mb": None})
+    assert "not measured in the engine" in cpu and "device" not in cpu
