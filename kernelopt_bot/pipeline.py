@@ -340,6 +340,8 @@ class _PhaseClock:
 def _run(target: str, device: str | None, dtype: str, plan: dict[str, Any], gamma: float,
          llm: dict[str, Any] | None, store_path: str | Path | None, result: RunResult,
          log: Callable[[str], None], elapsed: float) -> KernelPack:
+    import torch
+
     from kernelopt_bot.compile.capture import capture, versions
     from kernelopt_bot.device import resolve_device
     from kernelopt_bot.harness.device_watch import DeviceMemoryWatch
@@ -378,8 +380,11 @@ def _run(target: str, device: str | None, dtype: str, plan: dict[str, Any], gamm
         with watch, Cascade(cap, VerifyOptions(gamma=gamma, rounds=int(plan["rounds"]))) as cascade:
             if tgt.device == "cuda":
                 # Gates 3-4 and the final benchmark need the baseline arms; they compile while the
-                # tuner times variants instead of after it.
-                cascade.arena.prestart()
+                # tuner times variants instead of after it, where the GPU holds them beside this
+                # process (an arm needs about what this process needed to compile the model).
+                cascade.arena.arm_mb_hint = torch.cuda.max_memory_reserved() / 2**20
+                if not cascade.arena.prestart():
+                    log("    the baseline arms start after the search: the GPU does not hold them beside it")
             # The tuner ranks variants by kernel-level time, which only a GPU gives.
             strategies = [OfflineTuner(cascade.time_variants if tgt.device == "cuda" else None)]
             orchestrator = Orchestrator(
@@ -391,6 +396,7 @@ def _run(target: str, device: str | None, dtype: str, plan: dict[str, Any], gamm
             log("searching")
             result.kernels, pack = orchestrator.run()
             _record_llm_status(result, llm_search, llm_problem, budget)
+            cascade.release_search_memory()
             # The final benchmark's arm compiles beside the compiler's options' arms.
             with _final_arm(cascade.arena, tgt, pack, result, budget, reserve) as final_arm:
                 if plan["compile_options"] and tgt.device == "cuda":
@@ -450,11 +456,13 @@ def _final_arm(arena: Any, tgt: Any, pack: KernelPack, result: RunResult, budget
                reserve: float) -> Iterator[Any]:
     """The final benchmark's arm (``install(pack)`` then a fresh compile), started now without
     waiting, or None where the final benchmark needs none (no GPU, an empty pack, or gate 4's
-    fresh-process numbers for exactly this pack); closed on leaving."""
+    fresh-process numbers for exactly this pack) or where the GPU would not hold it beside a
+    compiler option's arm (it starts when the benchmark runs); closed on leaving."""
     from kernelopt_bot.harness.model_worker import WorkerError
 
     arm = None
-    if tgt.device == "cuda" and len(pack) and _measured_in_this_run(pack, result) is None:
+    if (tgt.device == "cuda" and len(pack) and _measured_in_this_run(pack, result) is None
+            and _baselines_started(arena) and arena.room_for(2) == 2):  # itself and an option's arm
         left = budget.wall_s_left()
         with _arms_end_by(arena, None if left is None else left + reserve), contextlib.suppress(WorkerError):
             arm = arena.candidate(pack, label="final", wait=False)
@@ -463,6 +471,18 @@ def _final_arm(arena: Any, tgt: Any, pack: KernelPack, result: RunResult, budget
     finally:
         if arm is not None:
             arm.close()
+
+
+def _baselines_started(arena: Any) -> bool:
+    """Start the baseline arms (if not yet) and wait for them: the arms that come after them are
+    sized by what they hold. False when they did not start (reported where they are asked for)."""
+    from kernelopt_bot.harness.model_worker import WorkerError
+
+    try:
+        arena.baselines()
+    except WorkerError:
+        return False
+    return True
 
 
 def _final_bench(cascade: Any, tgt: Any, pack: KernelPack, result: RunResult, rounds: int,
@@ -475,10 +495,16 @@ def _final_bench(cascade: Any, tgt: Any, pack: KernelPack, result: RunResult, ro
     from kernelopt_bot.bench import compare_arms
     from kernelopt_bot.harness.model_worker import WorkerError
     from kernelopt_bot.verify.model import check_model
-    from kernelopt_bot.verify.result import InfrastructureFailure
+    from kernelopt_bot.verify.result import InfrastructureFailure, is_out_of_memory
 
     arena = cascade.arena
-    baseline, repeat = arena.baselines()
+    try:
+        baseline, repeat = arena.baselines()
+    except WorkerError as exc:
+        if not is_out_of_memory(str(exc)):
+            raise
+        _note_not_benchmarked(pack, result, f"out of GPU memory starting the baseline arms: {exc}")
+        return pack
     if len(pack) == 0:
         if tgt.device == "cuda":
             times = [baseline.request("time", 2000 + i, 20) for i in range(rounds)]
@@ -505,10 +531,7 @@ def _final_bench(cascade: Any, tgt: Any, pack: KernelPack, result: RunResult, ro
     except (WorkerError, InfrastructureFailure) as exc:  # ours (a dead arm, out of memory): no verdict
         if len(pack) > 1:
             pack = _keep_best(pack, result, f"the combined pack could not be checked end to end ({exc})")
-        if not _take_gate4_numbers(pack, result):
-            for outcome in result.kernels:
-                if any(outcome.name == e.kernel_name for e in pack.entries.values()):
-                    outcome.detail = "; ".join(filter(None, [outcome.detail, f"end-to-end benchmark not run ({exc})"]))
+        _note_not_benchmarked(pack, result, str(exc))
         return pack
     result.baseline_ms, result.optimized_ms = bench.baseline_ms, bench.packed_ms
     result.speedup, result.noise_floor = bench.speedup, bench.noise_floor
@@ -519,6 +542,16 @@ def _final_bench(cascade: Any, tgt: Any, pack: KernelPack, result: RunResult, ro
     if len(pack) == 1 and bench.speedup is not None:
         _report_fresh_kernel_speedup(pack, result, bench.speedup)
     return pack
+
+
+def _note_not_benchmarked(pack: KernelPack, result: RunResult, why: str) -> None:
+    """The end-to-end benchmark did not run for a reason of ours: gate 4's numbers stand where
+    this run has them for exactly this pack, and each packed kernel's line says why."""
+    if _take_gate4_numbers(pack, result):
+        return
+    for outcome in result.kernels:
+        if any(outcome.name == e.kernel_name for e in pack.entries.values()):
+            outcome.detail = "; ".join(filter(None, [outcome.detail, f"end-to-end benchmark not run ({why})"]))
 
 
 def _report_fresh_kernel_speedup(pack: KernelPack, result: RunResult, speedup: float) -> None:

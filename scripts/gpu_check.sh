@@ -55,10 +55,18 @@ part_engine() {
 }
 
 GPU_ONLY_CASES="race_next_block_on_gpu or unchanged_source_noise or slower_launch_config"
-part_redteam() {  # every case at the examples' tiny size (8 s a case at full size would not fit), then the
-  # GPU-only ones (a race across programs, gate 4's noise and gamma) at full size
-  local rc=0
-  KERNELOPT_EXAMPLE_SIZE=tiny run_tests redteam tests/redteam -k "not ($GPU_ONLY_CASES)" || rc=1
+part_redteam() {  # every case at the examples' tiny size, in three pytest processes at once (a case
+  # starts a sandbox and model arms: about 7 s each on the H200, 70 cases), then the GPU-only ones
+  # (a race across programs, gate 4's noise and gamma) alone, at full size
+  local rc=0 not_gpu="not ($GPU_ONLY_CASES)" t="tests/redteam"
+  export KERNELOPT_EXAMPLE_SIZE=tiny
+  run_tests redteam_main "$t/test_redteam.py" -k "cheater and $not_gpu" > "$R/redteam_main.tail" & local a=$!
+  { run_tests redteam_static "$t/test_redteam_static.py" && run_tests redteam_honest "$t/test_redteam.py" -k "not cheater"; } \
+    > "$R/redteam_static.tail" & local b=$!
+  run_tests redteam_dynamic "$t/test_redteam_dynamic.py" -k "$not_gpu" > "$R/redteam_dynamic.tail" & local c=$!
+  wait $a || rc=1; wait $b || rc=1; wait $c || rc=1
+  cat "$R"/redteam_*.tail
+  unset KERNELOPT_EXAMPLE_SIZE
   run_tests redteam_gpu tests/redteam -k "$GPU_ONLY_CASES" || rc=1
   return $rc
 }

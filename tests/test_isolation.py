@@ -12,6 +12,7 @@ import json
 import os
 import pickle
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -210,12 +211,53 @@ def test_channel_refuses_messages_that_allocate_more_than_they_carry() -> None:
         _SafeUnpickler(io.BytesIO(short)).load()
     a, b = socket.socketpair()
     left, right = Channel(a.detach()), Channel(b.detach())
-    left._conn.send_bytes(short)
+    left._conn.send_bytes(struct.pack("<Q", 0) + short)  # a well-framed message, no buffers
     with pytest.raises(OSError, match="unreadable message"):
         right.recv()
     left.close()
     right.close()
     assert torch.equal(_rebuild_tensor("int32", (2,), b"\x01\x00\x00\x00\x02\x00\x00\x00"), torch.tensor([1, 2]))
+
+
+def test_tensors_travel_out_of_band_and_arrive_whole() -> None:
+    import torch
+
+    a, b = socket.socketpair()
+    left, right = Channel(a.detach()), Channel(b.detach())
+    sent = [torch.randn(300, 70), torch.arange(12).reshape(3, 4).t(), torch.ones(5, dtype=torch.bfloat16),
+            torch.empty(0, 3), {"nested": (torch.tensor([1.5]), 7)}]
+    thread = threading.Thread(target=left.send, args=(("ok", sent),))
+    thread.start()
+    kind, got = right.recv()
+    thread.join()
+    assert kind == "ok"
+    for x, y in zip(sent[:4], got[:4]):
+        assert x.dtype == y.dtype and x.shape == y.shape and torch.equal(x, y)
+    assert torch.equal(got[4]["nested"][0], torch.tensor([1.5])) and got[4]["nested"][1] == 7
+    left.close()
+    right.close()
+
+
+def test_an_announced_buffer_that_never_comes_allocates_little_and_ends_the_message() -> None:
+    """A child may announce a buffer of gigabytes and send ten bytes: the parent grows the buffer
+    only as bytes arrive, and the closed channel ends the read (the caller's 'process died')."""
+    import resource
+
+    a, b = socket.socketpair()
+    left, right = Channel(a.detach()), Channel(b.detach())
+    left._conn.send_bytes(struct.pack("<QQ", 1, 8 << 30) + pickle.dumps(None))
+    os.write(left._conn.fileno(), b"0123456789")
+    left.close()
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(EOFError):
+        right.recv()
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 512 << 10  # KiB: under 512 MiB
+    right.close()
+    with pytest.raises(OSError, match="unreadable message"):  # more than a message may hold
+        c, d = socket.socketpair()
+        sender, receiver = Channel(c.detach()), Channel(d.detach())
+        sender._conn.send_bytes(struct.pack("<QQ", 1, 1 << 40) + pickle.dumps(None))
+        receiver.recv()
 
 
 def test_an_isolated_child_dies_with_its_parent(tmp_path: Path) -> None:

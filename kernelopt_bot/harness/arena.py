@@ -34,6 +34,10 @@ class Arena:
         self.mode, self.config = mode, dict(config or {})
         self._workers: dict[str, ModelWorker] = {}
         self._started: list[ModelWorker] = []  # candidate arms, for settle() and room_for()
+        # MiB an arm is expected to hold before any has said (the engine's own peak after its
+        # compile: an arm loads, compiles and runs the same model); the ready baseline's figure
+        # replaces it.
+        self.arm_mb_hint: float | None = None
 
     def _spec(self, label: str, **overrides: Any) -> WorkerSpec:
         fields: dict[str, Any] = {"mode": self.mode, "config": dict(self.config)}
@@ -43,9 +47,19 @@ class Arena:
     def _baseline_labels(self) -> list[str]:
         return ["baseline"] + (["baseline-repeat"] if self.device == "cuda" else [])
 
-    def prestart(self) -> None:
+    def prestart(self) -> bool:
         """Start the baseline arms compiling now and return at once: the search runs while they
-        compile, and :meth:`baselines` later only waits for what is left of their start."""
+        compile, and :meth:`baselines` later only waits for what is left of their start. Not
+        when the GPU's free memory does not hold them beside this process (a large model: they
+        start when asked for, after the search gave its memory back); False then."""
+        missing = [label for label in self._baseline_labels()
+                   if label not in self._workers or not self._workers[label].alive]
+        if self.room_for(len(missing)) < len(missing):
+            return False
+        self._start_baselines()
+        return True
+
+    def _start_baselines(self) -> None:
         for label in self._baseline_labels():
             worker = self._workers.get(label)
             if worker is None or not worker.alive:
@@ -53,7 +67,7 @@ class Arena:
 
     def baselines(self) -> tuple[ModelWorker, ModelWorker | None]:
         """The baseline and, on a GPU, the repeat baseline (started together, compiled in parallel)."""
-        self.prestart()
+        self._start_baselines()
         for label in self._baseline_labels():
             worker = self._workers[label]
             if not worker.ready:
@@ -110,7 +124,7 @@ class Arena:
         an infrastructure failure, not a verdict)."""
         if self.device != "cuda" or wanted <= 0:
             return max(0, wanted)
-        held = self.baseline_info().get("gpu_mb")
+        held = self.baseline_info().get("gpu_mb") or self.arm_mb_hint
         if not held:
             return wanted
         import torch

@@ -93,7 +93,9 @@ def _serve(spec: WorkerSpec, conn: Channel) -> None:
     from kernelopt_bot.stitch.pack import KernelPack
     from kernelopt_bot.targets import load_target
 
-    target = load_target(spec.target, spec.device, spec.dtype)
+    # The engine checked the target runs eagerly; an arm does not run it eagerly again (on a large
+    # model that is the arm's memory peak, beside the others).
+    target = load_target(spec.target, spec.device, spec.dtype, check=False)
     prepare_device(target.device)
     if spec.config:
         torch._inductor.config.patch(spec.config).__enter__()  # this process only, for its lifetime

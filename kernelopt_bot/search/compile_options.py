@@ -19,7 +19,7 @@ from kernelopt_bot.result import Recommendation
 from kernelopt_bot.targets import Target
 from kernelopt_bot.verify.model import check_model
 from kernelopt_bot.verify.perf import judge
-from kernelopt_bot.verify.result import InfrastructureFailure
+from kernelopt_bot.verify.result import InfrastructureFailure, is_out_of_memory
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,11 @@ def recommend(arena: Arena, target: Target, *, gamma: float, rounds: int = 10, r
     """
     if arena.device != "cuda":
         return [Recommendation(o.label, None, False, "not measured: no CUDA device") for o in options]
-    baseline, repeat = arena.baselines()
+    try:
+        baseline, repeat = arena.baselines()
+    except WorkerError as exc:  # ours (out of memory, say): no option is measured, none is judged
+        return [Recommendation(o.label, None, False, f"not measured: the baseline arms did not start ({exc})")
+                for o in options]
     done: dict[str, Recommendation] = {}
     pending = list(options)
     while pending:
@@ -100,6 +104,8 @@ def _measure(option: CompileOption, arm: Arm | WorkerError, target: Target, base
     except InfrastructureFailure as exc:  # out of memory after a retry: ours, not the option's
         return Recommendation(option.label, None, False, f"not measured: {exc}")
     except WorkerError as exc:
+        if is_out_of_memory(str(exc)):  # ours: the option is not judged
+            return Recommendation(option.label, None, False, f"not measured: out of GPU memory ({exc})")
         left = time_left() if time_left is not None else None
         if left is not None and left <= 0.0:
             return Recommendation(option.label, None, False,

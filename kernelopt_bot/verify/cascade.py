@@ -86,6 +86,16 @@ class Cascade:
         self.kernels.close()
         self._workdir.cleanup()
 
+    def release_search_memory(self) -> None:
+        """The search is over: what only it needed leaves the GPU (the kernel service's compiled
+        variants and argument copies; the recorded arguments, moved to host memory), so the
+        model arms that come next (the compiler's options, the final benchmark) have room. On a
+        large model these are several copies of its activations."""
+        self.kernels.close()
+        for recording in self.capture.recordings.values():
+            recording.args = tuple(a.cpu() if isinstance(a, torch.Tensor) else a for a in recording.args)
+        free_memory(self.device)
+
     def __enter__(self) -> Cascade:
         return self
 
