@@ -94,6 +94,19 @@ def test_systematic_bias_is_caught_and_honest_rounding_is_not() -> None:
     assert compare(honest, ref).ok, compare(honest, ref).reason
 
 
+def test_a_float32_kernel_a_rounding_unit_off_on_average_is_honest_and_fp16_rounding_is_not() -> None:
+    """Measured on an H200: softmax with exp via exp2, 512 outputs, mean signed relative error
+    +6e-8 (one float32 rounding unit) against the compiler's kernel: honest. The fp16-rounding
+    cheat measured +4.9e-5 there (full size): a bias that large is not."""
+    gen = torch.Generator().manual_seed(5)
+    ref = torch.rand(512, generator=gen) + 0.01
+    one_unit_high = ref * (1 + 6e-8) + ref * 1e-8 * torch.randn(512, generator=gen)
+    assert systematic_bias(one_unit_high, ref, torch.float32).ok
+    assert compare(one_unit_high, ref).ok, compare(one_unit_high, ref).reason
+    biased_like_fp16 = ref * (1 + 4.9e-5) + ref * 1e-8 * torch.randn(512, generator=gen)
+    assert not systematic_bias(biased_like_fp16, ref, torch.float32).ok
+
+
 def test_values_flushed_to_zero_are_caught() -> None:
     ref = torch.cat([torch.rand(900) + 0.5, torch.full((100,), 1e-9)])
     flushed = torch.where(ref < 1e-6, torch.zeros_like(ref), ref)
