@@ -272,8 +272,8 @@ def bench(target: str, pack_path: str, device: str | None, dtype: str, rounds: i
           mode: str | None, config_items: tuple[str, ...], as_json: bool) -> None:
     """torch.compile baseline against TARGET with PACK installed, end to end."""
     device = _start(target, device)
-    from kernelopt_bot.bench import bench as run_bench
     from kernelopt_bot.errors import BadInputError
+    from kernelopt_bot.harness.bench import bench as run_bench
     from kernelopt_bot.harness.model_worker import ArmRaised
     from kernelopt_bot.targets import load_target
 
@@ -315,9 +315,9 @@ def bench(target: str, pack_path: str, device: str | None, dtype: str, rounds: i
 
 
 def _parse_budget(items: tuple[str, ...]) -> dict[str, Any]:
-    """``--budget N`` (candidates) or ``--budget KEY=VALUE`` (see pipeline.DEFAULT_BUDGET)."""
+    """``--budget N`` (candidates) or ``--budget KEY=VALUE`` (see plan.DEFAULT_BUDGET)."""
     from kernelopt_bot.errors import BadInputError
-    from kernelopt_bot.pipeline import DEFAULT_BUDGET
+    from kernelopt_bot.plan import DEFAULT_BUDGET
 
     budget: dict[str, Any] = {}
     for item in items:
@@ -375,7 +375,8 @@ def optimize(target: str, out_dir: str | None, device: str | None, dtype: str, b
     _start(target, device, interpreter=False)  # the engine loads the target and runs every kernel
     from kernelopt_bot.folders import make_dirs
     from kernelopt_bot.harness.isolation import ISOLATION_ENV, choose_isolation
-    from kernelopt_bot.pipeline import DEFAULT_BUDGET, run_pipeline, target_name
+    from kernelopt_bot.pipeline import run_pipeline, target_name
+    from kernelopt_bot.plan import DEFAULT_BUDGET
 
     os.environ[ISOLATION_ENV] = isolation  # the engine and every child it starts
     method = choose_isolation(isolation).method  # --isolation namespace without namespaces stops here

@@ -115,7 +115,7 @@ class TargetConfig(_Strict):
 class BudgetConfig(_Strict):
     """How much one target's search may spend; the engine stops at the first limit reached.
 
-    Unset fields keep the engine's defaults (``kernelopt_bot.pipeline.DEFAULT_BUDGET``).
+    Unset fields keep the engine's defaults (``kernelopt_bot.plan.DEFAULT_BUDGET``).
     """
 
     candidates: int | None = Field(default=None, ge=1, le=100_000,
@@ -255,7 +255,7 @@ def reference_table() -> str:
     The README holds this table verbatim (a test compares them), so a key added here without a
     description, or a description changed without the README, fails the tests.
     """
-    from kernelopt_bot.pipeline import DEFAULT_BUDGET
+    from kernelopt_bot.plan import DEFAULT_BUDGET
 
     rows = ["| key | takes | default | what it does |", "|---|---|---|---|"]
     for path, info, nested in _walk(KerneloptConfig, ""):

@@ -27,21 +27,9 @@ from kernelopt_bot.candidate import DEFAULT_GAMMA
 from kernelopt_bot.errors import BadInputError, KerneloptError
 from kernelopt_bot.folders import make_dirs
 from kernelopt_bot.harness.isolation import Channel
+from kernelopt_bot.plan import DEFAULT_BUDGET, RunPlan
 from kernelopt_bot.result import RunResult
 from kernelopt_bot.stitch.pack import KernelPack
-
-DEFAULT_BUDGET: dict[str, Any] = {
-    "candidates": 8,  # verified candidates in the whole run
-    "kernels": 3,  # kernels searched, largest share first
-    "candidates_per_kernel": 3,
-    "wall_seconds": 110,  # `kernelopt optimize` on one problem within two minutes by default
-    "gpu_seconds": None,
-    "tokens": 200_000,
-    "cost": None,
-    "compile_options": True,  # measure the compiler's own options as whole-model candidates
-    "rounds": 10,
-}
-
 
 FINAL_BENCH_RESERVE_S = 20.0  # seconds kept for the final end-to-end benchmark on a GPU
 # The wall budget is a deadline for the whole run, from the moment run_pipeline is called: no
@@ -50,15 +38,6 @@ FINAL_BENCH_RESERVE_S = 20.0  # seconds kept for the final end-to-end benchmark 
 # result.json and report.md, and a step that took longer than its estimate. The run ends within
 # ``wall_seconds + WALL_MARGIN_S`` (tests/test_wall_budget.py holds a CPU run to it).
 WALL_MARGIN_S = 10.0
-
-
-def _budget(overrides: dict[str, Any] | None) -> dict[str, Any]:
-    budget = dict(DEFAULT_BUDGET)
-    for key, value in (overrides or {}).items():
-        if key not in DEFAULT_BUDGET:
-            raise KerneloptError(f"unknown budget key {key!r} (known: {', '.join(DEFAULT_BUDGET)})")
-        budget[key] = value
-    return budget
 
 
 def reproduce_command(target: str, device: str | None, dtype: str, budget: dict[str, Any],
@@ -123,17 +102,20 @@ def run_pipeline(target: str, *, device: str | None = None, dtype: str = "fp32",
     out_dir = Path(out_dir)
     reproduce = reproduce_command(shown_as or target, device, dtype, budget or {}, gamma, llm)
     try:
-        plan = _budget(budget)
+        plan = RunPlan.parse(budget, gamma)
         isolation = choose_isolation()
     except KerneloptError as exc:
-        return _failed(target, device, dtype, out_dir, start, str(exc), reproduce)
-    request = {"target": target, "device": device, "dtype": dtype, "out_dir": str(out_dir), "budget": budget,
+        return _failed(target, device, dtype, out_dir, start, str(exc), reproduce,
+                       error_kind="bad input" if isinstance(exc, BadInputError) else "")
+    # The engine gets the checked plan as data and rebuilds it (RunPlan.parse of its own to_json).
+    request = {"target": target, "device": device, "dtype": dtype, "out_dir": str(out_dir),
+               "budget": plan.to_json(), "gamma": plan.gamma,
                "started": start,  # the wall budget counts from here: the engine's start is part of the run
-               "gamma": gamma, "store_path": None if store_path is None else str(store_path),
+               "store_path": None if store_path is None else str(store_path),
                "reproduce": reproduce, "isolation": isolation.method}
     with _engine_llm(llm, plan, log) as (engine_llm, folders, llm_problem):
         request["llm"], request["llm_problem"] = engine_llm, llm_problem
-        return _run_engine(request, isolation, folders, engine_deadline_s(plan["wall_seconds"]), log, start)
+        return _run_engine(request, isolation, folders, engine_deadline_s(plan.wall_seconds), log, start)
 
 
 def _run_engine(request: dict[str, Any], isolation: Any, folders: list[str], deadline_s: float | None,
@@ -181,10 +163,10 @@ def _run_engine(request: dict[str, Any], isolation: Any, folders: list[str], dea
 
 
 def _failed(target: str, device: str | None, dtype: str, out_dir: Path, start: float, error: str,
-            reproduce: str = "", isolation: str = "") -> RunResult:
+            reproduce: str = "", isolation: str = "", error_kind: str = "") -> RunResult:
     """A failed run decided by this process (bad options, a dead engine), written like any other."""
     result = RunResult(target=target, name=target_name(target), device=device or "auto", dtype=dtype, status="failed",
-                       error=error, reproduce=reproduce, isolation=isolation)
+                       error=error, reproduce=reproduce, isolation=isolation, error_kind=error_kind)
     result.seconds = time.time() - start
     _write(out_dir, result, KernelPack(target=target, created_by="kernelopt optimize"))
     return result
@@ -196,7 +178,7 @@ def target_name(target: str) -> str:
 
 
 @contextlib.contextmanager
-def _engine_llm(llm: dict[str, Any] | None, plan: dict[str, Any], log: Callable[[str], None]
+def _engine_llm(llm: dict[str, Any] | None, plan: RunPlan, log: Callable[[str], None]
                 ) -> Iterator[tuple[dict[str, Any] | None, list[str], str | None]]:
     """The engine's ``llm`` options, the folders it must reach, and why the agents cannot run
     (``None`` if they can): the key stays here, behind a proxy on a Unix socket; bad settings mean
@@ -217,8 +199,8 @@ def _engine_llm(llm: dict[str, Any] | None, plan: dict[str, Any], log: Callable[
         return
     # A backstop only: the engine's budget stops first. Each candidate costs a handful of calls
     # (plan, code, repairs, summary), each retried at most max_retries times.
-    calls = 8 * (int(plan["candidates"] or 0) + int(plan["kernels"] or 0) + 1) * (settings.max_retries + 1)
-    with LLMProxy(settings, max_tokens=plan["tokens"], max_requests=calls) as proxy:
+    calls = 8 * ((plan.candidates or 0) + plan.kernels + 1) * (settings.max_retries + 1)
+    with LLMProxy(settings, max_tokens=plan.tokens, max_requests=calls) as proxy:
         yield proxy.engine_settings(), [proxy.folder], None
 
 
@@ -261,9 +243,9 @@ def _run_pipeline_here(target: str, *, device: str | None, dtype: str, out_dir: 
         result.phases["starting the engine"] = round(time.time() - start, 2)
     clock = _PhaseClock(result.phases, log, start)
     try:
-        plan = _budget(budget)
-        result.budget = plan
-        pack = _run(target, device, dtype, plan, gamma, llm, store_path, result, clock, time.time() - start)
+        plan = RunPlan.parse(budget, gamma)
+        result.budget = plan.to_json()
+        pack = _run(target, device, dtype, plan, llm, store_path, result, clock, time.time() - start)
     except KerneloptError as exc:
         result.status, result.error = "failed", str(exc)
         result.error_kind = "bad input" if isinstance(exc, BadInputError) else ""
@@ -337,30 +319,25 @@ class _PhaseClock:
             self._current = None
 
 
-def _run(target: str, device: str | None, dtype: str, plan: dict[str, Any], gamma: float,
-         llm: dict[str, Any] | None, store_path: str | Path | None, result: RunResult,
-         log: Callable[[str], None], elapsed: float) -> KernelPack:
+def _run(target: str, device: str | None, dtype: str, plan: RunPlan, llm: dict[str, Any] | None,
+         store_path: str | Path | None, result: RunResult, log: Callable[[str], None], elapsed: float) -> KernelPack:
     import torch
 
     from kernelopt_bot.compile.capture import capture, versions
     from kernelopt_bot.device import resolve_device
     from kernelopt_bot.harness.device_watch import DeviceMemoryWatch
     from kernelopt_bot.profile import profile
-    from kernelopt_bot.search.budget import Budget
     from kernelopt_bot.search.orchestrator import Orchestrator, SearchLimits
     from kernelopt_bot.search.tuner import OfflineTuner
     from kernelopt_bot.stitch.runtime import running_environment
     from kernelopt_bot.store import Store
     from kernelopt_bot.targets import load_target
-    from kernelopt_bot.verify.cascade import Cascade, VerifyOptions
+    from kernelopt_bot.verify.cascade import Cascade
 
     # The wall budget covers the whole run: the search stops early enough to leave the final
     # benchmark its time on a GPU (it compiles the packed model once more and times it).
-    wall = plan["wall_seconds"]
     reserve = FINAL_BENCH_RESERVE_S if resolve_device(device) == "cuda" else 0.0
-    search_wall = None if wall is None else max(0.0, float(wall) - reserve)
-    budget = Budget(max_candidates=plan["candidates"], max_tokens=plan["tokens"], max_gpu_s=plan["gpu_seconds"],
-                    max_wall_s=search_wall, max_cost=plan["cost"], elapsed_before=elapsed)
+    budget = plan.budget(elapsed_before=elapsed, reserve_s=reserve)
     log("loading the target")
     tgt = load_target(target, device, dtype)
     result.device = tgt.device
@@ -374,10 +351,10 @@ def _run(target: str, device: str | None, dtype: str, plan: dict[str, Any], gamm
                        "copy_gbps": round(prof.roofline.copy_gbps, 1) if prof.roofline else None}
     llm_search, llm_problem = _llm_search(llm, log)
     store = Store(store_path) if store_path is not None else Store()
-    run_id = store.start_run(target, tgt.device, dtype, result.hardware, result.versions, plan)
+    run_id = store.start_run(target, tgt.device, dtype, result.hardware, result.versions, plan.to_json())
     watch = DeviceMemoryWatch(tgt.device)
     try:
-        with watch, Cascade(cap, VerifyOptions(gamma=gamma, rounds=int(plan["rounds"]))) as cascade:
+        with watch, Cascade(cap, plan.verify_options()) as cascade:
             if tgt.device == "cuda":
                 # Gates 3-4 and the final benchmark need the baseline arms; they compile while the
                 # tuner times variants instead of after it, where the GPU holds them beside this
@@ -390,8 +367,7 @@ def _run(target: str, device: str | None, dtype: str, plan: dict[str, Any], gamm
             orchestrator = Orchestrator(
                 cap, prof, cascade, budget, strategies=strategies, feedback=llm_search,
                 store=store, run_id=run_id, log=log,
-                limits=SearchLimits(max_kernels=int(plan["kernels"]),
-                                    candidates_per_kernel=int(plan["candidates_per_kernel"])),
+                limits=SearchLimits(max_kernels=plan.kernels, candidates_per_kernel=plan.candidates_per_kernel),
             )
             log("searching")
             result.kernels, pack = orchestrator.run()
@@ -399,15 +375,15 @@ def _run(target: str, device: str | None, dtype: str, plan: dict[str, Any], gamm
             cascade.release_search_memory()
             # The final benchmark's arm compiles beside the compiler's options' arms.
             with _final_arm(cascade.arena, tgt, pack, result, budget, reserve) as final_arm:
-                if plan["compile_options"] and tgt.device == "cuda":
+                if plan.compile_options and tgt.device == "cuda":
                     log("measuring the compiler's own options")
                     result.recommendations = _recommend_in_time(
-                        cascade.arena, tgt, gamma, int(plan["rounds"]), budget,
+                        cascade.arena, tgt, plan.gamma, plan.rounds, budget,
                         orchestrator.candidate_estimate_s(trusted=False))
                 log("end-to-end benchmark")
                 left = budget.wall_s_left()
                 with _arms_end_by(cascade.arena, None if left is None else left + reserve):
-                    pack = _final_bench(cascade, tgt, pack, result, int(plan["rounds"]), final_arm)
+                    pack = _final_bench(cascade, tgt, pack, result, plan.rounds, final_arm)
             result.pack_entries = len(pack)
             base = cascade.arena.baseline_info()
             result.processes["model_gpu_mb"] = None if not base.get("gpu_mb") else round(base["gpu_mb"], 1)
@@ -492,7 +468,7 @@ def _final_bench(cascade: Any, tgt: Any, pack: KernelPack, result: RunResult, ro
     the pack: the combination, never checked together, is cut to its best entry, which every gate
     passed on its own, and gate 4's numbers stand where this run has them. ``started``: this
     pack's arm, already compiling (see :func:`_final_arm`)."""
-    from kernelopt_bot.bench import compare_arms
+    from kernelopt_bot.harness.bench import compare_arms
     from kernelopt_bot.harness.model_worker import WorkerError
     from kernelopt_bot.verify.model import check_model
     from kernelopt_bot.verify.result import InfrastructureFailure, is_out_of_memory

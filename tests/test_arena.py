@@ -12,6 +12,15 @@ from kernelopt_bot.harness.model_worker import WorkerError
 from tests.helpers import EXAMPLES
 
 
+def _broken_target(tmp_path: Path) -> Path:
+    """A target whose model raises when it runs."""
+    broken = tmp_path / "broken.py"
+    broken.write_text("import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n"
+                      "        raise RuntimeError('cannot run')\n"
+                      "def get_inputs():\n    return [torch.randn(4)]\ndef get_init_inputs():\n    return []\n")
+    return broken
+
+
 def test_prestart_returns_at_once_and_baselines_reuse_the_started_arm() -> None:
     with Arena(str(EXAMPLES / "gelu.py"), "cpu", "fp32") as arena:
         start = time.monotonic()
@@ -26,10 +35,7 @@ def test_prestart_returns_at_once_and_baselines_reuse_the_started_arm() -> None:
 
 
 def test_a_baseline_that_fails_to_start_is_reported_and_started_afresh_next_time(tmp_path: Path) -> None:
-    broken = tmp_path / "broken.py"
-    broken.write_text("import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n"
-                      "        raise RuntimeError('cannot run')\n"
-                      "def get_inputs():\n    return [torch.randn(4)]\ndef get_init_inputs():\n    return []\n")
+    broken = _broken_target(tmp_path)
     with Arena(str(broken), "cpu", "fp32", timeout_s=120) as arena:
         arena.prestart()
         with pytest.raises(WorkerError, match="cannot run"):
@@ -71,10 +77,7 @@ def test_arms_compile_side_by_side_and_settle_waits_for_all_before_anything_is_t
 
 
 def test_a_start_failure_seen_by_settle_stays_with_the_arm(tmp_path: Path) -> None:
-    broken = tmp_path / "broken.py"
-    broken.write_text("import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n"
-                      "        raise RuntimeError('cannot run')\n"
-                      "def get_inputs():\n    return [torch.randn(4)]\ndef get_init_inputs():\n    return []\n")
+    broken = _broken_target(tmp_path)
     with Arena(str(broken), "cpu", "fp32", timeout_s=120) as arena:
         arm = arena.candidate(None, wait=False)
         arena.settle()  # does not raise: the failure is the arm's owner's to report
@@ -83,3 +86,26 @@ def test_a_start_failure_seen_by_settle_stays_with_the_arm(tmp_path: Path) -> No
             arm.wait_ready()
         with pytest.raises(WorkerError, match="cannot run"):  # the same error again, no second wait
             arm.wait_ready()
+
+
+def test_the_memory_plan_starts_only_the_arms_the_gpu_holds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The planning arithmetic, with the device's free memory given (this machine has no GPU):
+    an arm needs what the model holds (x1.5 while compiling) plus a context; a large model's
+    baselines are not prestarted beside the engine, and its arms come one at a time."""
+    import torch
+
+    from kernelopt_bot.harness import arena as arena_module
+
+    free_mib = [60000.0]
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: (int(free_mib[0] * 2**20), 140000 * 2**20))
+    arena = Arena("model.py", "cuda", "fp32")
+    assert arena.room_for(3) == 3  # nothing known yet about what an arm holds: no limit
+    arena.arm_mb_hint = 28674.0  # the 30 GB RMS norm: 28.7 GB an arm
+    per_arm = 28674.0 * arena_module.ARM_HEADROOM + arena_module.CONTEXT_MB
+    assert arena.room_for(3) == int((60000.0 - arena_module.RESERVE_MB) // per_arm) == 1
+    assert arena.prestart() is False and arena._workers == {}  # two baselines do not fit beside it
+    free_mib[0] = 1000.0
+    assert arena.room_for(2) == 1  # nothing compiling: one arm goes ahead (an OOM is then reported)
+    arena.arm_mb_hint = 770.0  # a small model: all three options at once
+    free_mib[0] = 120000.0
+    assert arena.room_for(3) == 3

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelopt_bot.bench import bench
+from kernelopt_bot.harness.bench import bench
 from kernelopt_bot.stitch.pack import KernelPack
 from tests.helpers import EXAMPLES, bump_constant, captured, run_cli
 

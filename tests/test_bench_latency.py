@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 import torch
 
-from kernelopt_bot import bench
-from kernelopt_bot.bench import compare_arms
+from kernelopt_bot.harness import bench
+from kernelopt_bot.harness.bench import compare_arms
 from kernelopt_bot.harness.timing import Timing, time_model
 
 

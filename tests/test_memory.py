@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 import torch
 
-from kernelopt_bot.bench import _max_abs_diff
 from kernelopt_bot.candidate import Candidate
 from kernelopt_bot.errors import one_line
 from kernelopt_bot.harness import memory
+from kernelopt_bot.harness.bench import _max_abs_diff
 from kernelopt_bot.harness.model_worker import ArmRaised
 from kernelopt_bot.harness.swap_arm import EngineArm
 from kernelopt_bot.stitch.pack import LaunchConfig

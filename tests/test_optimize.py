@@ -101,6 +101,8 @@ def test_failing_target_is_a_result_not_a_crash(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("args", "message"), [
     (["optimize", GELU, "--budget", "nope=1"], "unknown key"),
     (["optimize", GELU, "--budget", "candidates=-1"], "non-negative"),
+    (["optimize", GELU, "--budget", "rounds=0"], "at least 1"),  # checked by the run plan
+    (["optimize", GELU, "--budget", "kernels=null"], "null is not allowed"),
     (["optimize", "missing.py"], "no such file"),
 ])
 def test_bad_input_exits_2(args: list[str], message: str) -> None:

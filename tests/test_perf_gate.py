@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from kernelopt_bot.bench import BenchResult, RoundResult
+from kernelopt_bot.harness.bench import BenchResult, RoundResult
 from kernelopt_bot.harness.model_worker import ArmRaised
 from kernelopt_bot.verify.perf import check_performance, judge, physically_possible
 from kernelopt_bot.verify.result import InfrastructureFailure
@@ -17,7 +17,7 @@ def _result(base: list[float], packed: list[float], repeat: list[float], *, appl
     rounds = [RoundResult(1000 + i, b, p, r) for i, (b, p, r) in enumerate(zip(base, packed, repeat))]
     result = BenchResult("t", "cuda", "fp32", None, None, None, None, rounds=rounds, applied=list(applied),
                          max_abs_diff=0.0, max_abs_diff_after_timing=after)
-    from kernelopt_bot.bench import _summarize
+    from kernelopt_bot.harness.bench import _summarize
 
     _summarize(result)
     return result

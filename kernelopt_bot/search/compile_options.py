@@ -12,8 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kernelopt_bot.bench import compare_arms
 from kernelopt_bot.harness.arena import Arena
+from kernelopt_bot.harness.bench import compare_arms
 from kernelopt_bot.harness.model_worker import Arm, WorkerError
 from kernelopt_bot.result import Recommendation
 from kernelopt_bot.targets import Target

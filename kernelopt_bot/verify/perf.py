@@ -1,6 +1,6 @@
 """Gate 4: the re-stitched model must beat the compiler baseline by gamma, end to end.
 
-Measured only with the project's own harness (:func:`kernelopt_bot.bench.compare_arms`): interleaved
+Measured only with the project's own harness (:func:`kernelopt_bot.harness.bench.compare_arms`): interleaved
 rounds, fresh inputs per round, L2 flushed, median. A win counts only if
 
 * the median speedup is at least ``gamma``;
@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kernelopt_bot.bench import compare_arms
 from kernelopt_bot.candidate import DEFAULT_GAMMA
+from kernelopt_bot.harness.bench import compare_arms
 from kernelopt_bot.harness.model_worker import Arm, WorkerError
 from kernelopt_bot.harness.timing import NOT_MEASURED
 from kernelopt_bot.verify.result import GateResult, InfrastructureFailure, is_infrastructure_text
@@ -73,7 +73,7 @@ def check_performance(baseline: Arm, candidate: Arm, repeat: Arm | None,
 
 
 def judge(result: Any, kernel_name: str | None, gamma: float, numbers: dict[str, Any]) -> GateResult:
-    """Apply the gate's rules to a :class:`~kernelopt_bot.bench.BenchResult` (``kernel_name`` None:
+    """Apply the gate's rules to a :class:`~kernelopt_bot.harness.bench.BenchResult` (``kernel_name`` None:
     a whole-model variant, nothing to have applied)."""
     if kernel_name is not None and kernel_name not in result.applied:
         return GateResult.fail("performance", f"the pack did not apply to {kernel_name}", **numbers)

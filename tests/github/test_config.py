@@ -134,7 +134,7 @@ def test_config_error_exits_2_through_the_bot(harness, repo_dir: Path) -> None:
 def test_budget_accepts_every_engine_budget_key() -> None:
     """The config file can set everything `kernelopt optimize --budget` can."""
     from kernelopt_bot.config import BudgetConfig
-    from kernelopt_bot.pipeline import DEFAULT_BUDGET
+    from kernelopt_bot.plan import DEFAULT_BUDGET
 
     assert set(BudgetConfig.model_fields) == set(DEFAULT_BUDGET)
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernelopt_bot.bench import bench
 from kernelopt_bot.compile.capture import capture
+from kernelopt_bot.harness.bench import bench
 from kernelopt_bot.harness.kernel import KernelHarness
 from kernelopt_bot.profile import profile
 from kernelopt_bot.stitch.pack import KernelPack, LaunchConfig, PackEntry

@@ -1,0 +1,105 @@
+"""How the user compiles their model: a ``torch.compile`` mode and Inductor config settings.
+
+A model served with ``mode="max-autotune-no-cudagraphs"`` or with coordinate-descent tuning runs
+other kernels (other configs, sometimes other fusions) than the default compile. Optimizing the
+default compile's kernels for such a user searches kernels they never run and reports a speedup
+over a baseline they do not have. So the settings are part of a run: the engine's capture, every
+model arm (baselines included) and the final benchmark compile with them, and the report's
+baseline is that compile.
+
+``torch.compile`` takes either a mode or options, not both; settings are therefore applied as the
+mode plus Inductor config patched for the whole process (each arm and the engine are processes of
+their own).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass, field
+from typing import Any
+
+from kernelopt_bot.errors import BadInputError
+
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+@dataclass(frozen=True)
+class CompileSettings:
+    """``mode`` (None: Inductor's default) and ``config`` (Inductor config key -> value)."""
+
+    mode: str | None = None
+    config: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.mode is not None and self.mode not in COMPILE_MODES:
+            raise BadInputError(f"compile mode {self.mode!r}: expected one of {', '.join(COMPILE_MODES)}")
+        if self.mode == "default":
+            object.__setattr__(self, "mode", None)
+
+    @property
+    def is_default(self) -> bool:
+        return self.mode is None and not self.config
+
+    @property
+    def label(self) -> str:
+        """How a report names this compile: ``torch.compile`` (default) or with its settings."""
+        if self.is_default:
+            return "torch.compile (default)"
+        parts = ([f"mode={self.mode}"] if self.mode else []) + [f"{k}={json.dumps(v)}" for k, v in self.config.items()]
+        return f"torch.compile ({', '.join(parts)})"
+
+    def cli_args(self) -> list[str]:
+        """The flags that give these settings to ``kernelopt optimize`` (for a Reproduce line)."""
+        args = ["--mode", self.mode] if self.mode else []
+        for key, value in self.config.items():
+            args += ["--inductor-config", f"{key}={json.dumps(value)}"]
+        return args
+
+    def cli_text(self) -> str:
+        return " ".join(shlex.quote(a) for a in self.cli_args())
+
+    def to_json(self) -> dict[str, Any]:
+        return {"mode": self.mode, "config": dict(self.config)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any] | None) -> CompileSettings:
+        data = data or {}
+        return cls(data.get("mode"), dict(data.get("config") or {}))
+
+    def with_option(self, mode: str | None, config: dict[str, Any] | None) -> CompileSettings:
+        """These settings with a compiler option on top (its mode replaces ours; its config is
+        added to ours)."""
+        return CompileSettings(mode if mode is not None else self.mode, {**self.config, **(config or {})})
+
+
+def parse_config_items(items: tuple[str, ...] | list[str], what: str = "--inductor-config") -> dict[str, Any]:
+    """``KEY=VALUE`` pairs naming Inductor config keys; values are read as JSON (true, 3, "x") and
+    else kept as strings. Imports Inductor's config (hence triton): call after the device is set up."""
+    return check_config({_key(item, what): _value(item) for item in items}, what)
+
+
+def check_config(config: dict[str, Any], what: str = "inductor_config") -> dict[str, Any]:
+    """``config`` if every key is one of Inductor's config keys; else a clear error."""
+    import torch._inductor.config as inductor_config
+
+    known = set(inductor_config.get_config_copy())
+    unknown = sorted(k for k in config if k not in known)
+    if unknown:
+        raise BadInputError(f"{what}: unknown Inductor config key(s) {', '.join(map(repr, unknown))}")
+    return dict(config)
+
+
+def _key(item: str, what: str) -> str:
+    key, sep, _ = item.partition("=")
+    if not sep or not key:
+        raise BadInputError(f"{what} {item!r}: expected KEY=VALUE with a known Inductor config key")
+    return key
+
+
+def _value(item: str) -> Any:
+    raw = item.partition("=")[2]
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError:
+        return raw
