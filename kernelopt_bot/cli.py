@@ -24,6 +24,7 @@ import click
 from rich.markup import escape
 
 from kernelopt_bot.candidate import DEFAULT_GAMMA
+from kernelopt_bot.compile.settings import COMPILE_MODES
 from kernelopt_bot.errors import KerneloptError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -222,26 +223,6 @@ def _print_inspect(label: str, art: Any, prof: Any) -> None:
         console.print("times: not measured (no CUDA device; kernels ran in the Triton interpreter)")
 
 
-def _parse_config(items: tuple[str, ...]) -> dict[str, Any]:
-    """``KEY=VALUE`` pairs; values are read as JSON (true, 3, "x") and else kept as strings.
-    Imports Inductor's config, hence triton: only after :func:`_start`."""
-    import torch._inductor.config as inductor_config
-
-    from kernelopt_bot.errors import BadInputError
-
-    known = set(inductor_config.get_config_copy())
-    config: dict[str, Any] = {}
-    for item in items:
-        key, sep, raw = item.partition("=")
-        if not sep or key not in known:
-            raise BadInputError(f"--inductor-config {item!r}: expected KEY=VALUE with a known Inductor config key")
-        try:
-            config[key] = json.loads(raw)
-        except json.JSONDecodeError:
-            config[key] = raw
-    return config
-
-
 def _load_pack(path: str) -> Any:
     from kernelopt_bot.errors import BadInputError
     from kernelopt_bot.stitch.pack import KernelPack, PackError
@@ -253,6 +234,15 @@ def _load_pack(path: str) -> Any:
         raise BadInputError(message if path in message else f"pack {path}: {message}") from exc
 
 
+COMPILE_MODE = click.option(
+    "--mode", default=None, type=click.Choice(COMPILE_MODES),
+    help="torch.compile mode the model is used with: the baseline and every arm compile so "
+         "(default: Inductor's default).")
+INDUCTOR_CONFIG = click.option(
+    "--inductor-config", "config_items", multiple=True, metavar="KEY=VALUE",
+    help="Inductor config the model is used with, e.g. coordinate_descent_tuning=true (repeatable).")
+
+
 @main.command()
 @click.argument("target")
 @click.option("--pack", "pack_path", required=True, type=click.Path(dir_okay=False),
@@ -262,9 +252,8 @@ def _load_pack(path: str) -> Any:
 @click.option("--rounds", default=10, show_default=True, type=click.IntRange(1, 1000))
 @click.option("--reps", default=20, show_default=True, type=click.IntRange(1, 10000),
               help="Timed calls per arm per round.")
-@click.option("--mode", default=None, help="torch.compile mode for both arms (default: Inductor's default).")
-@click.option("--inductor-config", "config_items", multiple=True, metavar="KEY=VALUE",
-              help="Inductor config for both arms, e.g. coordinate_descent_tuning=true (repeatable).")
+@COMPILE_MODE
+@INDUCTOR_CONFIG
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a summary.")
 @output_flags
 @handle_errors
@@ -272,12 +261,13 @@ def bench(target: str, pack_path: str, device: str | None, dtype: str, rounds: i
           mode: str | None, config_items: tuple[str, ...], as_json: bool) -> None:
     """torch.compile baseline against TARGET with PACK installed, end to end."""
     device = _start(target, device)
+    from kernelopt_bot.compile.settings import check_config, parse_config_items
     from kernelopt_bot.errors import BadInputError
     from kernelopt_bot.harness.bench import bench as run_bench
     from kernelopt_bot.harness.model_worker import ArmRaised
     from kernelopt_bot.targets import load_target
 
-    config = _parse_config(config_items)
+    config = check_config(parse_config_items(config_items), "--inductor-config")
     pack = _load_pack(pack_path)
     with _progress() as progress:
         progress.step(f"loading {target}")
@@ -354,6 +344,8 @@ def _parse_budget(items: tuple[str, ...]) -> dict[str, Any]:
 @click.option("--llm-model", default=None, envvar="KERNELOPT_LLM_MODEL", help="Model name for the LLM agents.")
 @click.option("--store", "store_path", default=None, type=click.Path(dir_okay=False),
               help="SQLite store (default .kernelopt/kernelopt.db or $KERNELOPT_DB).")
+@COMPILE_MODE
+@INDUCTOR_CONFIG
 @click.option("--isolation", type=click.Choice(["auto", "namespace", "none"]), default="auto", show_default=True,
               envvar="KERNELOPT_ISOLATION",
               help="How the target's code and every candidate are isolated: auto (bwrap, else unshare namespaces, "
@@ -362,7 +354,7 @@ def _parse_budget(items: tuple[str, ...]) -> dict[str, Any]:
 @handle_errors
 def optimize(target: str, out_dir: str | None, device: str | None, dtype: str, budget_items: tuple[str, ...],
              gamma: float, llm_base_url: str | None, llm_model: str | None, store_path: str | None,
-             isolation: str) -> None:
+             mode: str | None, config_items: tuple[str, ...], isolation: str) -> None:
     """Capture, profile, search, verify, pack and benchmark TARGET; write a report.
 
     The target is loaded only in an isolated engine process that holds no secret. Exit code 0
@@ -371,7 +363,11 @@ def optimize(target: str, out_dir: str | None, device: str | None, dtype: str, b
     """
     import os
 
+    from kernelopt_bot.compile.settings import CompileSettings, parse_config_items
+
     budget = _parse_budget(budget_items)
+    # Keys are checked in the engine, which imports Inductor (a bad one: exit 2 there).
+    settings = CompileSettings(mode, parse_config_items(config_items))
     _start(target, device, interpreter=False)  # the engine loads the target and runs every kernel
     from kernelopt_bot.folders import make_dirs
     from kernelopt_bot.harness.isolation import ISOLATION_ENV, choose_isolation
@@ -388,7 +384,7 @@ def optimize(target: str, out_dir: str | None, device: str | None, dtype: str, b
                    log_path=out / "run.log") as progress:
         progress.note(f"isolation: {method}")
         result = run_pipeline(target, device=device, dtype=dtype, out_dir=out, budget=budget, gamma=gamma,
-                              llm=llm, store_path=store_path, log=progress.relay)
+                              llm=llm, store_path=store_path, log=progress.relay, compile_settings=settings)
     if result.status != "ok" and result.error_kind == "bad input":
         # nothing ran: the one-line reason is the whole answer (report.md and result.json say it too)
         _fail(str(result.error), 2)
@@ -410,8 +406,9 @@ def _print_result(console: Any, result: Any, out: Path) -> None:
                       escape(k.status), _fmt(k.speedup, ".3f", "-"))
     console.print(table)
     if result.measured:
-        console.print(f"end to end: {result.baseline_ms:.4f} ms -> {result.optimized_ms:.4f} ms, "
-                      f"speedup {result.speedup:.3f}x ({result.pack_entries} kernels replaced)")
+        console.print(escape(f"end to end: {result.baseline_ms:.4f} ms -> {result.optimized_ms:.4f} ms, "
+                             f"speedup {result.speedup:.3f}x over {result.baseline_label} "
+                             f"({result.pack_entries} kernels replaced)"))
         if result.latency_ms.get("baseline"):
             console.print(f"host-inclusive latency of a call: {result.latency_ms['baseline']:.4f} ms -> "
                           f"{result.latency_ms['optimized']:.4f} ms")
@@ -490,12 +487,15 @@ def modes(target: str, device: str | None, dtype: str, option_labels: tuple[str,
 @click.option("--reference/--no-reference", default=True, show_default=True,
               help="Measure max-autotune-no-cudagraphs for the 'vs max-autotune' column when optimize's "
                    "budget did not (one more compile and benchmark per problem).")
+@COMPILE_MODE
+@INDUCTOR_CONFIG
 @output_flags
 @handle_errors
 def suite(suite_dir: str, out_dir: str, shard: str, device: str | None, dtypes: tuple[str, ...],
           only: tuple[str, ...], budget_items: tuple[str, ...], gamma: float, timeout_s: float,
-          gpus: str | None, reference: bool) -> None:
+          gpus: str | None, reference: bool, mode: str | None, config_items: tuple[str, ...]) -> None:
     """Run `kernelopt optimize` on every problem of SUITE_DIR, each in its own process."""
+    from kernelopt_bot.compile.settings import CompileSettings, parse_config_items
     from kernelopt_bot.errors import BadInputError
     from kernelopt_bot.gpu_pool import cuda_device_count, select_gpus
     from kernelopt_bot.suite import parse_shard, run_suite
@@ -508,7 +508,8 @@ def suite(suite_dir: str, out_dir: str, shard: str, device: str | None, dtypes: 
     result = run_suite(Path(suite_dir), Path(out_dir), shard=parse_shard(shard), device=device,
                        dtypes=dtypes or None, budget=list(budget_items), gamma=gamma, timeout_s=timeout_s,
                        log=lambda m: console.print(escape(m)), gpus=selected, only=only or None,
-                       reference=reference)
+                       reference=reference,
+                       compile_args=CompileSettings(mode, parse_config_items(config_items)).cli_args())
     for level, row in result.levels().items():
         console.print(f"level {level}: {row['problems']} problems, geomean vs default "
                       f"{_fmt(row['geomean_vs_default'], '.3f', 'not measured')}, vs max-autotune-no-cudagraphs "

@@ -66,6 +66,12 @@ class TargetConfig(_Strict):
     paths: list[str] = Field(default_factory=list,
                              description="Globs of files whose change on a PR runs this target (besides the "
                                          "entry and the Python files it imports).")
+    compile_mode: Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"] | None = Field(
+        default=None, description="The `torch.compile` mode the model is used with: capture, search, gates and "
+                                  "the baseline all compile so.")
+    inductor_config: dict[str, bool | int | float | str] = Field(
+        default_factory=dict, description="Inductor config the model is used with (e.g. "
+                                          "`{coordinate_descent_tuning: true}`); keys are checked when the run starts.")
 
     @field_validator("name")
     @classmethod
@@ -271,7 +277,8 @@ def reference_table() -> str:
         elif nested:
             default = "—"
         else:
-            default = _shown(info.get_default(call_default_factory=True))
+            value = info.get_default(call_default_factory=True)
+            default = "none" if value is None or value == {} else _shown(value)
         rows.append(f"| `{path}` | {_takes(info)} | {default} | {info.description} |")
     return "\n".join(rows)
 
@@ -305,7 +312,7 @@ def _takes(info: Any) -> str:
     if get_origin(inner) is list:
         item = get_args(inner)[0]
         return "list of targets" if item is TargetConfig else "list of strings"
-    if isinstance(inner, type) and issubclass(inner, BaseModel):
+    if (isinstance(inner, type) and issubclass(inner, BaseModel)) or get_origin(inner) is dict:
         return "mapping"
     kind = {int: "integer", float: "number", bool: "true/false", str: "string"}.get(inner, str(inner))
     bounds = []

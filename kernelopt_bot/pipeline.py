@@ -24,6 +24,7 @@ from typing import Any
 
 from kernelopt_bot import __version__
 from kernelopt_bot.candidate import DEFAULT_GAMMA
+from kernelopt_bot.compile.settings import CompileSettings, check_config
 from kernelopt_bot.errors import BadInputError, KerneloptError
 from kernelopt_bot.folders import make_dirs
 from kernelopt_bot.harness.isolation import Channel
@@ -41,12 +42,15 @@ WALL_MARGIN_S = 10.0
 
 
 def reproduce_command(target: str, device: str | None, dtype: str, budget: dict[str, Any],
-                      gamma: float, llm: dict[str, Any] | None) -> str:
+                      gamma: float, llm: dict[str, Any] | None,
+                      compile_settings: CompileSettings | None = None) -> str:
     """The ``kernelopt optimize`` command line that repeats this run, as a user types it: budget
     values in the form ``--budget`` parses (JSON: ``true``/``false``/``null``, numbers)."""
     parts = ["kernelopt", "optimize", target, "--dtype", dtype]
     if device:
         parts += ["--device", device]
+    if compile_settings is not None:
+        parts += compile_settings.cli_args()
     for key, value in budget.items():
         if value != DEFAULT_BUDGET.get(key):
             parts += ["--budget", f"{key}={json.dumps(value)}"]
@@ -82,7 +86,8 @@ def engine_deadline_s(wall_seconds: float | None) -> float | None:
 def run_pipeline(target: str, *, device: str | None = None, dtype: str = "fp32", out_dir: Path,
                  budget: dict[str, Any] | None = None, gamma: float = DEFAULT_GAMMA,
                  llm: dict[str, Any] | None = None, store_path: str | Path | None = None,
-                 log: Callable[[str], None] = lambda _m: None, shown_as: str | None = None) -> RunResult:
+                 log: Callable[[str], None] = lambda _m: None, shown_as: str | None = None,
+                 compile_settings: CompileSettings | None = None) -> RunResult:
     """Run the whole pipeline on one target in an isolated engine process and write report.md,
     result.json and pack.json.
 
@@ -94,13 +99,16 @@ def run_pipeline(target: str, *, device: str | None = None, dtype: str = "fp32",
     :func:`engine_deadline_s` is killed with everything it started and the run is failed.
 
     ``shown_as``: the target as its user names it (a path relative to their repository, say), for
-    the command to reproduce the run; default ``target``."""
+    the command to reproduce the run; default ``target``. ``compile_settings``: how the user
+    compiles the model (:mod:`kernelopt_bot.compile.settings`); every compile of the run uses them
+    and the baseline is that compile."""
     from kernelopt_bot.harness.isolation import choose_isolation, protect_this_process
 
     protect_this_process()
     start = time.time()
     out_dir = Path(out_dir)
-    reproduce = reproduce_command(shown_as or target, device, dtype, budget or {}, gamma, llm)
+    settings = compile_settings or CompileSettings()
+    reproduce = reproduce_command(shown_as or target, device, dtype, budget or {}, gamma, llm, settings)
     try:
         plan = RunPlan.parse(budget, gamma)
         isolation = choose_isolation()
@@ -109,7 +117,7 @@ def run_pipeline(target: str, *, device: str | None = None, dtype: str = "fp32",
                        error_kind="bad input" if isinstance(exc, BadInputError) else "")
     # The engine gets the checked plan as data and rebuilds it (RunPlan.parse of its own to_json).
     request = {"target": target, "device": device, "dtype": dtype, "out_dir": str(out_dir),
-               "budget": plan.to_json(), "gamma": plan.gamma,
+               "budget": plan.to_json(), "gamma": plan.gamma, "compile": settings.to_json(),
                "started": start,  # the wall budget counts from here: the engine's start is part of the run
                "store_path": None if store_path is None else str(store_path),
                "reproduce": reproduce, "isolation": isolation.method}
@@ -219,7 +227,8 @@ def engine_main(conn: Channel, request: dict[str, Any]) -> None:
                                 out_dir=Path(request["out_dir"]), budget=request["budget"], gamma=request["gamma"],
                                 llm=request["llm"], store_path=request["store_path"], log=log,
                                 reproduce=request["reproduce"], isolation=request["isolation"],
-                                llm_problem=request.get("llm_problem"), started=request.get("started"))
+                                llm_problem=request.get("llm_problem"), started=request.get("started"),
+                                compile_settings=request.get("compile"))
     with lock:  # JSON text: what result.json holds, nothing the parent would have to rebuild
         conn.send(("done", json.dumps(result.to_json(), default=str)))
     conn.close()
@@ -228,8 +237,8 @@ def engine_main(conn: Channel, request: dict[str, Any]) -> None:
 def _run_pipeline_here(target: str, *, device: str | None, dtype: str, out_dir: Path,
                        budget: dict[str, Any] | None, gamma: float, llm: dict[str, Any] | None,
                        store_path: str | Path | None, log: Callable[[str], None], reproduce: str,
-                       isolation: str, llm_problem: str | None = None, started: float | None = None
-                       ) -> RunResult:
+                       isolation: str, llm_problem: str | None = None, started: float | None = None,
+                       compile_settings: dict[str, Any] | None = None) -> RunResult:
     """The pipeline in this process (the engine's): never raises for a bad or failing target.
     ``llm_problem``: why the parent could not give the engine the LLM endpoint it was asked for;
     ``started``: when the run began in the parent (``time.time()``), where the wall budget starts."""
@@ -245,7 +254,9 @@ def _run_pipeline_here(target: str, *, device: str | None, dtype: str, out_dir: 
     try:
         plan = RunPlan.parse(budget, gamma)
         result.budget = plan.to_json()
-        pack = _run(target, device, dtype, plan, llm, store_path, result, clock, time.time() - start)
+        settings = CompileSettings.from_json(compile_settings)
+        result.compile = settings.to_json()
+        pack = _run(target, device, dtype, plan, settings, llm, store_path, result, clock, time.time() - start)
     except KerneloptError as exc:
         result.status, result.error = "failed", str(exc)
         result.error_kind = "bad input" if isinstance(exc, BadInputError) else ""
@@ -319,7 +330,8 @@ class _PhaseClock:
             self._current = None
 
 
-def _run(target: str, device: str | None, dtype: str, plan: RunPlan, llm: dict[str, Any] | None,
+def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: CompileSettings,
+         llm: dict[str, Any] | None,
          store_path: str | Path | None, result: RunResult, log: Callable[[str], None], elapsed: float) -> KernelPack:
     import torch
 
@@ -342,7 +354,9 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, llm: dict[s
     tgt = load_target(target, device, dtype)
     result.device = tgt.device
     log("compiling and capturing")
-    cap = capture(tgt)
+    if settings.config:  # this process's compiles, for its lifetime (as in every arm)
+        torch._inductor.config.patch(check_config(settings.config)).__enter__()
+    cap = capture(tgt, mode=settings.mode)
     log("profiling")
     prof = profile(cap)
     env = running_environment(tgt.device)
@@ -354,7 +368,7 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, llm: dict[s
     run_id = store.start_run(target, tgt.device, dtype, result.hardware, result.versions, plan.to_json())
     watch = DeviceMemoryWatch(tgt.device)
     try:
-        with watch, Cascade(cap, plan.verify_options()) as cascade:
+        with watch, Cascade(cap, plan.verify_options(), compile_settings=settings) as cascade:
             if tgt.device == "cuda":
                 # Gates 3-4 and the final benchmark need the baseline arms; they compile while the
                 # tuner times variants instead of after it, where the GPU holds them beside this

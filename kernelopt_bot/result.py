@@ -57,6 +57,9 @@ class RunResult:
     optimized_ms: float | None = None
     speedup: float | None = None
     noise_floor: float | None = None
+    # How the model is compiled, baseline and every arm alike: {"mode": ..., "config": {...}}
+    # (kernelopt_bot.compile.settings; empty mode and config: the default compile).
+    compile: dict[str, Any] = field(default_factory=dict)
     # The same end-to-end comparison as host-inclusive latency of one call (wall clock, synchronized
     # per call; launch overhead included): "baseline", "optimized" in ms and "noise_floor".
     latency_ms: dict[str, float | None] = field(default_factory=dict)
@@ -103,6 +106,13 @@ class RunResult:
         shown = [(k, label) for k, label in _USAGE_LABELS
                  if (k in limits or k in used) and (self.llm_status != "not configured" or k not in ("tokens", "cost"))]
         return [{"resource": label, "limit": limits.get(k), "used": used.get(k)} for k, label in shown]
+
+    @property
+    def baseline_label(self) -> str:
+        """How the report names the baseline: ``torch.compile`` with the run's settings."""
+        from kernelopt_bot.compile.settings import CompileSettings
+
+        return CompileSettings.from_json(self.compile).label
 
     @property
     def measured(self) -> bool:

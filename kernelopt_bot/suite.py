@@ -158,10 +158,12 @@ def parse_shard(text: str) -> tuple[int, int]:
 
 
 def run_problem(root: Path, problem: Problem, out: Path, *, device: str | None, budget: list[str],
-                gamma: float, timeout_s: float, store: Path, reference: bool = True) -> ProblemResult:
+                gamma: float, timeout_s: float, store: Path, reference: bool = True,
+                compile_args: list[str] | None = None) -> ProblemResult:
     """One ``kernelopt optimize`` in its own process; a crash or hang is this problem's result.
 
-    ``reference``: measure max-autotune-no-cudagraphs afterwards when optimize's budget did not."""
+    ``reference``: measure max-autotune-no-cudagraphs afterwards when optimize's budget did not.
+    ``compile_args``: optimize's ``--mode``/``--inductor-config`` flags (every problem compiled so)."""
     run_dir = out / "problems" / problem.slug
     cmd = [sys.executable, "-m", "kernelopt_bot.cli", "optimize", str(root / problem.path), "--dtype", problem.dtype,
            "--out", str(run_dir), "--store", str(store), "--gamma", str(gamma)]
@@ -169,6 +171,7 @@ def run_problem(root: Path, problem: Problem, out: Path, *, device: str | None, 
         cmd += ["--device", device]
     for item in budget:
         cmd += ["--budget", item]
+    cmd += list(compile_args or [])
     start = time.time()
     error: str | None = None
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -255,7 +258,8 @@ def problem_job(job: dict[str, Any]) -> dict[str, Any]:
     """
     res = run_problem(Path(job["root"]), Problem(**job["problem"]), Path(job["out"]), device=job["device"],
                       budget=list(job["budget"]), gamma=job["gamma"], timeout_s=job["timeout_s"],
-                      store=Path(job["store"]), reference=bool(job.get("reference", True)))
+                      store=Path(job["store"]), reference=bool(job.get("reference", True)),
+                      compile_args=list(job.get("compile_args") or []))
     data = asdict(res)
     if res.status != "ok" and res.error and (res.error.startswith(TIMED_OUT) or looks_like_gpu_failure(res.error)):
         raise GpuFailure(res.error, value=data)
@@ -279,7 +283,8 @@ def run_suite(root: Path, out: Path, *, shard: tuple[int, int] = (0, 1), device:
               dtypes: tuple[str, ...] | None = None, budget: list[str] | None = None, gamma: float = DEFAULT_GAMMA,
               timeout_s: float = 900.0, log: Any = print, gpus: list[int | None] | None = None,
               job_fn: str = PROBLEM_JOB, cores: int | None = None,
-              only: tuple[str, ...] | None = None, reference: bool = True) -> SuiteResult:
+              only: tuple[str, ...] | None = None, reference: bool = True,
+              compile_args: list[str] | None = None) -> SuiteResult:
     """Run a shard's problems and write ``suite.json`` / ``suite.md`` into ``out`` as they finish.
 
     ``gpus=None`` runs them one after another in this process's environment (the default). With
@@ -296,7 +301,8 @@ def run_suite(root: Path, out: Path, *, shard: tuple[int, int] = (0, 1), device:
     suite = SuiteResult(device=device or resolve_device(None))
     jobs = [{"root": str(root.resolve()), "problem": asdict(p), "out": str(out.resolve()), "device": device,
              "budget": list(budget or []), "gamma": gamma, "timeout_s": timeout_s,
-             "store": str((out / "store.db").resolve()), "reference": reference} for p in mine]
+             "store": str((out / "store.db").resolve()), "reference": reference,
+             "compile_args": list(compile_args or [])} for p in mine]
     if gpus is None:
         run_one = resolve(job_fn)
         for i, (problem, job) in enumerate(zip(mine, jobs), 1):

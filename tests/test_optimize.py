@@ -104,6 +104,9 @@ def test_failing_target_is_a_result_not_a_crash(tmp_path: Path) -> None:
     (["optimize", GELU, "--budget", "rounds=0"], "at least 1"),  # checked by the run plan
     (["optimize", GELU, "--budget", "kernels=null"], "null is not allowed"),
     (["optimize", "missing.py"], "no such file"),
+    (["optimize", GELU, "--inductor-config", "not_an_inductor_key=1"], "unknown Inductor config key"),
+    (["optimize", GELU, "--inductor-config", "no_equals_sign"], "expected KEY=VALUE"),
+    (["optimize", GELU, "--mode", "fastest"], "Invalid value for '--mode'"),
 ])
 def test_bad_input_exits_2(args: list[str], message: str) -> None:
     result = run_cli(*args)

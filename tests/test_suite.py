@@ -174,3 +174,17 @@ def test_a_problem_past_its_deadline_keeps_its_log_and_says_where_it_stopped(tmp
                          timeout_s=120.0, store=tmp_path / "store.db")
     assert broken.status == "failed" and broken.error is not None
     assert broken.error.startswith("error:") and "broken" in broken.error
+
+
+def test_the_suite_compiles_every_problem_as_asked(tmp_path: Path) -> None:
+    """`kernelopt suite --mode/--inductor-config` reaches each problem's optimize run."""
+    from kernelopt_bot.suite import run_problem
+
+    root = _suite(tmp_path / "suite")
+    res = run_problem(root, Problem("level1/gelu.py", 1, "fp32"), tmp_path / "out", device="cpu",
+                      budget=["candidates=0", "compile_options=false"], gamma=1.03, timeout_s=600,
+                      store=tmp_path / "store.db", reference=False,
+                      compile_args=["--inductor-config", "triton.persistent_reductions=false"])
+    assert res.status == "ok", res.error
+    result = json.loads((tmp_path / "out" / "problems" / "l1_gelu_fp32" / "result.json").read_text())
+    assert result["compile"]["config"] == {"triton.persistent_reductions": False}

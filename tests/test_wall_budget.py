@@ -65,7 +65,7 @@ def test_a_trusted_candidate_is_estimated_apart_from_the_others() -> None:
 
 
 class _Arena:
-    device, dtype = "cuda", "fp32"
+    device, dtype, mode, config = "cuda", "fp32", None, {}
 
     def baselines(self) -> tuple[Any, Any]:
         return None, None

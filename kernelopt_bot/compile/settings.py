@@ -74,9 +74,10 @@ class CompileSettings:
 
 
 def parse_config_items(items: tuple[str, ...] | list[str], what: str = "--inductor-config") -> dict[str, Any]:
-    """``KEY=VALUE`` pairs naming Inductor config keys; values are read as JSON (true, 3, "x") and
-    else kept as strings. Imports Inductor's config (hence triton): call after the device is set up."""
-    return check_config({_key(item, what): _value(item) for item in items}, what)
+    """``KEY=VALUE`` pairs; values are read as JSON (true, 3, "x") and else kept as strings. The
+    keys are checked against Inductor's by :func:`check_config`, where Inductor may be imported
+    (the process that compiles)."""
+    return {_key(item, what): _value(item) for item in items}
 
 
 def check_config(config: dict[str, Any], what: str = "inductor_config") -> dict[str, Any]:

@@ -43,6 +43,7 @@ class TargetJob:
     budget: dict[str, Any] = field(default_factory=dict)
     gamma: float = DEFAULT_GAMMA
     llm: dict[str, Any] | None = None
+    compile: dict[str, Any] = field(default_factory=dict)  # CompileSettings.to_json(): how the model is compiled
 
     @property
     def slug(self) -> str:
@@ -67,6 +68,7 @@ class DefaultRunner:
         self.repo_root = repo_root.resolve()
 
     def run(self, target_cfg: TargetJob, out_dir: Path) -> RunResult:
+        from kernelopt_bot.compile.settings import CompileSettings
         from kernelopt_bot.pipeline import run_pipeline  # lazy: the engine is optional to import this
 
         if str(self.repo_root) not in sys.path:
@@ -78,7 +80,8 @@ class DefaultRunner:
         # it, relative to the repository root, not this runner's absolute path.
         return run_pipeline(entry, device=target_cfg.device, dtype=target_cfg.dtype, out_dir=out_dir,
                             budget=dict(target_cfg.budget), gamma=target_cfg.gamma, llm=target_cfg.llm,
-                            shown_as=target_cfg.entry)
+                            shown_as=target_cfg.entry,
+                            compile_settings=CompileSettings.from_json(target_cfg.compile))
 
 
 def make_jobs(cfg: KerneloptConfig, targets: Iterable[TargetConfig], *, budget: int | None = None,
@@ -93,7 +96,8 @@ def make_jobs(cfg: KerneloptConfig, targets: Iterable[TargetConfig], *, budget: 
         for dtype in t.dtypes:
             jobs.append(TargetJob(name=t.name, entry=t.entry, dtype=dtype,
                                   device=None if t.device == "auto" else t.device, budget=budget_dict,
-                                  gamma=gamma if gamma is not None else cfg.gamma, llm=llm))
+                                  gamma=gamma if gamma is not None else cfg.gamma, llm=llm,
+                                  compile={"mode": t.compile_mode, "config": dict(t.inductor_config)}))
     return jobs
 
 

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from kernelopt_bot.compile.settings import CompileSettings
 from kernelopt_bot.harness.arena import Arena
 from kernelopt_bot.harness.bench import compare_arms
 from kernelopt_bot.harness.model_worker import Arm, WorkerError
@@ -56,7 +57,12 @@ def recommend(arena: Arena, target: Target, *, gamma: float, rounds: int = 10, r
         return [Recommendation(o.label, None, False, f"not measured: the baseline arms did not start ({exc})")
                 for o in options]
     done: dict[str, Recommendation] = {}
-    pending = list(options)
+    users = CompileSettings(arena.mode, arena.config)
+    for option in options:  # an option the model is already compiled with is its baseline
+        if users.with_option(option.mode, option.config) == users:
+            done[option.label] = Recommendation(option.label, None, False,
+                                                f"not measured: the baseline already is {users.label}")
+    pending = [o for o in options if o.label not in done]
     while pending:
         left = time_left() if time_left is not None else None
         if left is not None and left < MIN_OPTION_S:

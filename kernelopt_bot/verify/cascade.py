@@ -25,6 +25,7 @@ import torch
 from kernelopt_bot.candidate import DEFAULT_GAMMA, Candidate, candidate_pack
 from kernelopt_bot.compile.artifact import TritonKernel
 from kernelopt_bot.compile.capture import Capture
+from kernelopt_bot.compile.settings import CompileSettings
 from kernelopt_bot.device import device_limits
 from kernelopt_bot.errors import one_line
 from kernelopt_bot.harness.arena import Arena
@@ -65,7 +66,8 @@ class VerifyOptions:
 class Cascade:
     """Verifies candidates for the kernels of one captured model."""
 
-    def __init__(self, capture: Capture, options: VerifyOptions | None = None) -> None:
+    def __init__(self, capture: Capture, options: VerifyOptions | None = None, *,
+                 compile_settings: CompileSettings | None = None) -> None:
         self.capture = capture
         self.options = options or VerifyOptions()
         self._workdir = tempfile.TemporaryDirectory(prefix="kernelopt-verify-")
@@ -73,7 +75,10 @@ class Cascade:
         self._copy_gbps: float | None = None
         self.timing_seconds: list[dict[str, float]] = []  # per timing job: seconds per step, for the log
         target = capture.target
-        self.arena = Arena(target.spec, target.device, dtype_name(target.dtype))
+        # Every model arm compiles as the user does (the capture did too): the baseline is theirs.
+        settings = compile_settings or CompileSettings()
+        self.arena = Arena(target.spec, target.device, dtype_name(target.dtype), mode=settings.mode,
+                           config=settings.config)
         # Trusted candidates' gate 2 and timing, in this process (the engine): no process started.
         self.kernels = KernelService(target.device, capture.recording)
 
