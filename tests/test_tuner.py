@@ -96,3 +96,40 @@ def test_the_softmax_win_measured_on_the_h200_stays_in_the_space() -> None:
     kernel = parse_output_code((H200 / "softmax_bf16.py").read_text()).kernels[0]
     found = {(tuple(sorted(c.kwargs.items())), c.num_warps) for c in configs(kernel)}
     assert ((("R0_BLOCK", 1024), ("XBLOCK", 4)), 8) in found
+
+
+def test_the_search_starts_from_the_configs_max_autotune_would_try() -> None:
+    """On a real captured kernel (CPU interpreter), Inductor's heuristics under max-autotune give
+    more configs than the default compile's; every one is in the tuner's first timing batch."""
+    from kernelopt_bot.search.seeds import max_autotune_configs
+    from tests.helpers import captured
+
+    cap = captured("conv_bn_gelu.py")
+    kernel = next(k for k in cap.artifact.kernels if "gelu" in k.name and "mean" in k.name)
+    from torch._inductor.codecache import PyCodeCache
+
+    default = getattr(PyCodeCache.load(kernel.source), kernel.name).configs
+    seeds = max_autotune_configs(kernel)
+    assert len(seeds) > len(default) >= 1
+    batches: list[list[Candidate]] = []
+
+    def timer(_kernel: object, cands: list[Candidate]) -> tuple[float, list[float | str | None]]:
+        batches.append(cands)
+        return 1.0, [1.0 for _ in cands]
+
+    OfflineTuner(timer, sample_size=2).propose(SearchContext(kernel, _profile(1.0), None, "cuda"), 3)
+    first = {c.config.describe() for c in batches[0] if c.config is not None and c.source is None}
+    assert {s.describe() for s in seeds} <= first
+
+
+def test_a_kernel_without_the_compilers_heuristics_gives_no_seeds() -> None:
+    import dataclasses
+
+    from kernelopt_bot.search.seeds import max_autotune_configs
+
+    kernel = parse_output_code((H200 / "gelu.py").read_text()).kernels[0]
+    unknown = dataclasses.replace(kernel, source=kernel.source.replace("triton_heuristics.pointwise(",
+                                                                       "triton_heuristics.template("))
+    assert max_autotune_configs(unknown) == []
+    broken = dataclasses.replace(kernel, source=kernel.source.replace("size_hints=", "size_hintz="))
+    assert max_autotune_configs(broken) == []  # the decorator raises: no seeds, no crash

@@ -1,7 +1,8 @@
 """The offline tuner: the default search, no LLM.
 
-Per kernel: a seeded sample of the launch space plus the neighbours of the compiler's own config,
-then coordinate descent from the best, then our source transformations on top of the best config.
+Per kernel: the configs the compiler's own max-autotune would try (:mod:`.seeds`: the search
+starts where the compiler's ends), a seeded sample of the launch space and the neighbours of the
+compiler's chosen config, then coordinate descent from the best, then our source transformations on top of the best config.
 Everything is timed alone with the per-kernel harness, one variant at a time on the GPU. Every
 candidate is ours (launch configs, our own transformations of the compiler's source), marked
 ``origin="tuner"``: timing and gate 2 run inside the engine, no process is started for them. Only proposals faster than the compiler's kernel by a margin go on to the gates.
@@ -17,6 +18,7 @@ from collections.abc import Callable
 from kernelopt_bot.candidate import Candidate, Proposal
 from kernelopt_bot.compile.artifact import TritonKernel
 from kernelopt_bot.search.base import SearchContext, SearchStrategy
+from kernelopt_bot.search.seeds import max_autotune_configs
 from kernelopt_bot.search.space import configs, sample
 from kernelopt_bot.search.transforms import applicable
 from kernelopt_bot.stitch.pack import LaunchConfig
@@ -75,8 +77,10 @@ class OfflineTuner(SearchStrategy):
     name = "tuner"
 
     def __init__(self, timer: Timer | None, *, sample_size: int = 24, descent_rounds: int = 1,
-                 beam: int = 3, seed: int = 0) -> None:
+                 beam: int = 3, seed: int = 0,
+                 seeds: Callable[[TritonKernel], list[LaunchConfig]] = max_autotune_configs) -> None:
         self.timer = timer
+        self.seeds = seeds
         self.sample_size = sample_size
         self.descent_rounds = descent_rounds
         self.beam = beam
@@ -114,7 +118,9 @@ class OfflineTuner(SearchStrategy):
                 else:
                     transformed.append(Proposal(cand, self.name, ms, "source transformation"))
 
-        first = sample(kernel, self.sample_size, seed=self.seed)
+        seeds = self.seeds(kernel)
+        space.update({_key(c): c for c in seeds})  # the compiler's configs are valid by construction
+        first = seeds + sample(kernel, self.sample_size, seed=self.seed)
         if chosen is not None and _key(chosen) in space:
             first += neighbours(chosen, set(space))
         run_job(first, None)
