@@ -509,7 +509,7 @@ def suite(suite_dir: str, out_dir: str, shard: str, device: str | None, dtypes: 
                        dtypes=dtypes or None, budget=list(budget_items), gamma=gamma, timeout_s=timeout_s,
                        log=lambda m: console.print(escape(m)), gpus=selected, only=only or None,
                        reference=reference,
-                       compile_args=CompileSettings(mode, parse_config_items(config_items)).cli_args())
+                       compile_settings=CompileSettings(mode, parse_config_items(config_items)))
     for level, row in result.levels().items():
         console.print(f"level {level}: {row['problems']} problems, geomean vs default "
                       f"{_fmt(row['geomean_vs_default'], '.3f', 'not measured')}, vs max-autotune-no-cudagraphs "

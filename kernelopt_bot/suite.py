@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelopt_bot.candidate import DEFAULT_GAMMA
+from kernelopt_bot.compile.settings import CompileSettings
 from kernelopt_bot.errors import BadInputError
 from kernelopt_bot.gpu_pool import GpuFailure, GpuPool, JobResult, looks_like_gpu_failure, resolve
 from kernelopt_bot.result import RunResult
@@ -71,10 +72,19 @@ class ProblemResult:
 class SuiteResult:
     problems: list[ProblemResult] = field(default_factory=list)
     device: str = ""
+    # How every problem was compiled (CompileSettings.to_json(); empty: the default compile): the
+    # speedups are over that compile, so `--mode max-autotune-no-cudagraphs` gives the pack's
+    # gain on top of max-autotune.
+    compile: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def baseline_label(self) -> str:
+        return CompileSettings.from_json(self.compile).label
 
     def to_json(self) -> dict[str, Any]:
         return {
             "device": self.device,
+            "compile": CompileSettings.from_json(self.compile).to_json(),
             "levels": self.levels(),
             "problems": [dict(asdict(p), slug=p.problem.slug) for p in self.problems],
         }
@@ -159,11 +169,14 @@ def parse_shard(text: str) -> tuple[int, int]:
 
 def run_problem(root: Path, problem: Problem, out: Path, *, device: str | None, budget: list[str],
                 gamma: float, timeout_s: float, store: Path, reference: bool = True,
-                compile_args: list[str] | None = None) -> ProblemResult:
+                compile_settings: CompileSettings | None = None) -> ProblemResult:
     """One ``kernelopt optimize`` in its own process; a crash or hang is this problem's result.
 
-    ``reference``: measure max-autotune-no-cudagraphs afterwards when optimize's budget did not.
-    ``compile_args``: optimize's ``--mode``/``--inductor-config`` flags (every problem compiled so)."""
+    ``reference``: measure max-autotune-no-cudagraphs afterwards when optimize's budget did not
+    (on the default compile only: with other settings the speedup is over those, and where they
+    are max-autotune-no-cudagraphs the speedup already is the pack's gain over it).
+    ``compile_settings``: how every problem is compiled (optimize's ``--mode``/``--inductor-config``)."""
+    settings = compile_settings or CompileSettings()
     run_dir = out / "problems" / problem.slug
     cmd = [sys.executable, "-m", "kernelopt_bot.cli", "optimize", str(root / problem.path), "--dtype", problem.dtype,
            "--out", str(run_dir), "--store", str(store), "--gamma", str(gamma)]
@@ -171,7 +184,7 @@ def run_problem(root: Path, problem: Problem, out: Path, *, device: str | None, 
         cmd += ["--device", device]
     for item in budget:
         cmd += ["--budget", item]
-    cmd += list(compile_args or [])
+    cmd += settings.cli_args()
     start = time.time()
     error: str | None = None
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -192,7 +205,11 @@ def run_problem(root: Path, problem: Problem, out: Path, *, device: str | None, 
     if error is None and result_file.is_file():
         run = RunResult.load(result_file)
         mant = next((r.speedup for r in run.recommendations if r.option == MANT), None)
-        if mant is None and run.device == "cuda" and reference:
+        if settings == CompileSettings("max-autotune-no-cudagraphs"):
+            mant = 1.0  # the baseline is max-autotune-no-cudagraphs: the speedup is over it
+        elif not settings.is_default:
+            mant = None  # over other settings: no like-for-like max-autotune figure
+        elif mant is None and run.device == "cuda" and reference:
             # optimize's budget left the reference unmeasured: measure it outside the optimize time
             mant = reference_speedup(root / problem.path, problem.dtype, run.device,
                                      timeout_s=max(60.0, timeout_s - (time.time() - start)), log_dir=run_dir)
@@ -259,7 +276,7 @@ def problem_job(job: dict[str, Any]) -> dict[str, Any]:
     res = run_problem(Path(job["root"]), Problem(**job["problem"]), Path(job["out"]), device=job["device"],
                       budget=list(job["budget"]), gamma=job["gamma"], timeout_s=job["timeout_s"],
                       store=Path(job["store"]), reference=bool(job.get("reference", True)),
-                      compile_args=list(job.get("compile_args") or []))
+                      compile_settings=CompileSettings.from_json(job.get("compile")))
     data = asdict(res)
     if res.status != "ok" and res.error and (res.error.startswith(TIMED_OUT) or looks_like_gpu_failure(res.error)):
         raise GpuFailure(res.error, value=data)
@@ -284,7 +301,7 @@ def run_suite(root: Path, out: Path, *, shard: tuple[int, int] = (0, 1), device:
               timeout_s: float = 900.0, log: Any = print, gpus: list[int | None] | None = None,
               job_fn: str = PROBLEM_JOB, cores: int | None = None,
               only: tuple[str, ...] | None = None, reference: bool = True,
-              compile_args: list[str] | None = None) -> SuiteResult:
+              compile_settings: CompileSettings | None = None) -> SuiteResult:
     """Run a shard's problems and write ``suite.json`` / ``suite.md`` into ``out`` as they finish.
 
     ``gpus=None`` runs them one after another in this process's environment (the default). With
@@ -298,11 +315,12 @@ def run_suite(root: Path, out: Path, *, shard: tuple[int, int] = (0, 1), device:
     out.mkdir(parents=True, exist_ok=True)
     from kernelopt_bot.device import resolve_device
 
-    suite = SuiteResult(device=device or resolve_device(None))
+    settings = compile_settings or CompileSettings()
+    suite = SuiteResult(device=device or resolve_device(None), compile=settings.to_json())
     jobs = [{"root": str(root.resolve()), "problem": asdict(p), "out": str(out.resolve()), "device": device,
              "budget": list(budget or []), "gamma": gamma, "timeout_s": timeout_s,
              "store": str((out / "store.db").resolve()), "reference": reference,
-             "compile_args": list(compile_args or [])} for p in mine]
+             "compile": settings.to_json()} for p in mine]
     if gpus is None:
         run_one = resolve(job_fn)
         for i, (problem, job) in enumerate(zip(mine, jobs), 1):
@@ -336,17 +354,24 @@ def merge(dirs: list[Path]) -> SuiteResult:
     """Combine the suite.json files of several shards (each problem once; the later dir wins)."""
     by_slug: dict[str, ProblemResult] = {}
     device = ""
+    compiled: dict[str, Any] | None = None
     for d in dirs:
         path = d / "suite.json"
         if not path.is_file():
             raise BadInputError(f"{d}: no suite.json")
         data = json.loads(path.read_text())
         device = device or data.get("device", "")
+        settings = CompileSettings.from_json(data.get("compile")).to_json()
+        if compiled is not None and settings != compiled:
+            raise BadInputError(f"{d}: compiled with {CompileSettings.from_json(settings).label}, the other shards "
+                                f"with {CompileSettings.from_json(compiled).label}: their speedups are over "
+                                "different baselines")
+        compiled = settings
         for p in data["problems"]:
             res = ProblemResult.from_json(p)
             by_slug[res.problem.slug] = res
     return SuiteResult(sorted(by_slug.values(), key=lambda r: (r.problem.level, r.problem.path, r.problem.dtype)),
-                       device)
+                       device, compiled or {})
 
 
 @dataclass(frozen=True)
@@ -395,8 +420,9 @@ def _fmt(value: float | None, spec: str = ".3f") -> str:
 
 
 def markdown(suite: SuiteResult) -> str:
-    lines = [f"# kernelopt suite ({suite.device})", "",
-             "| level | problems | measured | failed | geomean vs compile default | geomean vs max-autotune-no-cudagraphs | slowest | median optimize s |",
+    lines = [f"# kernelopt suite ({suite.device})", "", f"Speedups are over `{suite.baseline_label}`.", "",
+             f"| level | problems | measured | failed | geomean vs {suite.baseline_label} | "
+             "geomean vs max-autotune-no-cudagraphs | slowest | median optimize s |",
              "|---|---|---|---|---|---|---|---|"]
     for level, row in suite.levels().items():
         lines.append(f"| {level} | {row['problems']} | {row['measured']} | {row['failed']} | "
@@ -407,7 +433,7 @@ def markdown(suite: SuiteResult) -> str:
         names = ", ".join(f'"{p.problem.slug}"' for p in measured)
         values = ", ".join(f"{p.speedup:.3f}" for p in measured)
         top = max(1.5, max(p.speedup for p in measured if p.speedup) * 1.1)
-        lines += ["", "```mermaid", "xychart-beta", '    title "End-to-end speedup over torch.compile"',
+        lines += ["", "```mermaid", "xychart-beta", f'    title "End-to-end speedup over {suite.baseline_label}"',
                   f"    x-axis [{names}]", f'    y-axis "speedup" 0 --> {top:.2f}', f"    bar [{values}]", "```"]
     lines += ["", "| problem | dtype | status | baseline ms | optimized ms | speedup | vs max-autotune-nc | verified kernels | optimize s |",
               "|---|---|---|---|---|---|---|---|---|"]

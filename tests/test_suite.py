@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from kernelopt_bot.compile.settings import CompileSettings
 from kernelopt_bot.errors import BadInputError
 from kernelopt_bot.suite import (
     Problem,
@@ -16,6 +17,7 @@ from kernelopt_bot.suite import (
     geomean,
     load_problems,
     markdown,
+    merge,
     parse_shard,
 )
 from tests.helpers import EXAMPLES, run_cli
@@ -184,7 +186,21 @@ def test_the_suite_compiles_every_problem_as_asked(tmp_path: Path) -> None:
     res = run_problem(root, Problem("level1/gelu.py", 1, "fp32"), tmp_path / "out", device="cpu",
                       budget=["candidates=0", "compile_options=false"], gamma=1.03, timeout_s=600,
                       store=tmp_path / "store.db", reference=False,
-                      compile_args=["--inductor-config", "triton.persistent_reductions=false"])
+                      compile_settings=CompileSettings(None, {"triton.persistent_reductions": False}))
     assert res.status == "ok", res.error
     result = json.loads((tmp_path / "out" / "problems" / "l1_gelu_fp32" / "result.json").read_text())
     assert result["compile"]["config"] == {"triton.persistent_reductions": False}
+
+
+def test_a_suite_over_other_settings_says_so_and_shards_over_different_ones_do_not_merge(tmp_path: Path) -> None:
+    problem = ProblemResult(Problem("level1/gelu.py", 1, "fp32"), "ok", 1.1, None, 1.0, 0.9, 1, 5.0, None)
+    mant = SuiteResult([problem], "cuda", CompileSettings("max-autotune-no-cudagraphs").to_json())
+    text = markdown(mant)
+    assert "Speedups are over `torch.compile (mode=max-autotune-no-cudagraphs)`" in text
+    assert "geomean vs torch.compile (mode=max-autotune-no-cudagraphs)" in text
+    for name, suite in (("a", mant), ("b", SuiteResult([problem], "cuda"))):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "suite.json").write_text(json.dumps(suite.to_json()))
+    with pytest.raises(BadInputError, match="different baselines"):
+        merge([tmp_path / "a", tmp_path / "b"])
+    assert merge([tmp_path / "a", tmp_path / "a"]).compile == mant.compile
