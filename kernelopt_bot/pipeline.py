@@ -94,7 +94,7 @@ def run_pipeline(target: str, *, device: str | None = None, dtype: str = "fp32",
     The target is model code someone else wrote (a PR's, say): it is loaded only in the engine,
     a child with no secret in its environment, in its own namespaces where the machine allows
     (:mod:`kernelopt_bot.harness.isolation`). This process keeps the LLM key (the engine reaches
-    the endpoint through :class:`~kernelopt_bot.harness.llm_proxy.LLMProxy`), relays the engine's
+    the endpoint through :class:`~kernelopt_bot.search.llm.proxy.LLMProxy`), relays the engine's
     log lines to ``log`` and reads its :class:`RunResult` back; an engine that crashes or outlives
     :func:`engine_deadline_s` is killed with everything it started and the run is failed.
 
@@ -195,8 +195,8 @@ def _engine_llm(llm: dict[str, Any] | None, plan: RunPlan, log: Callable[[str], 
         yield None, [], None
         return
     from kernelopt_bot.errors import BadInputError
-    from kernelopt_bot.harness.llm_proxy import LLMProxy
     from kernelopt_bot.search.llm.config import LLMSettings
+    from kernelopt_bot.search.llm.proxy import LLMProxy
 
     try:
         settings = LLMSettings.from_env(base_url=llm.get("base_url"), model=llm.get("model"),
@@ -483,9 +483,9 @@ def _final_bench(cascade: Any, tgt: Any, pack: KernelPack, result: RunResult, ro
     passed on its own, and gate 4's numbers stand where this run has them. ``started``: this
     pack's arm, already compiling (see :func:`_final_arm`)."""
     from kernelopt_bot.harness.bench import compare_arms
+    from kernelopt_bot.harness.failures import InfrastructureFailure, is_out_of_memory
     from kernelopt_bot.harness.model_worker import WorkerError
     from kernelopt_bot.verify.model import check_model
-    from kernelopt_bot.verify.result import InfrastructureFailure, is_out_of_memory
 
     arena = cascade.arena
     try:

@@ -30,10 +30,10 @@ from kernelopt_bot.harness.isolation import (
     choose_isolation,
     isolation_method,
 )
-from kernelopt_bot.harness.llm_proxy import PROXY_BASE_URL, LLMProxy
 from kernelopt_bot.harness.model_worker import ModelWorker, WorkerSpec
 from kernelopt_bot.search.llm.client import LLMClient, LLMUnavailable
 from kernelopt_bot.search.llm.config import LLMSettings
+from kernelopt_bot.search.llm.proxy import PROXY_BASE_URL, LLMProxy
 from kernelopt_bot.verify.sandbox import SandboxLimits, run_sandboxed
 from tests import isolation_probe
 from tests.helpers import ROOT, user_env

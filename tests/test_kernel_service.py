@@ -9,12 +9,14 @@ import pytest
 
 from kernelopt_bot.candidate import Candidate
 from kernelopt_bot.compile.artifact import TritonKernel
+from kernelopt_bot.harness.failures import InfrastructureFailure
 from kernelopt_bot.harness.isolation import processes_started
 from kernelopt_bot.harness.kernel_service import KernelService, late_text, variant_key
 from kernelopt_bot.search.tuner import ORIGIN
 from kernelopt_bot.stitch.pack import LaunchConfig
 from kernelopt_bot.verify.cascade import Cascade, VerifyOptions
-from kernelopt_bot.verify.result import InfrastructureFailure, Verdict
+from kernelopt_bot.verify.kernel_gate import judge_in_engine
+from kernelopt_bot.verify.result import Verdict
 from kernelopt_bot.verify.sandbox import SANDBOX_PROCESS
 from tests.helpers import bump_constant, captured, first_float_constant, other_tiling
 
@@ -91,7 +93,7 @@ def test_a_candidate_that_does_not_compile_is_a_result_and_compiles_once() -> No
     kernel = cap.artifact.kernels[0]
     service = KernelService(cap.target.device, cap.recording)
     bench = service.bench(kernel)
-    result = service.gate2(kernel, "def broken(:\n", None, seeds=(0,), distributions=("normal",))
+    result = judge_in_engine(service, kernel, "def broken(:\n", None, seeds=(0,), distributions=("normal",))
     assert result["compiled"] is False and result["reason"].startswith("does not compile:")
     assert bench._compiled[variant_key("def broken(:\n", None)] == result["reason"].removeprefix("does not compile: ")
     # the same variant twice in a batch, and once more later, is compiled once
@@ -108,7 +110,7 @@ def test_our_compile_deadline_is_infrastructure_not_a_verdict() -> None:
     service = KernelService(cap.target.device, cap.recording)
     slow = kernel.source + "\nimport time as _t\n_t.sleep(5)\n"  # loading this module takes 5 s
     with pytest.raises(InfrastructureFailure, match="not compiled within 1 s"):
-        service.gate2(kernel, slow, None, seeds=(0,), distributions=("normal",), compile_deadline_s=1)
+        judge_in_engine(service, kernel, slow, None, seeds=(0,), distributions=("normal",), compile_deadline_s=1)
     assert service.bench(kernel).compile_all([(slow, None)], deadline_s=0, threads=1) == [late_text(0)]
 
 
@@ -123,19 +125,19 @@ def test_out_of_memory_is_retried_once_then_infrastructure() -> None:
             raise MemoryError("out of memory")
         return "done"
 
-    assert service._retrying_memory(once_short) == "done" and len(calls) == 2
+    assert service.retrying_memory(once_short) == "done" and len(calls) == 2
 
     def always_short() -> str:
         raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
 
     with pytest.raises(InfrastructureFailure, match="out of memory in the engine"):
-        service._retrying_memory(always_short)
+        service.retrying_memory(always_short)
 
     def broken() -> str:
         raise ValueError("the candidate's own error")
 
     with pytest.raises(ValueError):  # not ours: the caller makes it the candidate's failure
-        service._retrying_memory(broken)
+        service.retrying_memory(broken)
 
 
 def test_the_service_times_a_batch_and_survives_a_broken_variant() -> None:

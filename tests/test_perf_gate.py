@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 
 from kernelopt_bot.harness.bench import BenchResult, RoundResult
+from kernelopt_bot.harness.failures import InfrastructureFailure
 from kernelopt_bot.harness.model_worker import ArmRaised
 from kernelopt_bot.verify.perf import check_performance, judge, physically_possible
-from kernelopt_bot.verify.result import InfrastructureFailure
 
 
 def _result(base: list[float], packed: list[float], repeat: list[float], *, applied: tuple[str, ...] = ("k",),

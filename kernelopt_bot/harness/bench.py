@@ -82,8 +82,8 @@ def _max_abs_diff(a: list[Any], b: list[Any], device: str = "cpu") -> float:
     ours: retried once after freeing, then raised as an
     :class:`~kernelopt_bot.verify.result.InfrastructureFailure`, never a difference."""
     from kernelopt_bot.errors import one_line
+    from kernelopt_bot.harness.failures import InfrastructureFailure, is_out_of_memory
     from kernelopt_bot.harness.memory import free_memory, retry_note
-    from kernelopt_bot.verify.result import InfrastructureFailure, is_out_of_memory
 
     if len(a) != len(b):
         return float("inf")

@@ -1,11 +1,12 @@
-"""Kernel-level work on one captured model: compile variants, time them, run gate 2.
+"""Kernel-level work on one captured model: compile variants, launch and time them (gate 2 judges
+candidates with these: :mod:`kernelopt_bot.verify.kernel_gate`).
 
 Two callers share this code. The sandbox jobs (:mod:`kernelopt_bot.verify.jobs`) build a
 :class:`KernelBench` in a fresh child process for untrusted source (an LLM's, a user's). The engine
 builds one :class:`KernelService` per cascade for trusted candidates (our launch configs and our
 own source transformations, as trusted as the target itself): it keeps each kernel's recorded
 arguments, its harness and the compiler's kernel pinned to its recorded config, compiled once, so
-timing a batch or judging a candidate costs the work itself and no process start, target load or
+timing a batch or gate 2 on a candidate costs the work itself and no process start, target load or
 recompile (on the H200 those were 80-93% of the tuner's wall time).
 
 Variants are compiled on threads (Triton's compiler releases the GIL) with a deadline; a variant
@@ -21,27 +22,23 @@ import hashlib
 import json
 import os
 import time
-import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-import torch
-
 from kernelopt_bot.compile.artifact import TritonKernel
 from kernelopt_bot.compile.capture import KernelRecording
 from kernelopt_bot.errors import one_line
+from kernelopt_bot.harness.failures import InfrastructureFailure, is_out_of_memory
 from kernelopt_bot.harness.kernel import KernelHarness
 from kernelopt_bot.harness.memory import free_memory, retry_note
+from kernelopt_bot.harness.timing import StepClock
 from kernelopt_bot.stitch.pack import LaunchConfig
-from kernelopt_bot.verify.correctness import DEFAULT_SEEDS, DISTRIBUTIONS, check_correctness
-from kernelopt_bot.verify.result import InfrastructureFailure, StepClock, is_out_of_memory
 
 COMPILE_DEADLINE_S = 30.0  # per batch of variants, compiled in parallel
 PROBE_REPS = 3  # a first look at a variant before it gets the full repetitions
 SLOW_FACTOR = 1.5  # a variant this much slower than the original is not worth the full timing
-GATE2_REPS = 100  # kernel-level timing of a candidate that passed gate 2 (CUDA), for gate 4
 
 Variant = tuple[str | None, LaunchConfig | None]  # (source or None for the compiler's, config or None)
 T = TypeVar("T")
@@ -189,47 +186,6 @@ class KernelBench:
         steps.done("timing")
         return original, times
 
-    def gate2(self, source: str | None, config: LaunchConfig | None, *, seeds: tuple[int, ...] = DEFAULT_SEEDS,
-              distributions: tuple[str, ...] = DISTRIBUTIONS, time_it: bool = False, reps: int = GATE2_REPS,
-              steps: StepClock, compile_deadline_s: float | None = None) -> dict[str, Any]:
-        """Compile the candidate, run gate 2 against the compiler's kernel, and (``time_it``, on
-        CUDA, after gate 2 passed) time candidate and original alone. The result is plain data:
-        ``compiled``, ``reason`` (when it did not), ``correctness`` (GateResult JSON), ``bytes``,
-        ``candidate_ms``, ``candidate_min_ms``, ``original_ms``, ``seconds``.
-
-        Raises :class:`InfrastructureFailure` when the candidate was still compiling at
-        ``compile_deadline_s`` (ours, not the candidate's); exceptions of the runs propagate."""
-        compiled = self.compile_all([(source, config)], deadline_s=compile_deadline_s, threads=1)[0]
-        if isinstance(compiled, str) and compile_deadline_s is not None and compiled == late_text(compile_deadline_s):
-            raise InfrastructureFailure(f"candidate {compiled} (our deadline)")
-        if isinstance(compiled, str):
-            return {"compiled": False, "reason": f"does not compile: {compiled}"}
-        reference = self.original()
-        steps.done("compile")
-        harness = self.harness
-        with warnings.catch_warnings():
-            # Special-value inputs make the interpreter's numpy warn; the comparison judges the results.
-            warnings.simplefilter("ignore", RuntimeWarning)
-            gate = check_correctness(
-                self.kernel, self.recording.args, self.recording.kwargs,
-                lambda a: harness.launch(compiled, a), lambda a: harness.launch(reference, a),
-                seeds=seeds, distributions=distributions, device=self.device,
-            )
-        steps.done("correctness")
-        result: dict[str, Any] = {"compiled": True, "correctness": gate.to_json(), "bytes": harness.bytes_moved()}
-        if gate.passed and time_it and self.device == "cuda":
-            timing = harness.time_kernel(compiled, reps=reps)
-            result["candidate_ms"] = timing.median_ms
-            # The fastest call, for gate 4's physical floor: other work on the GPU (the candidate's
-            # model arm compiles and warms up meanwhile) can only slow calls down, so the minimum is
-            # the check that contention cannot loosen.
-            result["candidate_min_ms"] = min(timing.samples_ms) if timing.samples_ms else None
-            result["original_ms"] = harness.time_kernel(reference, reps=reps).median_ms
-            steps.done("timing")
-        result["seconds"] = steps.seconds
-        return result
-
-
 def time_variant(harness: Any, kernel_obj: Any, original_ms: float | None, reps: int) -> float | None:
     """Median time of one variant; a variant far slower than the original after a short probe
     keeps the probe's median (it is out of the running either way, and spilling configs can take
@@ -273,7 +229,7 @@ class KernelService:
         that ran out of memory is timed once more after freeing, then keeps its error text."""
         bench = self.bench(kernel)
         steps = StepClock()
-        original, times = self._retrying_memory(
+        original, times = self.retrying_memory(
             lambda: bench.time_variants(variants, reps=reps, deadline_s=deadline_s, threads=compile_threads(),
                                         steps=steps))
         short = [i for i, t in enumerate(times) if isinstance(t, str) and is_out_of_memory(t)]
@@ -285,21 +241,6 @@ class KernelService:
             steps.done("memory retry")
         return TimedVariants(original, times, steps.seconds)
 
-    def gate2(self, kernel: TritonKernel, source: str | None, config: LaunchConfig | None, *,
-              seeds: tuple[int, ...] = DEFAULT_SEEDS, distributions: tuple[str, ...] = DISTRIBUTIONS,
-              time_it: bool = False, compile_deadline_s: float | None = None) -> dict[str, Any]:
-        """Gate 2 for a trusted candidate: the sandbox's kernel job's result, computed here."""
-        bench = self.bench(kernel)
-
-        def attempt() -> dict[str, Any]:
-            result = bench.gate2(source, config, seeds=seeds, distributions=distributions, time_it=time_it,
-                                 steps=StepClock(), compile_deadline_s=compile_deadline_s)
-            if not result.get("compiled") and is_out_of_memory(str(result.get("reason", ""))):
-                raise torch.cuda.OutOfMemoryError(result["reason"])
-            return result
-
-        return self._retrying_memory(attempt)
-
     def compiled(self, kernel: TritonKernel, source: str | None, config: LaunchConfig | None) -> Any:
         """The kernel object of a trusted candidate, as gate 2 compiled (and cached) it: what gates
         3 and 4 swap into the compiled model. Raises ``RuntimeError`` with the compile error when
@@ -309,7 +250,7 @@ class KernelService:
             raise RuntimeError(f"does not compile: {kernel_obj}")
         return kernel_obj
 
-    def _retrying_memory(self, work: Callable[[], T]) -> T:
+    def retrying_memory(self, work: Callable[[], T]) -> T:
         """``work()``; run once more after freeing memory when it ran out, then give up as ours."""
         try:
             return work()

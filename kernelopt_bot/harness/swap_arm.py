@@ -30,12 +30,12 @@ import torch
 from kernelopt_bot.compile.artifact import TritonKernel
 from kernelopt_bot.compile.capture import Capture
 from kernelopt_bot.errors import one_line
+from kernelopt_bot.harness.failures import is_out_of_memory
 from kernelopt_bot.harness.memory import free_memory
 from kernelopt_bot.harness.model_worker import ArmRaised, flatten_outputs
 from kernelopt_bot.harness.timing import time_model
 from kernelopt_bot.stitch.pack import integer_arguments
 from kernelopt_bot.stitch.runtime import ShapeGuardedKernel, sizes_baked_in
-from kernelopt_bot.verify.result import is_out_of_memory
 
 
 class _Counted:

@@ -123,3 +123,20 @@ def time_model(device: str, fn: Callable[[], Any], *, reps: int = 20, warmup: in
         latencies.append((time.perf_counter() - start) * 1000.0)
     timing.host_ms = statistics.median(latencies)
     return timing
+
+
+class StepClock:
+    """Seconds per step, written into ``seconds`` as each step ends: a slow search shows which
+    step was slow. With ``sent_at`` (the parent's :func:`time.time` when it started this process)
+    the first entry, ``start``, is the process start itself."""
+
+    def __init__(self, seconds: dict[str, float] | None = None, *, sent_at: Any = None) -> None:
+        self.seconds: dict[str, float] = {} if seconds is None else seconds
+        self._last = time.time()
+        if isinstance(sent_at, (int, float)):
+            self.seconds["start"] = round(self._last - sent_at, 2)
+
+    def done(self, step: str) -> None:
+        now = time.time()
+        self.seconds[step] = round(now - self._last, 2)
+        self._last = now

@@ -15,12 +15,12 @@ from typing import Any
 from kernelopt_bot.compile.settings import CompileSettings
 from kernelopt_bot.harness.arena import Arena
 from kernelopt_bot.harness.bench import compare_arms
+from kernelopt_bot.harness.failures import InfrastructureFailure, is_out_of_memory
 from kernelopt_bot.harness.model_worker import Arm, WorkerError
 from kernelopt_bot.result import Recommendation
 from kernelopt_bot.targets import Target
 from kernelopt_bot.verify.model import check_model
 from kernelopt_bot.verify.perf import judge
-from kernelopt_bot.verify.result import InfrastructureFailure, is_out_of_memory
 
 
 @dataclass(frozen=True)

@@ -29,23 +29,18 @@ from kernelopt_bot.compile.settings import CompileSettings
 from kernelopt_bot.device import device_limits
 from kernelopt_bot.errors import one_line
 from kernelopt_bot.harness.arena import Arena
+from kernelopt_bot.harness.failures import InfrastructureFailure, is_infrastructure_text, is_out_of_memory
 from kernelopt_bot.harness.kernel_service import KernelService
 from kernelopt_bot.harness.memory import free_memory, retry_note
 from kernelopt_bot.harness.model_worker import ArmRaised, ModelWorker, WorkerError
 from kernelopt_bot.harness.swap_arm import EngineArm, KernelSwap
+from kernelopt_bot.harness.timing import StepClock
 from kernelopt_bot.targets import dtype_name
 from kernelopt_bot.verify.correctness import DEFAULT_SEEDS, DISTRIBUTIONS
+from kernelopt_bot.verify.kernel_gate import judge_in_engine
 from kernelopt_bot.verify.model import DEFAULT_MODEL_SEEDS, check_model
 from kernelopt_bot.verify.perf import check_performance
-from kernelopt_bot.verify.result import (
-    GATE_ORDER,
-    GateResult,
-    InfrastructureFailure,
-    StepClock,
-    Verdict,
-    is_infrastructure_text,
-    is_out_of_memory,
-)
+from kernelopt_bot.verify.result import GATE_ORDER, GateResult, Verdict
 from kernelopt_bot.verify.sandbox import SandboxLimits, SandboxOutcome, run_sandboxed
 from kernelopt_bot.verify.static import check_config, check_source
 
@@ -189,7 +184,7 @@ class Cascade:
         of memory (after one retry) or our compile deadline is infrastructure."""
         opts = self.options
         try:
-            value = self.kernels.gate2(kernel, candidate.source, candidate.config, seeds=tuple(opts.seeds),
+            value = judge_in_engine(self.kernels, kernel, candidate.source, candidate.config, seeds=tuple(opts.seeds),
                                        distributions=tuple(opts.distributions), time_it=self.device == "cuda",
                                        compile_deadline_s=limits.timeout_s)
         except InfrastructureFailure as exc:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from kernelopt_bot.verify.result import StepClock
+from kernelopt_bot.harness.timing import StepClock
 
 
 def _bench(payload: dict[str, Any]) -> Any:
@@ -36,7 +36,7 @@ def _bench(payload: dict[str, Any]) -> Any:
 
 def kernel_job(payload: dict[str, Any]) -> dict[str, Any]:
     """Compile the candidate, run gate 2, and on CUDA time candidate and original alone
-    (:meth:`KernelBench.gate2 <kernelopt_bot.harness.kernel_service.KernelBench.gate2>`).
+    (:func:`kernelopt_bot.verify.kernel_gate.judge_kernel`).
 
     Payload: ``device``, ``kernel`` (TritonKernel JSON), ``args_path`` (torch.save of the recorded
     arguments), ``kwargs``, ``source`` and/or ``config`` (LaunchConfig JSON), ``seeds``,
@@ -44,13 +44,13 @@ def kernel_job(payload: dict[str, Any]) -> dict[str, Any]:
     """
     steps = StepClock(sent_at=payload.get("sent_at"))
     bench = _bench(payload)
-    from kernelopt_bot.harness.kernel_service import GATE2_REPS
     from kernelopt_bot.stitch.pack import LaunchConfig
     from kernelopt_bot.verify.correctness import DEFAULT_SEEDS, DISTRIBUTIONS
+    from kernelopt_bot.verify.kernel_gate import GATE2_REPS, judge_kernel
 
     config = LaunchConfig.from_json(payload["config"]) if payload.get("config") else None
     steps.done("load")
-    return bench.gate2(payload.get("source"), config,
+    return judge_kernel(bench, payload.get("source"), config,
                        seeds=tuple(payload.get("seeds") or DEFAULT_SEEDS),
                        distributions=tuple(payload.get("distributions") or DISTRIBUTIONS),
                        time_it=bool(payload.get("time")), reps=int(payload.get("reps") or GATE2_REPS), steps=steps)

@@ -19,15 +19,11 @@ from typing import Any
 import torch
 
 from kernelopt_bot.errors import one_line
+from kernelopt_bot.harness.failures import InfrastructureFailure, is_infrastructure_text, is_out_of_memory
 from kernelopt_bot.harness.memory import float64_chunks, free_memory
 from kernelopt_bot.harness.model_worker import Arm, WorkerError, flatten_outputs
 from kernelopt_bot.targets import Target
-from kernelopt_bot.verify.result import (
-    GateResult,
-    InfrastructureFailure,
-    is_infrastructure_text,
-    is_out_of_memory,
-)
+from kernelopt_bot.verify.result import GateResult
 from kernelopt_bot.verify.tolerance import (
     MODEL_TIGHT_TOLERANCE,
     UNIT_ROUNDOFF,

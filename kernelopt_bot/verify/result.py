@@ -3,51 +3,11 @@
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 GateName = Literal["static", "correctness", "model", "performance"]
 GATE_ORDER: tuple[GateName, ...] = ("static", "correctness", "model", "performance")
-
-
-class InfrastructureFailure(Exception):
-    """Our side failed (a deadline of ours, out of memory, a process that could not start): the
-    candidate was not judged, so this is never a verdict on it."""
-
-
-def is_infrastructure_text(text: str) -> bool:
-    """Does an error text say our side failed (our deadline, out of memory) rather than the
-    candidate's code? Used where only a reason string comes back (a worker's error, a sandbox
-    outcome without its ``infrastructure`` flag)."""
-    return text.lower().startswith("timed out") or is_out_of_memory(text)
-
-
-def is_out_of_memory(error: BaseException | str) -> bool:
-    """CUDA's or the host's out-of-memory, as an exception or as the text one left behind."""
-    if isinstance(error, BaseException):
-        if isinstance(error, MemoryError) or type(error).__name__ == "OutOfMemoryError":
-            return True
-        error = str(error)
-    lowered = error.lower()
-    return "out of memory" in lowered or "outofmemoryerror" in lowered
-
-
-class StepClock:
-    """Seconds per step, written into ``seconds`` as each step ends: a slow search shows which
-    step was slow. With ``sent_at`` (the parent's :func:`time.time` when it started this process)
-    the first entry, ``start``, is the process start itself."""
-
-    def __init__(self, seconds: dict[str, float] | None = None, *, sent_at: Any = None) -> None:
-        self.seconds: dict[str, float] = {} if seconds is None else seconds
-        self._last = time.time()
-        if isinstance(sent_at, (int, float)):
-            self.seconds["start"] = round(self._last - sent_at, 2)
-
-    def done(self, step: str) -> None:
-        now = time.time()
-        self.seconds[step] = round(now - self._last, 2)
-        self._last = now
 
 
 def _plain(value: Any) -> Any:

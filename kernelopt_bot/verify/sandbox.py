@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from kernelopt_bot.errors import KerneloptError, one_line
+from kernelopt_bot.harness.failures import is_out_of_memory
 from kernelopt_bot.harness.isolation import Channel, describe_exit, spawn_isolated
-from kernelopt_bot.verify.result import is_out_of_memory
 
 SANDBOX_PROCESS = "kernelopt-sandbox"  # the children's name (isolation.processes_started counts by it)
 

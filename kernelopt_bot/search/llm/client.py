@@ -29,7 +29,7 @@ from kernelopt_bot.errors import KerneloptError
 from kernelopt_bot.search.budget import LLM_RESOURCES, Budget, BudgetExceeded
 from kernelopt_bot.search.llm.config import LLMConfigError, LLMSettings
 
-UPSTREAM_REFUSED = "kernelopt_upstream_refused"  # the proxy's error type (harness/llm_proxy.py)
+UPSTREAM_REFUSED = "kernelopt_upstream_refused"  # the proxy's error type (search/llm/proxy.py)
 
 log = logging.getLogger(__name__)
 

@@ -70,7 +70,7 @@ class LLMSettings(BaseModel):
     backoff_base_s: float = Field(default=0.5, ge=0, le=60)
     backoff_max_s: float = Field(default=20.0, ge=0, le=600)
     max_retry_after_s: float = Field(default=60.0, ge=0, le=3600)
-    # The trusted parent's forwarding proxy (kernelopt_bot.harness.llm_proxy): the engine, which
+    # The trusted parent's forwarding proxy (kernelopt_bot.search.llm.proxy): the engine, which
     # holds no key, reaches the endpoint only through this Unix socket.
     unix_socket: str | None = None
 
