@@ -134,7 +134,7 @@ for f in "$R"/pr/dry/comment.md "$R"/pr/dry/pr_body.md "$R"/pr/dry/publish.json;
   [ -f "$f" ] && cp "$f" "$OUT/prdry_$(basename "$f")"
 done
 for d in suite one_gpu all_gpus; do
-  [ -f "$R/$d/suite.md" ] && { echo "--- $d"; cat "$R/$d/suite.md"; } >> "$summary"
+  [ -f "$R/$d/suite.md" ] && { echo "--- $d"; cat "$R/$d/suite.md"; python3 scripts/phase_table.py "$R/$d"; } >> "$summary"
 done
 (cd "$OUT" && tar czf results.tgz r && rm -rf r)
 cat "$summary"

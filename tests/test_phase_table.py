@@ -1,0 +1,32 @@
+"""scripts/phase_table.py: issue 12's before/after table, built from stored H200 runs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RUNS = ROOT / "benchmarks" / "results" / "h200-2026-12-01"
+
+
+def _table(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / "phase_table.py"), *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_the_table_reads_phases_variants_candidates_and_options_from_the_runs() -> None:
+    run = _table(str(RUNS / "call1"), str(RUNS / "call3"), "--label", "before", "--label", "after")
+    assert run.returncode == 0, run.stderr
+    rows = {tuple(cell.strip() for cell in line.strip("|").split("|")[:2]): line
+            for line in run.stdout.splitlines()[2:]}
+    before = rows[("before", "cumsum_rows fp32")]
+    after = rows[("after", "cumsum_rows fp32")]
+    assert "| 34.1 |" in before and "| 1 of 3 | 1.407 |" in before  # the final bench, one option
+    assert "| 10.0 |" in after and "| 44 | 3 | 3 of 3 | 1.410 |" in after  # 28 + 16 variants timed
+    assert "| 0 of 3 | 1.000 |" in rows[("after", "rms_norm_large fp32")]
+
+
+def test_a_folder_without_runs_is_an_error(tmp_path: Path) -> None:
+    run = _table(str(tmp_path))
+    assert run.returncode == 2 and "no result.json" in run.stderr
