@@ -363,11 +363,11 @@ def optimize(target: str, out_dir: str | None, device: str | None, dtype: str, b
     """
     import os
 
-    from kernelopt_bot.compile.settings import CompileSettings, parse_config_items
+    from kernelopt_bot.compile.settings import CompileSettings
 
     budget = _parse_budget(budget_items)
     # Keys are checked in the engine, which imports Inductor (a bad one: exit 2 there).
-    settings = CompileSettings(mode, parse_config_items(config_items))
+    settings = CompileSettings.from_cli(mode, config_items)
     _start(target, device, interpreter=False)  # the engine loads the target and runs every kernel
     from kernelopt_bot.folders import make_dirs
     from kernelopt_bot.harness.isolation import ISOLATION_ENV, choose_isolation
@@ -495,7 +495,7 @@ def suite(suite_dir: str, out_dir: str, shard: str, device: str | None, dtypes: 
           only: tuple[str, ...], budget_items: tuple[str, ...], gamma: float, timeout_s: float,
           gpus: str | None, reference: bool, mode: str | None, config_items: tuple[str, ...]) -> None:
     """Run `kernelopt optimize` on every problem of SUITE_DIR, each in its own process."""
-    from kernelopt_bot.compile.settings import CompileSettings, parse_config_items
+    from kernelopt_bot.compile.settings import CompileSettings
     from kernelopt_bot.errors import BadInputError
     from kernelopt_bot.gpu_pool import cuda_device_count, select_gpus
     from kernelopt_bot.suite import parse_shard, run_suite
@@ -509,7 +509,7 @@ def suite(suite_dir: str, out_dir: str, shard: str, device: str | None, dtypes: 
                        dtypes=dtypes or None, budget=list(budget_items), gamma=gamma, timeout_s=timeout_s,
                        log=lambda m: console.print(escape(m)), gpus=selected, only=only or None,
                        reference=reference,
-                       compile_settings=CompileSettings(mode, parse_config_items(config_items)))
+                       compile_settings=CompileSettings.from_cli(mode, config_items))
     for level, row in result.levels().items():
         console.print(f"level {level}: {row['problems']} problems, geomean vs default "
                       f"{_fmt(row['geomean_vs_default'], '.3f', 'not measured')}, vs max-autotune-no-cudagraphs "

@@ -34,6 +34,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from kernelopt_bot.candidate import DEFAULT_GAMMA
+from kernelopt_bot.compile.settings import CompileMode
 from kernelopt_bot.errors import BadInputError
 
 DTYPES = ("fp32", "bf16", "fp16")
@@ -66,7 +67,7 @@ class TargetConfig(_Strict):
     paths: list[str] = Field(default_factory=list,
                              description="Globs of files whose change on a PR runs this target (besides the "
                                          "entry and the Python files it imports).")
-    compile_mode: Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"] | None = Field(
+    compile_mode: CompileMode | None = Field(
         default=None, description="The `torch.compile` mode the model is used with: capture, search, gates and "
                                   "the baseline all compile so.")
     inductor_config: dict[str, bool | int | float | str] = Field(

@@ -17,11 +17,12 @@ from __future__ import annotations
 import json
 import shlex
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args
 
 from kernelopt_bot.errors import BadInputError
 
-COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+CompileMode = Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
+COMPILE_MODES: tuple[str, ...] = get_args(CompileMode)
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,12 @@ class CompileSettings:
     def from_json(cls, data: dict[str, Any] | None) -> CompileSettings:
         data = data or {}
         return cls(data.get("mode"), dict(data.get("config") or {}))
+
+    @classmethod
+    def from_cli(cls, mode: str | None, config_items: tuple[str, ...] | list[str]) -> CompileSettings:
+        """The settings ``--mode`` and ``--inductor-config KEY=VALUE ...`` give (keys checked later,
+        by :func:`check_config` in the process that compiles)."""
+        return cls(mode, parse_config_items(config_items))
 
     def with_option(self, mode: str | None, config: dict[str, Any] | None) -> CompileSettings:
         """These settings with a compiler option on top (its mode replaces ours; its config is

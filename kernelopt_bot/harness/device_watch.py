@@ -23,9 +23,12 @@ class DeviceMemoryWatch:
         self._thread: threading.Thread | None = None
 
     def sample(self) -> None:
-        import torch
+        from kernelopt_bot.harness.memory import device_memory
 
-        free, total = torch.cuda.mem_get_info()
+        info = device_memory(self.device)
+        if info is None:
+            return
+        free, total = info
         used = (total - free) / 2**20
         self.peak_mb = used if self.peak_mb is None else max(self.peak_mb, used)
 

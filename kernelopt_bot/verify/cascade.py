@@ -91,10 +91,9 @@ class Cascade:
         variants and argument copies; the recorded arguments, moved to host memory), so the
         model arms that come next (the compiler's options, the final benchmark) have room. On a
         large model these are several copies of its activations."""
-        self.kernels.close()
         for recording in self.capture.recordings.values():
             recording.args = tuple(a.cpu() if isinstance(a, torch.Tensor) else a for a in recording.args)
-        free_memory(self.device)
+        self.kernels.close()  # frees this process's cached GPU blocks, the arguments' included
 
     def __enter__(self) -> Cascade:
         return self
