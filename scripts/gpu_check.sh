@@ -12,6 +12,7 @@
 #   bash scripts/gpu_check.sh suite      `kernelopt suite benchmarks/` (SUITE_SHARD=I/N, SUITE_ARGS=...)
 #   bash scripts/gpu_check.sh gpus       the same suite problems on one GPU, then on all (SUITE_ARGS without --gpus;
 #                                        GPUS_RUNS=one or all for one half)
+#   bash scripts/gpu_check.sh noise      the harness's noise floor with an empty pack (NOISE_PROBLEMS="level3/x.py:fp32 ...")
 #   bash scripts/gpu_check.sh honest prdry suite      several parts in one call
 # Limits per part in seconds: LIMIT_<PART>=N (default 540). Carried wheels in .whl/ are installed first.
 set -uo pipefail
@@ -120,11 +121,24 @@ part_gpus() {  # issue 6: the same problems on one GPU, then on every GPU, each 
   return $rc
 }
 
+part_noise() {  # the harness's noise floor (baseline against baseline, and an empty pack against the
+  # baseline) on NOISE_PROBLEMS ("level/file.py:dtype" each), launch-bound networks among them
+  local rc=0 spec file dtype
+  echo '{"format": "kernelopt-pack", "version": 1, "entries": []}' > "$R/empty_pack.json"
+  for spec in ${NOISE_PROBLEMS:-level3/mixer_block.py:fp32 level3/gpt_block.py:bf16 level1/softmax_channels.py:fp32}; do
+    file="${spec%%:*}" dtype="${spec##*:}"
+    python3 -m kernelopt_bot.cli bench "benchmarks/$file" --pack "$R/empty_pack.json" --dtype "$dtype" --json \
+      > "$R/noise_$(basename "$file" .py)_$dtype.json" 2> "$R/noise_$(basename "$file" .py)_$dtype.log" || rc=1
+  done
+  python3 scripts/noise_table.py "$R"/noise_*.json | tee -a "$summary"
+  return $rc
+}
+
 export R summary GPU_ONLY_CASES
-export -f run_tests timed_suite part_engine part_redteam part_isolation part_honest part_speedup part_optimize part_prdry part_suite part_gpus
+export -f run_tests timed_suite part_engine part_redteam part_isolation part_honest part_speedup part_optimize part_prdry part_suite part_gpus part_noise
 for part in "${@:-engine}"; do
   case "$part" in
-    engine|redteam|isolation|honest|speedup|optimize|prdry|suite|gpus) limited "$part" ;;
+    engine|redteam|isolation|honest|speedup|optimize|prdry|suite|gpus|noise) limited "$part" ;;
     *) echo "unknown part $part" >&2; status=2 ;;
   esac
 done

@@ -6,9 +6,11 @@ number, because interpreter times say nothing about a GPU.
 
 from __future__ import annotations
 
+import gc
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,16 +82,32 @@ def time_cuda(fn: Callable[[], Any], *, reps: int = 50, warmup: int = 3,
     torch.cuda.synchronize()
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    for start, end in zip(starts, ends):
-        if before_each is not None:
-            before_each()
-        flush()
-        start.record()
-        fn()
-        end.record()
-    torch.cuda.synchronize()
+    with no_collection():
+        for start, end in zip(starts, ends):
+            if before_each is not None:
+                before_each()
+            flush()
+            start.record()
+            fn()
+            end.record()
+        torch.cuda.synchronize()
     samples = [s.elapsed_time(e) for s, e in zip(starts, ends)]
     return Timing(statistics.median(samples), samples)
+
+
+@contextmanager
+def no_collection() -> Iterator[None]:
+    """Python's garbage collector off while calls are timed: on a launch-bound model the host's
+    launch time is the GPU time, and a collection pause in the middle of a call is noise read as
+    the model's speed. (No collection here: in the engine a full collection costs tens of ms, and
+    the tuner times hundreds of variants; :func:`time_model` collects once before a model's.)"""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def time_on(device: str, fn: Callable[[], Any], **kwargs: Any) -> Timing:
@@ -109,18 +127,20 @@ def time_model(device: str, fn: Callable[[], Any], *, reps: int = 20, warmup: in
     of its GPU work, synchronized before and after each call). On a launch-bound model the two
     differ: the GPU time hides the host's launch overhead behind the flush, the latency does not,
     and that overhead is what CUDA graphs remove."""
+    gc.collect()  # the garbage of the previous round, not collected inside a timed call
     timing = time_on(device, fn, reps=reps, warmup=warmup)
     if not timing.measured:
         return timing
     flush = flusher()
     latencies: list[float] = []
-    for _ in range(reps):
-        flush()
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        fn()
-        torch.cuda.synchronize()
-        latencies.append((time.perf_counter() - start) * 1000.0)
+    with no_collection():
+        for _ in range(reps):
+            flush()
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            fn()
+            torch.cuda.synchronize()
+            latencies.append((time.perf_counter() - start) * 1000.0)
     timing.host_ms = statistics.median(latencies)
     return timing
 
