@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import functools
 import json
+import os
 import shlex
 import statistics
 import threading
@@ -27,7 +28,9 @@ from kernelopt_bot.candidate import DEFAULT_GAMMA
 from kernelopt_bot.compile.settings import CompileSettings, check_config
 from kernelopt_bot.errors import BadInputError, KerneloptError
 from kernelopt_bot.folders import make_dirs
+from kernelopt_bot.harness.failures import WorkerPoisoned
 from kernelopt_bot.harness.isolation import Channel
+from kernelopt_bot.harness.work_watch import NO_WATCH, WorkWatch
 from kernelopt_bot.plan import DEFAULT_BUDGET, RunPlan
 from kernelopt_bot.result import RunResult
 from kernelopt_bot.stitch.pack import KernelPack
@@ -128,7 +131,8 @@ def run_pipeline(target: str, *, device: str | None = None, dtype: str = "fp32",
 
 def _run_engine(request: dict[str, Any], isolation: Any, folders: list[str], deadline_s: float | None,
                 log: Callable[[str], None], start: float) -> RunResult:
-    from kernelopt_bot.harness.isolation import ISOLATION_ENV, NESTED, describe_exit, spawn_isolated
+    from kernelopt_bot.harness.isolation import ISOLATION_ENV, NESTED, spawn_isolated
+    from kernelopt_bot.harness.supervisor import supervise
 
     out_dir = make_dirs(request["out_dir"])
     writable = [str(out_dir.resolve()), *folders]
@@ -136,38 +140,20 @@ def _run_engine(request: dict[str, Any], isolation: Any, folders: list[str], dea
         writable.append(str(Path(request["store_path"]).resolve().parent))
     failed = functools.partial(_failed, request["target"], request["device"], request["dtype"], out_dir, start,
                                reproduce=request["reproduce"], isolation=isolation.method)
+    # Chosen once per run: an engine without namespaces gives its children none either.
+    mode = "none" if isolation.method == "none" else NESTED
+
+    def start_engine(engine_request: dict[str, Any]) -> Any:
+        return spawn_isolated(ENGINE_ENTRY, engine_request, writable=writable, isolation=isolation,
+                              extra_env={ISOLATION_ENV: mode}, name="kernelopt-engine")
+
+    outcome = supervise(start_engine, request, deadline_s, log)
+    if outcome.result_json is None:
+        return failed(outcome.error or "the engine process ended without a result")
     try:
-        # Chosen once per run: an engine without namespaces gives its children none either.
-        mode = "none" if isolation.method == "none" else NESTED
-        engine = spawn_isolated(ENGINE_ENTRY, request, writable=writable, isolation=isolation,
-                                extra_env={ISOLATION_ENV: mode}, name="kernelopt-engine")
-    except OSError as exc:
-        return failed(f"the engine process could not be started: {exc}")
-    try:
-        ends = None if deadline_s is None else time.monotonic() + deadline_s
-        while True:
-            wait = 5.0 if ends is None else min(5.0, ends - time.monotonic())
-            if wait <= 0:
-                engine.kill()
-                return failed(f"the engine process outlived its deadline of {deadline_s:.0f} s (killed)")
-            if not engine.conn.poll(wait):
-                continue
-            try:
-                kind, payload = engine.conn.recv()
-            except EOFError:
-                code = engine.wait(10)
-                return failed(f"the engine process crashed ({describe_exit(code)})")
-            except OSError as exc:
-                return failed(f"the engine process sent an unreadable message ({exc})")
-            if kind == "log":
-                log(str(payload))
-            elif kind == "done":
-                try:
-                    return RunResult.from_json(json.loads(payload))
-                except (TypeError, ValueError) as exc:
-                    return failed(f"the engine process sent an unreadable result ({type(exc).__name__}: {exc})")
-    finally:
-        engine.close()
+        return RunResult.from_json(json.loads(outcome.result_json))
+    except (TypeError, ValueError) as exc:
+        return failed(f"the engine process sent an unreadable result ({type(exc).__name__}: {exc})")
 
 
 def _failed(target: str, device: str | None, dtype: str, out_dir: Path, start: float, error: str,
@@ -213,22 +199,39 @@ def _engine_llm(llm: dict[str, Any] | None, plan: RunPlan, log: Callable[[str], 
 
 
 def engine_main(conn: Channel, request: dict[str, Any]) -> None:
-    """The engine process: run the pipeline here, send each log line and then the result."""
+    """The engine process: run the pipeline here, send each log line and then the result. Its
+    risky work is announced to the parent (:class:`WorkWatch`); after a poisoned device it says
+    so and exits, and the parent starts another (:mod:`kernelopt_bot.harness.supervisor`)."""
+    from kernelopt_bot.device import resolve_device
     from kernelopt_bot.harness.isolation import protect_this_process
 
     protect_this_process()
     lock = threading.Lock()
 
-    def log(message: str) -> None:
+    def send(message: tuple[str, Any]) -> None:
         with lock:
-            conn.send(("log", message))
+            conn.send(message)
 
-    result = _run_pipeline_here(request["target"], device=request["device"], dtype=request["dtype"],
-                                out_dir=Path(request["out_dir"]), budget=request["budget"], gamma=request["gamma"],
-                                llm=request["llm"], store_path=request["store_path"], log=log,
-                                reproduce=request["reproduce"], isolation=request["isolation"],
-                                llm_problem=request.get("llm_problem"), started=request.get("started"),
-                                compile_settings=request.get("compile"))
+    def log(message: str) -> None:
+        send(("log", message))
+
+    try:
+        device = resolve_device(request["device"])
+    except KerneloptError:
+        device = "cpu"  # the pipeline reports the bad device; nothing runs on one
+    work_watch = WorkWatch(send, device, request.get("quarantine"))
+    try:
+        result = _run_pipeline_here(request["target"], device=request["device"], dtype=request["dtype"],
+                                    out_dir=Path(request["out_dir"]), budget=request["budget"], gamma=request["gamma"],
+                                    llm=request["llm"], store_path=request["store_path"], log=log,
+                                    reproduce=request["reproduce"], isolation=request["isolation"],
+                                    llm_problem=request.get("llm_problem"), started=request.get("started"),
+                                    compile_settings=request.get("compile"), work_watch=work_watch,
+                                    restarts=request.get("restarts"))
+    except WorkerPoisoned as exc:  # this process's device is unusable: the parent starts another
+        send(("poisoned", {"key": exc.key, "label": exc.label, "reason": exc.reason}))
+        conn.close()
+        os._exit(4)
     with lock:  # JSON text: what result.json holds, nothing the parent would have to rebuild
         conn.send(("done", json.dumps(result.to_json(), default=str)))
     conn.close()
@@ -238,10 +241,12 @@ def _run_pipeline_here(target: str, *, device: str | None, dtype: str, out_dir: 
                        budget: dict[str, Any] | None, gamma: float, llm: dict[str, Any] | None,
                        store_path: str | Path | None, log: Callable[[str], None], reproduce: str,
                        isolation: str, llm_problem: str | None = None, started: float | None = None,
-                       compile_settings: dict[str, Any] | None = None) -> RunResult:
+                       compile_settings: dict[str, Any] | None = None, work_watch: WorkWatch = NO_WATCH,
+                       restarts: list[dict[str, Any]] | None = None) -> RunResult:
     """The pipeline in this process (the engine's): never raises for a bad or failing target.
     ``llm_problem``: why the parent could not give the engine the LLM endpoint it was asked for;
-    ``started``: when the run began in the parent (``time.time()``), where the wall budget starts."""
+    ``started``: when the run began in the parent (``time.time()``), where the wall budget starts;
+    ``restarts``: the engines before this one that went down, and in what work (the supervisor's)."""
     start = time.time() if started is None else min(float(started), time.time())
     result = RunResult(target=target, name=target_name(target), device=device or "auto", dtype=dtype,
                        reproduce=reproduce, isolation=isolation)
@@ -250,13 +255,18 @@ def _run_pipeline_here(target: str, *, device: str | None, dtype: str, out_dir: 
     pack = KernelPack(target=target, created_by="kernelopt optimize")
     if started is not None:  # the engine process's start, counted in the wall budget like every step
         result.phases["starting the engine"] = round(time.time() - start, 2)
+    if restarts:
+        result.processes["engine_restarts"] = list(restarts)
+        for downed in restarts:
+            log(f"    an earlier engine went down in {downed.get('label')} ({downed.get('reason')}); that work is skipped")
     clock = _PhaseClock(result.phases, log, start)
     try:
         plan = RunPlan.parse(budget, gamma)
         result.budget = plan.to_json()
         settings = CompileSettings.from_json(compile_settings)
         result.compile = settings.to_json()
-        pack = _run(target, device, dtype, plan, settings, llm, store_path, result, clock, time.time() - start)
+        pack = _run(target, device, dtype, plan, settings, llm, store_path, result, clock, time.time() - start,
+                    work_watch)
     except KerneloptError as exc:
         result.status, result.error = "failed", str(exc)
         result.error_kind = "bad input" if isinstance(exc, BadInputError) else ""
@@ -332,7 +342,8 @@ class _PhaseClock:
 
 def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: CompileSettings,
          llm: dict[str, Any] | None,
-         store_path: str | Path | None, result: RunResult, log: Callable[[str], None], elapsed: float) -> KernelPack:
+         store_path: str | Path | None, result: RunResult, log: Callable[[str], None], elapsed: float,
+         work_watch: WorkWatch = NO_WATCH) -> KernelPack:
     import torch
 
     from kernelopt_bot.compile.capture import capture, versions
@@ -368,7 +379,7 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
     run_id = store.start_run(target, tgt.device, dtype, result.hardware, result.versions, plan.to_json())
     watch = DeviceMemoryWatch(tgt.device)
     try:
-        with watch, Cascade(cap, plan.verify_options(), compile_settings=settings) as cascade:
+        with watch, Cascade(cap, plan.verify_options(), compile_settings=settings, work_watch=work_watch) as cascade:
             if tgt.device == "cuda":
                 # Gates 3-4 and the final benchmark need the baseline arms; they compile while the
                 # tuner times variants instead of after it, where the GPU holds them beside this

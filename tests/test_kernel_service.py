@@ -171,3 +171,25 @@ def test_trusted_variants_are_timed_in_the_engine_on_a_gpu(cascade: Cascade) -> 
                                               Candidate("llm", source=kernel.source + "\n")])
     assert processes_started(SANDBOX_PROCESS) == before + 1
     assert all(isinstance(t, float) for t in mixed)
+
+
+def test_a_trusted_candidate_that_brought_an_engine_down_is_rejected_without_running() -> None:
+    """In a new engine (the supervisor's), the work the last one died in is that candidate's
+    failure: rejected by correctness, never run again; the announced work frames gates 2-4."""
+    from kernelopt_bot.harness.work_watch import WorkWatch
+
+    cap = captured("gelu.py")
+    kernel = cap.artifact.kernels[0]
+    config = other_tiling(kernel, cap.recording(kernel.graph, kernel.name).config)
+    downed = variant_key(kernel.source, config)
+    sent: list[tuple[str, object]] = []
+    watch = WorkWatch(sent.append, "cpu", {downed: "the engine process crashed (SIGSEGV)"})
+    with Cascade(cap, VerifyOptions(seeds=SEEDS, distributions=("normal",), rounds=1), work_watch=watch) as c:
+        verdict = c.verify(kernel, Candidate("config", config=config, origin=ORIGIN))
+        assert verdict.rejected_by == "correctness" and verdict.infrastructure is None
+        assert "brought the engine down" in verdict.gate("correctness").reason  # type: ignore[union-attr]
+        assert not sent  # nothing ran
+        honest = c.verify(kernel, Candidate("source", source=kernel.source + "\n", config=config, origin=ORIGIN))
+        assert honest.gate("correctness").passed is True  # type: ignore[union-attr]
+        assert [kind for kind, _ in sent] == ["begin", "end"]
+        assert sent[0][1]["label"].startswith("gates for source")  # type: ignore[index]

@@ -4,6 +4,8 @@ service, a gate) uses these, so such a failure is never recorded as a verdict on
 
 from __future__ import annotations
 
+import re
+
 
 class InfrastructureFailure(Exception):
     """Our side failed (a deadline of ours, out of memory, a process that could not start): the
@@ -25,3 +27,28 @@ def is_out_of_memory(error: BaseException | str) -> bool:
         error = str(error)
     lowered = error.lower()
     return "out of memory" in lowered or "outofmemoryerror" in lowered
+
+
+# A CUDA error that poisons the process's context: every later call fails the same way, so the
+# process must be replaced (an out-of-memory error is not one of these: freeing memory mends it).
+_STICKY_DEVICE_ERROR = re.compile(
+    r"illegal memory access|misaligned address|unspecified launch failure|illegal instruction|"
+    r"device-side assert|invalid program counter|hardware stack error|uncorrectable ECC|"
+    r"CUDA error: launch failure|an illegal instruction", re.IGNORECASE)
+
+
+def is_sticky_device_error(error: BaseException | str) -> bool:
+    """Does this error leave the process's CUDA context unusable (a kernel's illegal access, a
+    device-side assert)? Then the process is replaced, and the work that raised it is what
+    failed, not the run."""
+    return bool(_STICKY_DEVICE_ERROR.search(str(error)))
+
+
+class WorkerPoisoned(BaseException):
+    """The process's device is unusable after ``label`` (work ``key``) ran: it must end and be
+    replaced. A ``BaseException``, like ``KeyboardInterrupt``, so the many handlers that turn a
+    candidate's exception into its error text cannot keep a poisoned process running."""
+
+    def __init__(self, key: str, label: str, reason: str) -> None:
+        super().__init__(f"{label}: {reason}")
+        self.key, self.label, self.reason = key, label, reason

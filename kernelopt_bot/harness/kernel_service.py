@@ -34,11 +34,13 @@ from kernelopt_bot.harness.failures import InfrastructureFailure, is_out_of_memo
 from kernelopt_bot.harness.kernel import KernelHarness
 from kernelopt_bot.harness.memory import free_memory, retry_note
 from kernelopt_bot.harness.timing import StepClock
+from kernelopt_bot.harness.work_watch import NO_WATCH, WorkWatch
 from kernelopt_bot.stitch.pack import LaunchConfig
 
 COMPILE_DEADLINE_S = 30.0  # per batch of variants, compiled in parallel
 PROBE_REPS = 3  # a first look at a variant before it gets the full repetitions
 SLOW_FACTOR = 1.5  # a variant this much slower than the original is not worth the full timing
+VARIANT_DEADLINE_S = 60.0  # one variant's timing (a probe and its repetitions): seconds at most
 
 Variant = tuple[str | None, LaunchConfig | None]  # (source or None for the compiler's, config or None)
 T = TypeVar("T")
@@ -64,8 +66,9 @@ class KernelBench:
     """One kernel, its recorded arguments and the compiler's kernel pinned to its recorded
     config (compiled on first use, then kept), plus every variant compiled so far."""
 
-    def __init__(self, kernel: TritonKernel, recording: KernelRecording, device: str) -> None:
-        self.kernel, self.recording, self.device = kernel, recording, device
+    def __init__(self, kernel: TritonKernel, recording: KernelRecording, device: str,
+                 watch: WorkWatch = NO_WATCH) -> None:
+        self.kernel, self.recording, self.device, self.watch = kernel, recording, device, watch
         self.harness = KernelHarness(kernel, recording, device)
         self._original: Any = None
         self._compiled: dict[str, Any] = {}  # variant_key -> kernel object, or its error text
@@ -84,6 +87,9 @@ class KernelBench:
                     pinned = None
             self._original = pinned if pinned is not None else self.harness.load(source=self.kernel.source)
         return self._original
+
+    def keys(self, variants: Sequence[Variant]) -> list[str]:
+        return [variant_key(s if s is not None else self.kernel.source, c) for s, c in variants]
 
     def _compile_one(self, variant: Variant) -> Any:
         """Load and compile one variant; the error text if it does not compile."""
@@ -112,7 +118,11 @@ class KernelBench:
         pathological config must not stall the whole search. Whatever failed alongside others is
         compiled again alone (a compiler that is not thread-safe costs time, never a variant),
         while the deadline lasts."""
-        keys = [variant_key(s if s is not None else self.kernel.source, c) for s, c in variants]
+        keys = self.keys(variants)
+        for key in keys:  # what brought an earlier engine down is not compiled, let alone run
+            reason = self.watch.quarantined(key)
+            if reason is not None:
+                self._compiled[key] = reason
         todo = {k: v for k, v in zip(keys, variants) if k not in self._compiled}
         late = late_text(deadline_s) if deadline_s is not None else "not compiled"
         deadline_at = None if deadline_s is None else time.monotonic() + deadline_s
@@ -158,17 +168,21 @@ class KernelBench:
     def time_original(self, reps: int) -> float | None:
         return self.harness.time_kernel(self.original(), reps=reps).median_ms
 
-    def time_compiled(self, compiled: Sequence[Any], original_ms: float | None, reps: int) -> list[float | str | None]:
-        """One time per kernel object, timed one at a time; an error text stays the result."""
+    def time_compiled(self, compiled: Sequence[Any], keys: Sequence[str], original_ms: float | None,
+                      reps: int) -> list[float | str | None]:
+        """One time per kernel object (``keys``: their variant keys), timed one at a time and
+        each watched (:class:`WorkWatch`: a variant that poisons the device ends this process
+        and is skipped by the next); an error text stays the result."""
         times: list[float | str | None] = []
         done: dict[int, float | str | None] = {}  # a kernel object shared by duplicates is timed once
-        for kernel_obj in compiled:
+        for kernel_obj, key in zip(compiled, keys):
             if isinstance(kernel_obj, str):
                 times.append(kernel_obj)
                 continue
             if id(kernel_obj) not in done:
                 try:
-                    done[id(kernel_obj)] = time_variant(self.harness, kernel_obj, original_ms, reps)
+                    with self.watch.watching(key, f"timing a variant of {self.kernel.name}", VARIANT_DEADLINE_S):
+                        done[id(kernel_obj)] = time_variant(self.harness, kernel_obj, original_ms, reps)
                 except Exception as exc:  # noqa: BLE001 - a failing variant is a result
                     done[id(kernel_obj)] = one_line(exc)
             times.append(done[id(kernel_obj)])
@@ -182,7 +196,7 @@ class KernelBench:
         steps.done("original")
         compiled = self.compile_all(variants, deadline_s=deadline_s, threads=threads)
         steps.done("compile")
-        times = self.time_compiled(compiled, original, reps)
+        times = self.time_compiled(compiled, self.keys(variants), original, reps)
         steps.done("timing")
         return original, times
 
@@ -212,15 +226,17 @@ class KernelService:
     ``recording_of(graph, name)`` gives a kernel's recording (the capture's). Nothing here knows
     the cascade; only trusted candidates may be sent (their code runs in this process)."""
 
-    def __init__(self, device: str, recording_of: Callable[[int, str], KernelRecording]) -> None:
+    def __init__(self, device: str, recording_of: Callable[[int, str], KernelRecording],
+                 watch: WorkWatch = NO_WATCH) -> None:
         self.device = device
+        self.watch = watch
         self._recording_of = recording_of
         self._benches: dict[tuple[int, str], KernelBench] = {}
 
     def bench(self, kernel: TritonKernel) -> KernelBench:
         key = (kernel.graph, kernel.name)
         if key not in self._benches:
-            self._benches[key] = KernelBench(kernel, self._recording_of(*key), self.device)
+            self._benches[key] = KernelBench(kernel, self._recording_of(*key), self.device, self.watch)
         return self._benches[key]
 
     def time_variants(self, kernel: TritonKernel, variants: Sequence[Variant], *, reps: int = 50,
@@ -235,8 +251,9 @@ class KernelService:
         short = [i for i, t in enumerate(times) if isinstance(t, str) and is_out_of_memory(t)]
         if short:
             free_memory(self.device)
-            compiled = bench.compile_all([variants[i] for i in short], deadline_s=deadline_s, threads=compile_threads())
-            for i, value in zip(short, bench.time_compiled(compiled, original, reps)):
+            again = [variants[i] for i in short]
+            compiled = bench.compile_all(again, deadline_s=deadline_s, threads=compile_threads())
+            for i, value in zip(short, bench.time_compiled(compiled, bench.keys(again), original, reps)):
                 times[i] = value
             steps.done("memory retry")
         return TimedVariants(original, times, steps.seconds)

@@ -30,11 +30,12 @@ from kernelopt_bot.device import device_limits
 from kernelopt_bot.errors import one_line
 from kernelopt_bot.harness.arena import Arena
 from kernelopt_bot.harness.failures import InfrastructureFailure, is_infrastructure_text, is_out_of_memory
-from kernelopt_bot.harness.kernel_service import KernelService
+from kernelopt_bot.harness.kernel_service import KernelService, variant_key
 from kernelopt_bot.harness.memory import free_memory, retry_note
 from kernelopt_bot.harness.model_worker import ArmRaised, ModelWorker, WorkerError
 from kernelopt_bot.harness.swap_arm import EngineArm, KernelSwap
 from kernelopt_bot.harness.timing import StepClock
+from kernelopt_bot.harness.work_watch import NO_WATCH, WorkWatch
 from kernelopt_bot.targets import dtype_name
 from kernelopt_bot.verify.correctness import DEFAULT_SEEDS, DISTRIBUTIONS
 from kernelopt_bot.verify.kernel_gate import judge_in_engine
@@ -57,12 +58,16 @@ class VerifyOptions:
     allow_inline_asm: bool = False
     sandbox: SandboxLimits = field(default_factory=SandboxLimits)
 
+# Gates 2-4 of a trusted candidate in the engine (they may wait for arms still compiling): past
+# this the engine is taken for hung, replaced, and the candidate skipped by the next one.
+ENGINE_GATES_MIN_DEADLINE_S = 900.0
+
 
 class Cascade:
     """Verifies candidates for the kernels of one captured model."""
 
     def __init__(self, capture: Capture, options: VerifyOptions | None = None, *,
-                 compile_settings: CompileSettings | None = None) -> None:
+                 compile_settings: CompileSettings | None = None, work_watch: WorkWatch = NO_WATCH) -> None:
         self.capture = capture
         self.options = options or VerifyOptions()
         self._workdir = tempfile.TemporaryDirectory(prefix="kernelopt-verify-")
@@ -75,7 +80,9 @@ class Cascade:
         self.arena = Arena(target.spec, target.device, dtype_name(target.dtype), mode=settings.mode,
                            config=settings.config)
         # Trusted candidates' gate 2 and timing, in this process (the engine): no process started.
-        self.kernels = KernelService(target.device, capture.recording)
+        # Each piece of it is watched: work that brings this process down is skipped by the next.
+        self.work_watch = work_watch
+        self.kernels = KernelService(target.device, capture.recording, work_watch)
 
     @property
     def device(self) -> str:
@@ -132,6 +139,21 @@ class Cascade:
         if not static.passed:
             gates.append(static)
             return _finish(verdict)
+        if candidate.trusted:  # gates 2-4 run in this process: watched, and skipped if they killed one
+            key = variant_key(candidate.source or kernel.source, candidate.config)
+            downed = self.work_watch.quarantined(key)
+            if downed is not None:
+                gates.append(GateResult.fail("correctness", f"candidate run failed: {downed}"))
+                return _finish(verdict)
+            limits = sandbox or self.options.sandbox
+            deadline_s = max(ENGINE_GATES_MIN_DEADLINE_S, 4 * limits.timeout_s)  # a backstop for a hang
+            with self.work_watch.watching(key, f"gates for {candidate.label} on {kernel.name}", deadline_s):
+                return self._verify_past_static(kernel, candidate, verdict, static, sandbox)
+        return self._verify_past_static(kernel, candidate, verdict, static, sandbox)
+
+    def _verify_past_static(self, kernel: TritonKernel, candidate: Candidate, verdict: Verdict,
+                            static: GateResult, sandbox: SandboxLimits | None) -> Verdict:
+        gates = verdict.gates
         # On a GPU an untrusted candidate's packed-model arm starts compiling now, while gate 2
         # runs: each takes seconds, and a candidate that compiles mostly passes gate 2. It is only
         # asked anything (gates 3-4) after gate 2 passed, and is killed if it did not. A trusted
