@@ -2,6 +2,7 @@
 # One call on a GPU machine runs one or more parts, each under its own time limit; a short table
 # prints last. Logs and results land under $OUT, packed as results.tgz plus summary.txt.
 #   bash scripts/gpu_check.sh engine     GPU engine tests + engine report (per-example times, roofline, noise)
+#   bash scripts/gpu_check.sh tests      the GPU tests named in GPU_TESTS (default tests/gpu)
 #   bash scripts/gpu_check.sh redteam    the red team (all three files) at tiny size, then its GPU-only cases (a race,
 #                                        gate 4) at full size
 #   bash scripts/gpu_check.sh isolation  model code and candidates find no secret, with CUDA inside the namespaces
@@ -72,6 +73,8 @@ part_redteam() {  # every case at the examples' tiny size, in three pytest proce
   return $rc
 }
 
+part_tests() { run_tests tests ${GPU_TESTS:-tests/gpu}; }  # GPU_TESTS: test files or node ids
+
 part_isolation() { run_tests isolation tests/test_isolation.py tests/test_infrastructure.py; }
 
 part_honest() { run_tests honest tests/redteam -k "${HONEST_K:-honest}"; }
@@ -135,10 +138,10 @@ part_noise() {  # the harness's noise floor (baseline against baseline, and an e
 }
 
 export R summary GPU_ONLY_CASES
-export -f run_tests timed_suite part_engine part_redteam part_isolation part_honest part_speedup part_optimize part_prdry part_suite part_gpus part_noise
+export -f run_tests timed_suite part_tests part_engine part_redteam part_isolation part_honest part_speedup part_optimize part_prdry part_suite part_gpus part_noise
 for part in "${@:-engine}"; do
   case "$part" in
-    engine|redteam|isolation|honest|speedup|optimize|prdry|suite|gpus|noise) limited "$part" ;;
+    engine|tests|redteam|isolation|honest|speedup|optimize|prdry|suite|gpus|noise) limited "$part" ;;
     *) echo "unknown part $part" >&2; status=2 ;;
   esac
 done

@@ -60,12 +60,18 @@ class KernelHarness:
             return self.recording.kernel
         from torch._inductor.codecache import PyCodeCache
 
+        # A unique trailer gives each variant its own module, never a cached twin.
+        module = PyCodeCache.load(f"{self.variant_text(source, config)}\n# kernelopt variant {next(_UNIQUE)}\n")
+        return getattr(module, self.kernel.name)
+
+    def variant_text(self, source: str | None, config: LaunchConfig | None) -> str:
+        """The module text of a variant: ``source`` (default the compiler's) under the kernel's
+        name, pinned to ``config`` when given. A compile process builds the same kernel from it
+        (:mod:`kernelopt_bot.harness.compile_pool`)."""
         text = rename_kernel(source, self.kernel.name) if source is not None else self.kernel.source
         if config is not None:
             text = pin_config_source(text, self.kernel.name, config)
-        # A unique trailer gives each variant its own module, never a cached twin.
-        module = PyCodeCache.load(f"{text}\n# kernelopt variant {next(_UNIQUE)}\n")
-        return getattr(module, self.kernel.name)
+        return text
 
     def _stream(self) -> Any:
         if self.device == "cuda":

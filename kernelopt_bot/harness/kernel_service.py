@@ -9,8 +9,11 @@ arguments, its harness and the compiler's kernel pinned to its recorded config, 
 timing a batch or gate 2 on a candidate costs the work itself and no process start, target load or
 recompile (on the H200 those were 80-93% of the tuner's wall time).
 
-Variants are compiled on threads (Triton's compiler releases the GIL) with a deadline; a variant
-that fails to compile or run is that variant's error text, never the caller's failure. Compiled
+On a GPU, variants compile first in the compile process (:mod:`.compile_pool`: into the Triton
+cache, killed at the deadline); this process then loads them on threads (Triton's compiler
+releases the GIL), which from the cache takes milliseconds, and compiles here only what the
+cache lacks. A variant that fails to compile or run is that variant's error text, never the
+caller's failure. Compiled
 variants are cached by a hash of their source and config, so a config timed by the tuner and then
 sent to gate 2 is compiled once. In the engine an out-of-memory error is retried once after
 freeing the caching allocator, then raised as an :class:`InfrastructureFailure`, never a verdict.
@@ -30,6 +33,7 @@ from typing import Any, TypeVar
 from kernelopt_bot.compile.artifact import TritonKernel
 from kernelopt_bot.compile.capture import KernelRecording
 from kernelopt_bot.errors import one_line
+from kernelopt_bot.harness.compile_pool import LATE, CompilePool, start_pool
 from kernelopt_bot.harness.failures import InfrastructureFailure, is_out_of_memory
 from kernelopt_bot.harness.kernel import KernelHarness
 from kernelopt_bot.harness.memory import free_memory, retry_note
@@ -67,8 +71,9 @@ class KernelBench:
     config (compiled on first use, then kept), plus every variant compiled so far."""
 
     def __init__(self, kernel: TritonKernel, recording: KernelRecording, device: str,
-                 watch: WorkWatch = NO_WATCH) -> None:
+                 watch: WorkWatch = NO_WATCH, pool: CompilePool | None = None) -> None:
         self.kernel, self.recording, self.device, self.watch = kernel, recording, device, watch
+        self.pool = pool  # compiles variants ahead, in a killable process (CUDA only)
         self.harness = KernelHarness(kernel, recording, device)
         self._original: Any = None
         self._compiled: dict[str, Any] = {}  # variant_key -> kernel object, or its error text
@@ -126,6 +131,10 @@ class KernelBench:
         todo = {k: v for k, v in zip(keys, variants) if k not in self._compiled}
         late = late_text(deadline_s) if deadline_s is not None else "not compiled"
         deadline_at = None if deadline_s is None else time.monotonic() + deadline_s
+        fresh: dict[str, Any] = {}
+        if self.pool is not None and todo:  # what the pool settled (an error, late) is not compiled here
+            fresh = self._warm_in_pool(todo, deadline_at, late)
+            todo = {k: v for k, v in todo.items() if k not in fresh}
         order = list(todo)
         threads = max(1, min(len(order), threads))
         results = self._compile_until(order, [todo[k] for k in order], threads, deadline_at, late)
@@ -138,8 +147,30 @@ class KernelBench:
         for key, result in zip(order, results):
             if result != late:
                 self._keep(key, result)
-        fresh = dict(zip(order, results))
+        fresh.update(zip(order, results))
         return [self._compiled.get(k, fresh.get(k, late)) for k in keys]
+
+    def _warm_in_pool(self, todo: dict[str, Variant], deadline_at: float | None, late: str) -> dict[str, Any]:
+        """Compile ``todo`` into the Triton cache in the compile process (killed at the deadline):
+        this process then only loads them. Returns the variants settled there: their compile
+        error (kept) or ``late``. If no compile process can start, nothing is settled and this
+        process compiles everything, as without a pool."""
+        assert self.pool is not None
+        keys = list(todo)
+        jobs = [(self.harness.variant_text(*todo[k]), self.kernel.name) for k in keys]
+        left = None if deadline_at is None else max(0.0, deadline_at - time.monotonic())
+        try:
+            outcomes = self.pool.warm(jobs, left)
+        except OSError:
+            return {}
+        settled: dict[str, Any] = {}
+        for key, outcome in zip(keys, outcomes):
+            if outcome == LATE:
+                settled[key] = late
+            elif outcome is not None:
+                settled[key] = outcome
+                self._keep(key, outcome)
+        return settled
 
     def _compile_until(self, keys: list[str], variants: list[Variant], threads: int, deadline_at: float | None,
                        late: str) -> list[Any]:
@@ -230,13 +261,14 @@ class KernelService:
                  watch: WorkWatch = NO_WATCH) -> None:
         self.device = device
         self.watch = watch
+        self.pool = start_pool(device, compile_threads())
         self._recording_of = recording_of
         self._benches: dict[tuple[int, str], KernelBench] = {}
 
     def bench(self, kernel: TritonKernel) -> KernelBench:
         key = (kernel.graph, kernel.name)
         if key not in self._benches:
-            self._benches[key] = KernelBench(kernel, self._recording_of(*key), self.device, self.watch)
+            self._benches[key] = KernelBench(kernel, self._recording_of(*key), self.device, self.watch, self.pool)
         return self._benches[key]
 
     def time_variants(self, kernel: TritonKernel, variants: Sequence[Variant], *, reps: int = 50,
@@ -285,6 +317,9 @@ class KernelService:
             raise
 
     def close(self) -> None:
-        """Drop every kernel's compiled variants and harness (their GPU memory goes with them)."""
+        """Drop every kernel's compiled variants and harness (their GPU memory goes with them), and
+        end the compile process."""
         self._benches.clear()
+        if self.pool is not None:
+            self.pool.close()
         free_memory(self.device)

@@ -1,0 +1,57 @@
+"""The compile process (issue 12): variants compile into the Triton cache in a process that is
+killed at its deadline and replaced after a crash, so neither a hung nor a crashing compile
+reaches the engine. Compiling for a real GPU target needs one (tests/gpu/test_engine_restart.py
+checks the cache it fills there); here the jobs are module texts that hang, crash or fail."""
+
+from __future__ import annotations
+
+import time
+
+from kernelopt_bot.harness.compile_pool import LATE, CompilePool, start_pool
+
+HANGS = "import time\ntime.sleep(600)\n"
+CRASHES = "import ctypes\nctypes.string_at(0)\n"
+FAILS = "raise RuntimeError('this kernel does not compile')\n"
+NO_KERNEL = "x = 1\n"
+
+
+def test_a_failing_compile_is_its_error_and_the_process_stays() -> None:
+    pool = CompilePool(2)
+    try:
+        results = pool.warm([(FAILS, "k"), (NO_KERNEL, "k")], 120)
+        assert results[0] is not None and "does not compile" in results[0]
+        assert results[1] is not None and "has no attribute 'k'" in results[1]
+        assert pool.warm([(FAILS, "k")], 120)[0] is not None
+        assert pool.started == 1 and pool.killed == 0
+    finally:
+        pool.close()
+
+
+def test_a_hung_compile_is_killed_at_its_deadline_with_its_process() -> None:
+    pool = CompilePool(2)
+    try:
+        pool.warm([(FAILS, "k")], 120)  # started and ready: the deadline below is the compile's alone
+        start = time.monotonic()
+        results = pool.warm([(HANGS, "k"), (FAILS, "k")], 3.0)
+        assert time.monotonic() - start < 15
+        assert results[0] == LATE and "does not compile" in str(results[1])
+        assert pool.killed == 1
+        assert "does not compile" in str(pool.warm([(FAILS, "k")], 120)[0])  # a new process serves on
+        assert pool.started == 2
+    finally:
+        pool.close()
+
+
+def test_a_crashing_compile_takes_only_its_process() -> None:
+    pool = CompilePool(1)
+    try:
+        results = pool.warm([(CRASHES, "k")], 120)
+        assert results[0] is not None and "crashed" in results[0]
+        assert pool.started == 2  # one more try in a fresh process, then the job's failure
+        assert "does not compile" in str(pool.warm([(FAILS, "k")], 120)[0])
+    finally:
+        pool.close()
+
+
+def test_no_pool_for_the_interpreter() -> None:
+    assert start_pool("cpu", 4) is None
