@@ -385,6 +385,9 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
                 # tuner times variants instead of after it, where the GPU holds them beside this
                 # process (an arm needs about what this process needed to compile the model).
                 cascade.arena.arm_mb_hint = torch.cuda.max_memory_reserved() / 2**20
+                if cascade.arena.one_baseline:
+                    log(f"    a large model (~{cascade.arena.arm_mb_hint / 1024:.0f} GiB an arm): one baseline arm, "
+                        "timed twice a round for the noise floor, and at most two model arms at once")
                 if not cascade.arena.prestart():
                     log("    the baseline arms start after the search: the GPU does not hold them beside it")
             # The tuner ranks variants by kernel-level time, which only a GPU gives.

@@ -89,23 +89,50 @@ def test_a_start_failure_seen_by_settle_stays_with_the_arm(tmp_path: Path) -> No
 
 
 def test_the_memory_plan_starts_only_the_arms_the_gpu_holds(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The planning arithmetic, with the device's free memory given (this machine has no GPU):
-    an arm needs what the model holds (x1.5 while compiling) plus a context; a large model's
-    baselines are not prestarted beside the engine, and its arms come one at a time."""
+    """The planning arithmetic, with the device's memory given (this machine has no GPU): an arm
+    needs what the model holds (x1.5 while compiling) plus a context."""
     import torch
 
     from kernelopt_bot.harness import arena as arena_module
 
     free_mib = [60000.0]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: (int(free_mib[0] * 2**20), 140000 * 2**20))
     arena = Arena("model.py", "cuda", "fp32")
     assert arena.room_for(3) == 3  # nothing known yet about what an arm holds: no limit
-    arena.arm_mb_hint = 28674.0  # the 30 GB RMS norm: 28.7 GB an arm
-    per_arm = 28674.0 * arena_module.ARM_HEADROOM + arena_module.CONTEXT_MB
-    assert arena.room_for(3) == int((60000.0 - arena_module.RESERVE_MB) // per_arm) == 1
-    assert arena.prestart() is False and arena._workers == {}  # two baselines do not fit beside it
-    free_mib[0] = 1000.0
-    assert arena.room_for(2) == 1  # nothing compiling: one arm goes ahead (an OOM is then reported)
-    arena.arm_mb_hint = 770.0  # a small model: all three options at once
+    arena.arm_mb_hint = 770.0  # a small model: all three options at once, beside two baselines
+    assert not arena.one_baseline and arena._baseline_labels() == ["baseline", "baseline-repeat"]
     free_mib[0] = 120000.0
     assert arena.room_for(3) == 3
+    free_mib[0] = 3000.0
+    per_arm = 770.0 * arena_module.ARM_HEADROOM + arena_module.CONTEXT_MB
+    assert int((3000.0 - arena_module.RESERVE_MB) // per_arm) == 0
+    assert arena.room_for(3) == 1  # nothing compiling: one goes ahead (an out-of-memory error is then reported)
+
+
+def test_a_large_model_gets_one_baseline_and_two_arms_at_most(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The 30 GB RMS norm on a 140 GB GPU: three copies would hold 3 x 28.7 GB plus contexts, over
+    three times the model (issue 12), so one baseline (timed twice a round) and one other arm."""
+    import torch
+
+    from kernelopt_bot.harness import arena as arena_module
+
+    free_mib = [40000.0]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: (int(free_mib[0] * 2**20), 140000 * 2**20))
+    arena = Arena("model.py", "cuda", "fp32")
+    arena.arm_mb_hint = 28674.0
+    assert arena.one_baseline and arena._baseline_labels() == ["baseline"]
+    per_arm = 28674.0 * arena_module.ARM_HEADROOM + arena_module.CONTEXT_MB
+    assert per_arm > (40000.0 - arena_module.RESERVE_MB)
+    assert arena.room_for(1) == 0 and arena.prestart() is False and arena._workers == {}  # not beside the engine
+    free_mib[0] = 139000.0  # the engine gave its memory back: room for three by memory, two by the plan
+    assert arena.room_for(3) == arena_module.LARGE_MODEL_ARMS
+
+    class Live:
+        closed, compiling, ready, info = False, False, True, {}
+
+    arena._workers["baseline"] = Live()  # type: ignore[assignment]
+    assert arena.room_for(3) == 1  # the baseline and one other arm
+    arena._started.append(Live())  # type: ignore[arg-type]
+    assert arena.room_for(1) == 0

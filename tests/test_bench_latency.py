@@ -47,6 +47,16 @@ def test_host_latency_is_summarised_beside_gpu_time() -> None:
     assert rounds[0]["baseline_host_ms"] == 3.0 and rounds[0]["packed_host_ms"] == 1.0
 
 
+def test_one_baseline_is_timed_twice_a_round_for_the_noise_floor() -> None:
+    """A model too large for two baseline processes: the one baseline answers both baseline
+    turns of every round, and the result says where its noise floor came from."""
+    base = _Arm(1.0, 3.0, jitter=0.01)
+    result = compare_arms(base, _Arm(0.5, 1.0), None, target="t", device="cuda", dtype="fp32", rounds=4)
+    assert base.calls == 8 and result.speedup == 2.0
+    assert result.noise_floor == 0.0 and abs(result.host_noise_floor - 0.02 / 0.99) < 1e-9
+    assert "one baseline process" in result.noise_from and "one baseline" in result.to_json()["noise_from"]
+
+
 def test_without_host_latency_only_gpu_time_is_summarised() -> None:
     class _GpuOnly(_Arm):
         def request(self, op: str, *args: Any, **kwargs: Any) -> Any:

@@ -22,6 +22,12 @@ from kernelopt_bot.stitch.pack import KernelPack
 CONTEXT_MB = 600.0  # a CUDA context and Inductor's runtime, per process
 ARM_HEADROOM = 1.5  # compiling (autotuning, workspaces) takes more than the arm holds once ready
 RESERVE_MB = 2048.0  # left free for the engine's own work and the allocator's fragmentation
+# A model is large when three copies of it (the baseline, its repeat, a candidate) would take more
+# than this share of the device: the run then holds at most two model arms at once (one baseline,
+# timed twice per round for the noise floor, and one other arm), so its peak stays under three
+# times the model (issue 12), and a model that fills the GPU still fits.
+LARGE_MODEL_SHARE = 1.0 / 3.0
+LARGE_MODEL_ARMS = 2
 
 
 class Arena:
@@ -38,6 +44,7 @@ class Arena:
         # compile: an arm loads, compiles and runs the same model); the ready baseline's figure
         # replaces it.
         self.arm_mb_hint: float | None = None
+        self._one_baseline: bool | None = None  # decided when the baselines first start
 
     def _spec(self, label: str, **overrides: Any) -> WorkerSpec:
         fields: dict[str, Any] = {"mode": self.mode, "config": dict(self.config)}
@@ -45,7 +52,25 @@ class Arena:
         return WorkerSpec(label, self.target, self.device, self.dtype, **fields)
 
     def _baseline_labels(self) -> list[str]:
-        return ["baseline"] + (["baseline-repeat"] if self.device == "cuda" else [])
+        return ["baseline"] + (["baseline-repeat"] if self.device == "cuda" and not self.one_baseline else [])
+
+    @property
+    def one_baseline(self) -> bool:
+        """A large model (:data:`LARGE_MODEL_SHARE`) gets one baseline arm, not two, and at most
+        :data:`LARGE_MODEL_ARMS` model arms at once. Decided once, from what an arm is expected
+        to hold (the engine's peak after its compile, or the ready baseline's figure)."""
+        if self._one_baseline is None:
+            self._one_baseline = self._is_large()
+        return self._one_baseline
+
+    def _is_large(self) -> bool:
+        held = self.baseline_info().get("gpu_mb") or self.arm_mb_hint
+        if self.device != "cuda" or not held:
+            return False
+        from kernelopt_bot.harness.memory import device_memory
+
+        info = device_memory(self.device)
+        return info is not None and 3 * held > LARGE_MODEL_SHARE * info[1] / 2**20
 
     def prestart(self) -> bool:
         """Start the baseline arms compiling now and return at once: the search runs while they
@@ -66,7 +91,8 @@ class Arena:
                 self._workers[label] = ModelWorker(self._spec(label), start_timeout_s=self.timeout_s)
 
     def baselines(self) -> tuple[ModelWorker, ModelWorker | None]:
-        """The baseline and, on a GPU, the repeat baseline (started together, compiled in parallel)."""
+        """The baseline and, on a GPU, the repeat baseline (started together, compiled in parallel;
+        ``None`` for a large model: :attr:`one_baseline`)."""
         self._start_baselines()
         for label in self._baseline_labels():
             worker = self._workers[label]
@@ -127,12 +153,18 @@ class Arena:
         held = self.baseline_info().get("gpu_mb") or self.arm_mb_hint
         if not held:
             return wanted
-        import torch
+        from kernelopt_bot.harness.memory import device_memory
 
-        free_mb = torch.cuda.mem_get_info()[0] / 2**20
+        info = device_memory(self.device)
+        if info is None:
+            return wanted
+        free_mb = info[0] / 2**20
         per_arm = held * ARM_HEADROOM + CONTEXT_MB
         compiling = len(self.compiling())
         fit = int((free_mb - RESERVE_MB) // per_arm) - compiling
+        if self.one_baseline:  # a large model: at most LARGE_MODEL_ARMS arms hold it at once
+            live = [w for w in [*self._workers.values(), *self._started] if not w.closed]
+            return min(wanted, max(0, min(fit, LARGE_MODEL_ARMS - len(live))))
         return min(wanted, max(fit, 0 if compiling else 1))
 
     def close(self) -> None:

@@ -5,7 +5,9 @@ process (:mod:`kernelopt_bot.harness.model_worker`): the baseline, a second base
 noise floor), and the packed model. Each round draws fresh inputs from a new seed, every arm
 times the same inputs (L2 flushed before each call, median of ``reps`` calls), and the arms take
 turns in a rotating order. Reported times are medians over rounds; the noise floor is the largest
-relative difference between the two baselines in any round.
+relative difference between the two baselines in any round. A model too large for two baseline
+processes (:attr:`~kernelopt_bot.harness.arena.Arena.one_baseline`) has one, timed twice in each
+round: its noise floor is then that arm's against itself (``BenchResult.noise_from``).
 
 Without a GPU the arms still compile and run (interpreter mode) and their outputs are compared,
 but no time is reported.
@@ -62,6 +64,7 @@ class BenchResult:
     max_abs_diff: float | None = None
     max_abs_diff_after_timing: float | None = None
     reason: str = ""
+    noise_from: str = "two baseline processes"
 
     @property
     def measured(self) -> bool:
@@ -149,17 +152,20 @@ def compare_arms(base: Arm, packed: Arm, repeat: Arm | None, *, target: str,
                          applied=list(packed.info.get("applied", [])),
                          skipped=list(packed.info.get("skipped", [])),
                          max_abs_diff=diff)
-    if device != "cuda" or repeat is None:
+    if device != "cuda":
         result.reason = "not measured: no CUDA device (interpreter mode)"
         return result
-    labels = {id(base): "baseline", id(packed): "packed", id(repeat): "baseline-repeat"}
-    workers = [base, packed, repeat]
+    # Three turns a round, rotated: the baseline, the packed model and the baseline again (in
+    # its own process, or for a large model the same one).
+    turns = [(base, "baseline"), (packed, "packed"), (repeat or base, "baseline-repeat")]
+    if repeat is None:
+        result.noise_from = "the one baseline process, timed twice a round (a large model)"
     for r in range(rounds):
         seed = SEED_BASE + r
         times: dict[str, tuple[float | None, float | None]] = {}
-        order = workers[r % len(workers):] + workers[: r % len(workers)]
-        for w in order:
-            times[labels[id(w)]] = w.request("time", seed, reps, timeout_s=timeout_s) or (None, None)
+        order = turns[r % len(turns):] + turns[: r % len(turns)]
+        for w, label in order:
+            times[label] = w.request("time", seed, reps, timeout_s=timeout_s) or (None, None)
         result.rounds.append(RoundResult(
             seed, times["baseline"][0], times["packed"][0], times["baseline-repeat"][0],
             times["baseline"][1], times["packed"][1], times["baseline-repeat"][1]))

@@ -71,6 +71,11 @@ def recommend(arena: Arena, target: Target, *, gamma: float, rounds: int = 10, r
         if room == 0:  # others (the final benchmark's arm) still compile: let them finish first
             arena.settle()
             room = arena.room_for(len(pending))
+        if room == 0:
+            for option in pending:
+                done[option.label] = Recommendation(option.label, None, False,
+                                                    "not measured: no GPU memory for its arm beside the others")
+            break
         wave, pending = pending[:room], pending[room:]
         arms: list[tuple[CompileOption, Arm | WorkerError]] = []
         for option in wave:

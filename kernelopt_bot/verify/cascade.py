@@ -95,11 +95,13 @@ class Cascade:
 
     def release_search_memory(self) -> None:
         """The search is over: what only it needed leaves the GPU (the kernel service's compiled
-        variants and argument copies; the recorded arguments, moved to host memory), so the
-        model arms that come next (the compiler's options, the final benchmark) have room. On a
+        variants and argument copies; the recorded arguments and the capture's inputs, moved to
+        host memory), so the model arms that come next (the compiler's options, the final
+        benchmark) have room. On a
         large model these are several copies of its activations."""
         for recording in self.capture.recordings.values():
             recording.args = tuple(a.cpu() if isinstance(a, torch.Tensor) else a for a in recording.args)
+        self.capture.inputs = tuple(a.cpu() if isinstance(a, torch.Tensor) else a for a in self.capture.inputs)
         self.kernels.close()  # frees this process's cached GPU blocks, the arguments' included
 
     def __enter__(self) -> Cascade:
