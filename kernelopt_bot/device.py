@@ -122,6 +122,7 @@ def _enable_interpreter_mode() -> None:
     except (ImportError, AttributeError):  # pragma: no cover - older layouts
         pass
     _install_libdevice_shim()
+    _install_reduction_shim()
     _INTERPRETER_ENABLED = True
 
 
@@ -178,3 +179,66 @@ def _install_libdevice_shim() -> None:
     )
     for name, fn in vars(shim).items():
         setattr(stub, name, fn)
+
+
+def _reduced(np_fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A reduction over one axis computed by numpy on the interpreter's block (NaN propagates,
+    as in Inductor's ``triton_helpers.maximum``)."""
+    import numpy as np
+    import triton.language as tl
+    from triton.runtime.interpreter import TensorHandle
+
+    def reduce(a: Any, dim: Any, *_: Any, **__: Any) -> Any:
+        axis = int(getattr(dim, "value", dim))
+        with np.errstate(all="ignore"):
+            out = np.asarray(np_fn(a.handle.data, axis=axis))
+        scalar_ty = a.type.scalar
+        out = out.astype(a.handle.data.dtype, copy=False)
+        ty = tl.block_type(scalar_ty, list(out.shape)) if out.shape else scalar_ty
+        return tl.tensor(TensorHandle(out, scalar_ty), ty)
+
+    return reduce
+
+
+def _install_reduction_shim() -> None:
+    """Inductor's ``max2``/``min2``/``welford`` reduce with a combine function written in
+    Triton, which the interpreter applies one pair at a time in Python: a 2048-wide row took 8 s.
+    numpy's reductions give the same values (NaN-propagating) at once. The interpreter only: on
+    a GPU Inductor's own helpers run."""
+    import numpy as np
+
+    try:
+        import torch._inductor.runtime.triton_helpers as triton_helpers
+    except ImportError:  # pragma: no cover - older layouts
+        return
+    triton_helpers.max2 = _reduced(np.max)
+    triton_helpers.min2 = _reduced(np.min)
+    triton_helpers.welford = _welford
+
+
+def _welford(mean: Any, m2: Any, weight: Any, dim: Any) -> tuple[Any, Any, Any]:
+    """Inductor's ``welford`` (a parallel Welford combine over ``dim``) in closed form: the
+    total weight, the weighted mean, and the summed M2 plus each part's spread around the mean
+    (a part whose mean equals the total's adds nothing: equal infinite means stay infinite, as
+    in ``welford_combine``'s guard)."""
+    import numpy as np
+    import triton.language as tl
+    from triton.runtime.interpreter import TensorHandle
+
+    axis = int(getattr(dim, "value", dim))
+    m, q, w = (t.handle.data for t in (mean, m2, weight))
+    with np.errstate(all="ignore"):
+        total = w.sum(axis=axis)
+        safe = np.where(total == 0, 1, total)
+        mu = np.where(total == 0, 0, np.where(w == 0, 0, w * m).sum(axis=axis) / safe)
+        spread = np.where(m == np.expand_dims(mu, axis), 0, m - np.expand_dims(mu, axis))
+        spread = np.where(w == 0, 0, w * spread * spread)
+        out_m2 = q.sum(axis=axis) + spread.sum(axis=axis)
+
+    def wrap(data: Any, like: Any) -> Any:
+        data = np.asarray(data).astype(like.handle.data.dtype, copy=False)
+        scalar_ty = like.type.scalar
+        ty = tl.block_type(scalar_ty, list(data.shape)) if data.shape else scalar_ty
+        return tl.tensor(TensorHandle(data, scalar_ty), ty)
+
+    return wrap(mu, mean), wrap(out_m2, m2), wrap(total, weight)

@@ -348,7 +348,9 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
 
     from kernelopt_bot.compile.capture import capture, versions
     from kernelopt_bot.device import resolve_device
+    from kernelopt_bot.harness.compile_pool import start_pool
     from kernelopt_bot.harness.device_watch import DeviceMemoryWatch
+    from kernelopt_bot.harness.kernel_service import compile_threads
     from kernelopt_bot.profile import profile
     from kernelopt_bot.search.orchestrator import Orchestrator, SearchLimits
     from kernelopt_bot.search.tuner import OfflineTuner
@@ -364,6 +366,12 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
     log("loading the target")
     tgt = load_target(target, device, dtype)
     result.device = tgt.device
+    if settings.is_default and tgt.compile is not None and not tgt.compile.is_default:
+        settings = tgt.compile  # the target's file says how it is compiled; no flag said otherwise
+        result.compile = settings.to_json()
+        log(f"    compiled as the target's TORCH_COMPILE says: {settings.label}")
+    # The compile process for the search's variants starts now: its start overlaps the capture.
+    pool = start_pool(tgt.device, compile_threads())
     log("compiling and capturing")
     if settings.config:  # this process's compiles, for its lifetime (as in every arm)
         torch._inductor.config.patch(check_config(settings.config)).__enter__()
@@ -374,17 +382,19 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
     result.versions = {**versions(), "kernelopt": __version__}
     result.hardware = {"gpu": env.gpu, "compute_capability": env.compute_capability,
                        "copy_gbps": round(prof.roofline.copy_gbps, 1) if prof.roofline else None}
+    rewrites = _strategy_rewrites(cap, settings, log)
     llm_search, llm_problem = _llm_search(llm, log)
     store = Store(store_path) if store_path is not None else Store()
     run_id = store.start_run(target, tgt.device, dtype, result.hardware, result.versions, plan.to_json())
     watch = DeviceMemoryWatch(tgt.device)
     try:
-        with watch, Cascade(cap, plan.verify_options(), compile_settings=settings, work_watch=work_watch) as cascade:
+        with watch, Cascade(cap, plan.verify_options(), compile_settings=settings, work_watch=work_watch,
+                            compile_pool=pool) as cascade:
             if tgt.device == "cuda":
                 # Gates 3-4 and the final benchmark need the baseline arms; they compile while the
                 # tuner times variants instead of after it, where the GPU holds them beside this
                 # process (an arm needs about what this process needed to compile the model).
-                cascade.arena.arm_mb_hint = torch.cuda.max_memory_reserved() / 2**20
+                cascade.arena.arm_mb_hint = _arm_mb_hint(cap)
                 if cascade.arena.one_baseline:
                     log(f"    a large model (~{cascade.arena.arm_mb_hint / 1024:.0f} GiB an arm): one baseline arm, "
                         "timed twice a round for the noise floor, and at most two model arms at once")
@@ -396,6 +406,7 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
                 cap, prof, cascade, budget, strategies=strategies, feedback=llm_search,
                 store=store, run_id=run_id, log=log,
                 limits=SearchLimits(max_kernels=plan.kernels, candidates_per_kernel=plan.candidates_per_kernel),
+                rewrites=rewrites,
             )
             log("searching")
             result.kernels, pack = orchestrator.run()
@@ -421,6 +432,39 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
         store.finish_run(run_id, result)
         store.close()
     return pack
+
+
+def _arm_mb_hint(cap: Any) -> float:
+    """What a model arm is expected to hold (MiB) before one has said: this process's peak after
+    compiling and running the model, less the recorded kernel arguments an arm does not keep
+    (on the 30 GB RMS norm the peak was 63 GB for an arm of 29)."""
+    import torch
+
+    recorded = sum(a.untyped_storage().nbytes() for rec in cap.recordings.values() for a in rec.args
+                   if isinstance(a, torch.Tensor) and a.is_cuda)
+    peak = torch.cuda.max_memory_reserved()
+    return max(peak - recorded, peak / 4) / 2**20
+
+
+def _strategy_rewrites(cap: Any, settings: CompileSettings, log: Callable[[str], None]) -> dict[tuple[int, str], list[Any]]:
+    """The strategy rewrites the compiler can generate for the captured kernels
+    (:mod:`kernelopt_bot.search.rewrites`: one more compile, only where a looped reduction's rows
+    fit on chip). One that cannot be derived is a search not made, never the run's failure."""
+    from kernelopt_bot.errors import one_line
+    from kernelopt_bot.search.rewrites import persistent_rewrites, qualifying
+
+    if not qualifying(cap):
+        return {}
+    log("deriving strategy rewrites")
+    try:
+        found = persistent_rewrites(cap, settings.mode)
+    except Exception as exc:  # noqa: BLE001 - Inductor's failure to generate it: a rewrite less
+        log(f"warning: strategy rewrites not derived ({one_line(exc)})")
+        return {}
+    if found:
+        log(f"    {len(found)} looped reduction(s) can run as one pass: "
+            + ", ".join(name for _graph, name in found))
+    return {key: [rewrite] for key, rewrite in found.items()}
 
 
 @contextlib.contextmanager

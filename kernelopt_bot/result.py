@@ -31,6 +31,10 @@ class KernelOutcome:
     speedup: float | None = None  # end to end, with only this kernel replaced
     replacement: str | None = None  # "config", "source", "config+source" or None
     detail: str = ""
+    # Per strategy (a launch config, a source transformation, a strategy rewrite): candidates
+    # gated, accepted, and whether the chosen one was of it: {"one_pass_persistent": {"gated": 2,
+    # "accepted": 1, "chosen": 1}}. The report adds them up: how often each one won.
+    strategies: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -91,6 +95,18 @@ class RunResult:
         if self.llm_status != "unavailable":
             return ""
         return "LLM agents unavailable: tuner only" + (f" ({self.llm_error})" if self.llm_error else "")
+
+    @property
+    def strategy_rows(self) -> list[dict[str, Any]]:
+        """Each strategy's candidates over all kernels: gated, accepted, chosen (most chosen first)."""
+        totals: dict[str, dict[str, int]] = {}
+        for kernel in self.kernels:
+            for name, counts in kernel.strategies.items():
+                row = totals.setdefault(name, {"gated": 0, "accepted": 0, "chosen": 0})
+                for key in row:
+                    row[key] += int(counts.get(key, 0))
+        rows = [{"strategy": name, **counts} for name, counts in totals.items()]
+        return sorted(rows, key=lambda r: (-r["chosen"], -r["accepted"], -r["gated"], r["strategy"]))
 
     @property
     def best_recommendation(self) -> Recommendation | None:

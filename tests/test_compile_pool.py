@@ -55,3 +55,17 @@ def test_a_crashing_compile_takes_only_its_process() -> None:
 
 def test_no_pool_for_the_interpreter() -> None:
     assert start_pool("cpu", 4) is None
+
+
+def test_a_batch_before_the_process_is_up_does_not_wait_for_it() -> None:
+    pool = CompilePool(1)
+    try:
+        pool.prestart()
+        assert pool.ready_now() is False  # it is importing torch: the caller compiles this batch itself
+        deadline = time.monotonic() + 120
+        while not pool.ready_now():
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        assert "does not compile" in str(pool.warm([(FAILS, "k")], 60)[0]) and pool.started == 1
+    finally:
+        pool.close()

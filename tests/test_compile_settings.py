@@ -97,3 +97,26 @@ def test_optimize_compiles_as_the_user_does_and_its_reproduce_line_runs(tmp_path
     again = shell(result["reproduce"], repo)
     assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
     assert json.loads((out / "result.json").read_text())["compile"] == result["compile"]
+
+
+def test_a_target_file_says_how_it_is_compiled(tmp_path: Path) -> None:
+    """``TORCH_COMPILE`` in the target's file: the run compiles, searches and names its baseline
+    by it, with no flag; a flag still overrides it; a malformed one is bad input (exit 2)."""
+    repo = model_repo(tmp_path / "repo", {})
+    source = (EXAMPLES / "softmax.py").read_text()
+    (repo / "softmax.py").write_text(source + '\nTORCH_COMPILE = {"options": {"triton.persistent_reductions": False}}\n')
+    run = shell("kernelopt optimize softmax.py --budget candidates=0 --budget compile_options=false", repo)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    result = json.loads((repo / "kernelopt-out" / "softmax" / "result.json").read_text())
+    assert result["compile"] == {"mode": None, "config": {"triton.persistent_reductions": False}}
+    assert all(k["name"].startswith("triton_red_") for k in result["kernels"]), result["kernels"]
+    assert "TORCH_COMPILE says: torch.compile (triton.persistent_reductions=false)" in (
+        repo / "kernelopt-out" / "softmax" / "run.log").read_text()
+    again = shell("kernelopt optimize softmax.py --inductor-config triton.persistent_reductions=true "
+                  "--budget candidates=0 --budget compile_options=false", repo)
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+    result = json.loads((repo / "kernelopt-out" / "softmax" / "result.json").read_text())
+    assert all(k["name"].startswith("triton_per_") for k in result["kernels"]), result["kernels"]
+    (repo / "softmax.py").write_text(source + '\nTORCH_COMPILE = {"mode": "fastest"}\n')
+    bad = shell("kernelopt optimize softmax.py --budget candidates=0", repo)
+    assert bad.returncode == 2 and "TORCH_COMPILE mode 'fastest'" in bad.stdout + bad.stderr

@@ -78,6 +78,9 @@ def _bounded_map(value: dict[str, Any], what: str, *, max_keys: int = 32, nested
     return value
 
 
+STRATEGY_RE = re.compile(r"[a-z0-9_]{1,40}")  # our strategies' names (search.orchestrator.strategy_of)
+
+
 class KernelDoc(_Strict):
     name: str = Field(max_length=200)
     kind: str = Field(max_length=40)
@@ -88,6 +91,20 @@ class KernelDoc(_Strict):
     speedup: Num | None = Field(default=None, gt=0, le=MAX_SPEEDUP)
     replacement: Literal["config", "source", "config+source"] | None = None
     detail: str = Field(default="", max_length=1000)
+    strategies: dict[str, dict[str, int]] = Field(default_factory=dict)
+
+    @field_validator("strategies")
+    @classmethod
+    def _strategies(cls, v: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+        if len(v) > 40:
+            raise ValueError("too many strategies")
+        for name, counts in v.items():
+            if not STRATEGY_RE.fullmatch(name):
+                raise ValueError(f"strategy name {name[:40]!r} is not one of ours")
+            if set(counts) - {"gated", "accepted", "chosen"} or not all(
+                    isinstance(n, int) and 0 <= n <= 1_000_000 for n in counts.values()):
+                raise ValueError(f"strategy {name!r}: counts must be gated/accepted/chosen")
+        return v
 
     @field_validator("status")
     @classmethod

@@ -125,6 +125,21 @@ class CompilePool:
             self._ready = False
             self.started += 1
 
+    def ready_now(self) -> bool:
+        """Is the compile process up (checked without waiting)? A batch that comes before it is
+        compiled by the caller itself: waiting for the process's start would cost more."""
+        if self._ready and self._process is not None and self._process.alive():
+            return True
+        if self._process is None or not self._process.alive():
+            return False
+        try:
+            if self._process.conn.poll(0):
+                self._process.conn.recv()  # ("ready", pid)
+                self._ready = True
+        except (EOFError, OSError):
+            self._kill()
+        return self._ready
+
     def _ready_process(self, ends: float | None) -> IsolatedProcess:
         if self._process is not None and self._ready and self._process.alive():
             return self._process

@@ -156,6 +156,8 @@ class KernelBench:
         error (kept) or ``late``. If no compile process can start, nothing is settled and this
         process compiles everything, as without a pool."""
         assert self.pool is not None
+        if not self.pool.ready_now():  # still starting: this batch compiles here, as without a pool
+            return {}
         keys = list(todo)
         jobs = [(self.harness.variant_text(*todo[k]), self.kernel.name) for k in keys]
         left = None if deadline_at is None else max(0.0, deadline_at - time.monotonic())
@@ -258,10 +260,12 @@ class KernelService:
     the cascade; only trusted candidates may be sent (their code runs in this process)."""
 
     def __init__(self, device: str, recording_of: Callable[[int, str], KernelRecording],
-                 watch: WorkWatch = NO_WATCH) -> None:
+                 watch: WorkWatch = NO_WATCH, pool: CompilePool | None = None) -> None:
         self.device = device
         self.watch = watch
-        self.pool = start_pool(device, compile_threads())
+        # The compile process: the caller's, started early (its start overlaps the capture), or one
+        # started now.
+        self.pool = pool if pool is not None else start_pool(device, compile_threads())
         self._recording_of = recording_of
         self._benches: dict[tuple[int, str], KernelBench] = {}
 

@@ -97,11 +97,14 @@ def _serve(spec: WorkerSpec, conn: Channel) -> None:
     # model that is the arm's memory peak, beside the others).
     target = load_target(spec.target, spec.device, spec.dtype, check=False)
     prepare_device(target.device)
-    if spec.config:
-        torch._inductor.config.patch(spec.config).__enter__()  # this process only, for its lifetime
+    mode, config = spec.mode, spec.config
+    if mode is None and not config and target.compile is not None:  # as the target's file says
+        mode, config = target.compile.mode, target.compile.config
+    if config:
+        torch._inductor.config.patch(config).__enter__()  # this process only, for its lifetime
     if spec.pack is not None:
         runtime.install(KernelPack.from_json(spec.pack))
-    compiled = compile_fresh(target.model, mode=spec.mode)
+    compiled = compile_fresh(target.model, mode=mode)
     with torch.no_grad():
         compiled(*target.make_inputs(0))
     conn.send(("ready", {

@@ -13,17 +13,20 @@ from typing import Any
 from kernelopt_bot.candidate import Proposal
 from kernelopt_bot.compile.artifact import TritonKernel
 from kernelopt_bot.profile import KernelProfile
+from kernelopt_bot.search.rewrites import Rewrite
 
 
 @dataclass
 class SearchContext:
-    """What a strategy may use: the kernel, its profile row, its recorded launch config, memory."""
+    """What a strategy may use: the kernel, its profile row, its recorded launch config, memory,
+    and the strategy rewrites the compiler could generate for it (:mod:`.rewrites`)."""
 
     kernel: TritonKernel
     profile: KernelProfile | None
     chosen_config: dict[str, Any] | None
     device: str
     memory: list[dict[str, Any]] = field(default_factory=list)
+    rewrites: list[Rewrite] = field(default_factory=list)
 
 
 class SearchStrategy(ABC):

@@ -9,6 +9,7 @@ A kernel where nothing passes keeps the compiler's code.
 
 from __future__ import annotations
 
+import re
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -22,6 +23,7 @@ from kernelopt_bot.profile import KernelProfile, Profile
 from kernelopt_bot.result import KernelOutcome
 from kernelopt_bot.search.base import SearchContext, SearchStrategy
 from kernelopt_bot.search.budget import Budget, BudgetExceeded
+from kernelopt_bot.search.rewrites import Rewrite
 from kernelopt_bot.stitch.export import lookup_key_or_none
 from kernelopt_bot.stitch.pack import Guard, KernelPack, PackEntry
 from kernelopt_bot.stitch.runtime import running_environment
@@ -76,8 +78,10 @@ class Orchestrator:
     def __init__(self, capture: Capture, profile: Profile, cascade: Gates, budget: Budget, *,
                  strategies: list[SearchStrategy], feedback: list[FeedbackSearch] | None = None,
                  store: Store | None = None, run_id: int | None = None,
-                 limits: SearchLimits | None = None, log: Callable[[str], None] = lambda _m: None) -> None:
+                 limits: SearchLimits | None = None, log: Callable[[str], None] = lambda _m: None,
+                 rewrites: dict[tuple[int, str], list[Rewrite]] | None = None) -> None:
         self.capture, self.profile, self.cascade, self.budget = capture, profile, cascade, budget
+        self.rewrites = dict(rewrites or {})  # per kernel: the strategy rewrites derived for it
         self.strategies, self.feedback = strategies, list(feedback or [])
         self.store, self.run_id = store, run_id
         self.limits = limits or SearchLimits()
@@ -137,7 +141,8 @@ class Orchestrator:
             return
         recording = self.capture.recording(kernel.graph, kernel.name)
         memory = self.store.recall(kernel.kind, self.env.gpu) if self.store is not None else []
-        ctx = SearchContext(kernel, row, recording.config, self.device, memory)
+        ctx = SearchContext(kernel, row, recording.config, self.device, memory,
+                            self.rewrites.get((kernel.graph, kernel.name), []))
         self.log(f"searching {kernel.qualified_name} ({kernel.kind})")
         tried: list[tuple[Proposal, Verdict]] = []
         proposals: list[Proposal] = []
@@ -216,8 +221,14 @@ class Orchestrator:
                   outcome: KernelOutcome, pack: KernelPack) -> None:
         outcome.candidates = len(tried)
         accepted = [(p, v) for p, v in tried if v.accepted]
+        for proposal, verdict in tried:
+            counts = outcome.strategies.setdefault(strategy_of(proposal),
+                                                   {"gated": 0, "accepted": 0, "chosen": 0})
+            counts["gated"] += 1
+            counts["accepted"] += int(verdict.accepted)
         if accepted:
             proposal, verdict = max(accepted, key=lambda pv: _speedup(pv[1]) or 0.0)
+            outcome.strategies[strategy_of(proposal)]["chosen"] += 1
             speedup = _speedup(verdict)
             measured: dict[str, Any] = {"speedup": speedup, "kernel_ms": proposal.kernel_ms,
                                         "gates": [g.to_json() for g in verdict.gates],
@@ -247,6 +258,19 @@ class Orchestrator:
         unjudged = any(v.infrastructure is not None for _, v in tried)
         if self.store is not None and self.device == "cuda" and not unjudged:
             self.store.cache_negative(*self._cache_key(kernel), outcome.detail, self.run_id)
+
+
+def strategy_of(proposal: Proposal) -> str:
+    """What kind of candidate a proposal is, in our own words: the proposing strategy's name
+    (``"llm"``), or for the tuner's ``"config"`` (a launch config alone) or the name of the
+    transformation or rewrite before its `` + <config>``. Never a model's text: it is published."""
+    label = proposal.candidate.label
+    if proposal.strategy != "tuner":
+        return proposal.strategy
+    if label.startswith("config"):
+        return "config"
+    name = label.split(" + ", 1)[0]
+    return name if re.fullmatch(r"[a-z0-9_]{1,40}", name) else "other"
 
 
 def _shown_status(verdict: Verdict) -> str:

@@ -2,7 +2,9 @@
 
 Per kernel: the configs the compiler's own max-autotune would try (:mod:`.seeds`: the search
 starts where the compiler's ends), a seeded sample of the launch space and the neighbours of the
-compiler's chosen config, then coordinate descent from the best, then our source transformations on top of the best config.
+compiler's chosen config, the strategy rewrites the compiler can generate for it
+(:mod:`.rewrites`: a looped reduction as one pass, each with a sample of its own launch space),
+then coordinate descent from the best, then our source transformations on top of the best config.
 Everything is timed alone with the per-kernel harness, one variant at a time on the GPU. Every
 candidate is ours (launch configs, our own transformations of the compiler's source), marked
 ``origin="tuner"``: timing and gate 2 run inside the engine, no process is started for them. Only proposals faster than the compiler's kernel by a margin go on to the gates.
@@ -18,6 +20,7 @@ from collections.abc import Callable
 from kernelopt_bot.candidate import Candidate, Proposal
 from kernelopt_bot.compile.artifact import TritonKernel
 from kernelopt_bot.search.base import SearchContext, SearchStrategy
+from kernelopt_bot.search.rewrites import Rewrite
 from kernelopt_bot.search.seeds import max_autotune_configs
 from kernelopt_bot.search.space import configs, sample
 from kernelopt_bot.search.transforms import applicable
@@ -32,6 +35,20 @@ MIN_KERNEL_GAIN = 1.02  # below this a kernel-level win does not survive the end
 # A kernel's win, weighted by its share of model time, must promise at least this end to end
 # (half of gamma's 3%: kernel-level timing in isolation is only a forecast of the model's).
 MIN_PREDICTED_GAIN = 1.015
+REWRITE_SAMPLE = 16  # launch configs timed for each strategy rewrite
+
+
+def rewrite_candidates(rewrite: Rewrite, n: int, seed: int = 0) -> list[Candidate]:
+    """A strategy rewrite on a sample of its own launch space (the donor kernel's: a persistent
+    reduction tiles rows, not chunks of them), every config carrying the rewrite's fixed values."""
+    if rewrite.donor is None:
+        return []
+    out = []
+    for config in sample(rewrite.donor, n, seed=seed):
+        pinned = LaunchConfig({**config.kwargs, **rewrite.fixed}, config.num_warps, config.num_stages)
+        out.append(Candidate(f"{rewrite.name} + {config.describe()}", source=rewrite.source, config=pinned,
+                             origin=ORIGIN))
+    return out
 
 
 def predicted_gain(share: float | None, original_ms: float, kernel_ms: float) -> float | None:
@@ -99,12 +116,14 @@ class OfflineTuner(SearchStrategy):
         original_ms: float | None = None
         transforms = applicable(kernel.source)
 
-        def run_job(batch: list[LaunchConfig], on: LaunchConfig | None) -> None:
-            """Time ``batch`` (untimed configs only) and, ``on`` a config, every transformation."""
+        def run_job(batch: list[LaunchConfig], on: LaunchConfig | None, extra: list[Candidate] | None = None) -> None:
+            """Time ``batch`` (untimed configs only), ``extra`` candidates (strategy rewrites)
+            and, ``on`` a config, every transformation."""
             nonlocal original_ms
             unique = {_key(c): c for c in batch}
             batch = [c for k, c in unique.items() if k not in timed]
             cands = [Candidate("config", config=c, origin=ORIGIN) for c in batch]
+            cands += extra or []
             if on is not None:
                 cands += [Candidate(f"{name} + {on.describe()}", source=src, config=on, origin=ORIGIN) for name, src in transforms]
             if not cands:
@@ -117,14 +136,16 @@ class OfflineTuner(SearchStrategy):
                 if cand.source is None and cand.config is not None:
                     timed[_key(cand.config)] = ms
                 else:
-                    transformed.append(Proposal(cand, self.name, ms, "source transformation"))
+                    kind = "strategy rewrite" if extra and cand in extra else "source transformation"
+                    transformed.append(Proposal(cand, self.name, ms, kind))
 
         seeds = self.seeds(kernel)
         space.update({_key(c): c for c in seeds})  # the compiler's configs are valid by construction
         first = seeds + sample(kernel, self.sample_size, seed=self.seed)
         if chosen is not None and _key(chosen) in space:
             first += neighbours(chosen, set(space))
-        run_job(first, None)
+        rewritten = [c for rw in ctx.rewrites for c in rewrite_candidates(rw, REWRITE_SAMPLE, seed=self.seed)]
+        run_job(first, None, rewritten)
         transformed_on: set[tuple] = set()
         for _ in range(max(1, self.descent_rounds)):
             if not timed:
@@ -156,6 +177,9 @@ class OfflineTuner(SearchStrategy):
         if pick:
             proposals.append(Proposal(Candidate(f"config {pick[0].describe()}", config=pick[0], origin=ORIGIN), self.name,
                                       None, "launch-config search (not timed: no GPU)"))
+        for rewrite in ctx.rewrites[:1]:  # first: it changes the most, so gates 1-3 should see it
+            for cand in rewrite_candidates(rewrite, 1, seed=self.seed):
+                proposals.insert(0, Proposal(cand, self.name, None, "strategy rewrite (not timed: no GPU)"))
         for name, src in applicable(ctx.kernel.source)[:1]:
             proposals.append(Proposal(Candidate(name, source=src, origin=ORIGIN), self.name, None,
                                       "source transformation (not timed: no GPU)"))

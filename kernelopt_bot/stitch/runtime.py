@@ -92,8 +92,10 @@ def pin_config_source(source: str, kernel_name: str, config: LaunchConfig) -> st
 
     The module-level name is the ``CachingAutotuner`` built by the heuristics decorator; its
     configs are only compiled on first use (in a compile worker or in-process), so replacing the
-    list right after the module body runs pins every path. Coordinate-descent tuning is turned
-    off for this kernel so the verified config is the one that runs.
+    list right after the module body runs pins every path. Coordinate-descent tuning and
+    Inductor's R0_BLOCK halving (``dynamic_scale_rblock``: extra configs, autotuned at first
+    launch) are turned off for this kernel, so the verified config is the one that runs (halving a
+    persistent body's fixed R0_BLOCK would skip part of each row).
     """
     cfg = config.to_json()
     return (
@@ -101,7 +103,7 @@ def pin_config_source(source: str, kernel_name: str, config: LaunchConfig) -> st
         f"{kernel_name}.configs = [triton.Config({cfg['kwargs']!r}, "
         f"num_warps={cfg['num_warps']}, num_stages={cfg['num_stages']})]\n"
         f"{kernel_name}.inductor_meta = dict({kernel_name}.inductor_meta or {{}}, "
-        f"coordinate_descent_tuning=False)\n"
+        f"coordinate_descent_tuning=False, dynamic_scale_rblock=False)\n"
     )
 
 

@@ -29,6 +29,7 @@ from kernelopt_bot.compile.settings import CompileSettings
 from kernelopt_bot.device import device_limits
 from kernelopt_bot.errors import one_line
 from kernelopt_bot.harness.arena import Arena
+from kernelopt_bot.harness.compile_pool import CompilePool
 from kernelopt_bot.harness.failures import InfrastructureFailure, is_infrastructure_text, is_out_of_memory
 from kernelopt_bot.harness.kernel_service import KernelService, variant_key
 from kernelopt_bot.harness.memory import free_memory, retry_note
@@ -67,7 +68,8 @@ class Cascade:
     """Verifies candidates for the kernels of one captured model."""
 
     def __init__(self, capture: Capture, options: VerifyOptions | None = None, *,
-                 compile_settings: CompileSettings | None = None, work_watch: WorkWatch = NO_WATCH) -> None:
+                 compile_settings: CompileSettings | None = None, work_watch: WorkWatch = NO_WATCH,
+                 compile_pool: CompilePool | None = None) -> None:
         self.capture = capture
         self.options = options or VerifyOptions()
         self._workdir = tempfile.TemporaryDirectory(prefix="kernelopt-verify-")
@@ -82,7 +84,7 @@ class Cascade:
         # Trusted candidates' gate 2 and timing, in this process (the engine): no process started.
         # Each piece of it is watched: work that brings this process down is skipped by the next.
         self.work_watch = work_watch
-        self.kernels = KernelService(target.device, capture.recording, work_watch)
+        self.kernels = KernelService(target.device, capture.recording, work_watch, compile_pool)
 
     @property
     def device(self) -> str:

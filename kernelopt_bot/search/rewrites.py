@@ -1,0 +1,173 @@
+"""Strategy rewrites taken from the compiler itself: the same computation, generated another way.
+
+A launch config cannot change how a kernel walks its data. Inductor turns a reduction over rows
+longer than 1024 elements into a *looped* reduction (``triton_red_``): it reads each row once per
+pass (a layer norm followed by a softmax reads it four times and writes it three). When the row
+fits on chip, a *persistent* reduction (``triton_per_``) reads it once, keeps it in registers and
+computes the mean and variance in two exact passes over registers instead of Welford's running
+update. Inductor can generate that kernel; its heuristic just stops at 1024. So the engine
+compiles the model once more with that threshold raised (:class:`WideRowsChoices`, Inductor's
+own extension point ``inductor_choices_class``), takes the persistent kernel's body, and grafts
+it into the original kernel's module: same name, parameters, decorator and mutation contract,
+with ``R0_BLOCK`` (the row padded to a power of two, a constant in the persistent body) pinned by
+the candidate's launch config. Every graft is an ordinary candidate for the gates.
+
+Only static row lengths qualify (the persistent body has the length baked in), and the pinned
+config is the one that runs (``stitch.runtime.pin_config_source`` turns off Inductor's R0_BLOCK
+halving, which would skip part of a persistent row).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from kernelopt_bot.compile.artifact import TritonKernel
+
+PERSISTENT_REWRITE = "one_pass_persistent"
+MAX_ROW = 16384  # longest row (elements) tried in registers: 64 KB of fp32 for one program's row
+_FIXED_RBLOCK = re.compile(r"^\s*R0_BLOCK\s*:\s*tl\.constexpr\s*=\s*(\d+)\s*$", re.M)
+_NAME_CORE = re.compile(r"^triton_(?:red|per)_(?P<core>.+?)_\d+$")
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    """A rewritten kernel: ``source`` is the original kernel's module with a new body; every
+    launch config it runs with must carry ``fixed`` (constexprs the new body depends on)."""
+
+    name: str
+    source: str
+    fixed: dict[str, int] = field(default_factory=dict)
+    donor: TritonKernel | None = None  # the compiler's kernel the body came from (its config space)
+
+
+def row_length(kernel: TritonKernel, args: tuple[Any, ...]) -> int | None:
+    """The recorded ``r0_numel`` of a looped reduction, or None (not one, or not recorded)."""
+    if "r0_numel" not in kernel.params or "R0_BLOCK" not in kernel.params:
+        return None
+    index = kernel.params.index("r0_numel")
+    value = args[index] if index < len(args) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def wants_persistent(kernel: TritonKernel, args: tuple[Any, ...]) -> bool:
+    """A looped reduction whose rows would fit on chip."""
+    length = row_length(kernel, args)
+    return kernel.name.startswith("triton_red_") and length is not None and 1 < length <= MAX_ROW
+
+
+def wide_rows_choices() -> type:
+    """Inductor's heuristic choices with persistent reductions up to :data:`MAX_ROW` elements
+    (rows reduced along the inner dimension, statically known lengths); every other choice is
+    Inductor's own."""
+    from torch._inductor.choices import InductorChoices
+    from torch._inductor.runtime.hints import ReductionHint
+    from torch._inductor.virtualized import V
+
+    class WideRowsChoices(InductorChoices):
+        @classmethod
+        def uuid(cls) -> str:  # Inductor's compile cache keys on it
+            return f"kernelopt-wide-rows-{MAX_ROW}"
+
+        @staticmethod
+        def should_use_persistent_reduction(features: Any, cooperative_reduction: bool) -> bool:
+            default = InductorChoices.should_use_persistent_reduction(features, cooperative_reduction)
+            if default or cooperative_reduction or features.get_reduction_hint() != ReductionHint.INNER:
+                return default
+            return bool(V.graph.sizevars.statically_known_leq(features.reduction_numel, MAX_ROW))
+
+    return WideRowsChoices
+
+
+def graft_persistent(original: TritonKernel, donor: TritonKernel) -> Rewrite | None:
+    """The original looped kernel's module with the donor's persistent body, or None where the
+    two do not line up (other parameters, no fixed R0_BLOCK in the donor)."""
+    if "R0_BLOCK" not in original.params or [p for p in original.params if p != "R0_BLOCK"] != donor.params:
+        return None
+    body = _function_body(donor.source, donor.name)
+    target = _function_body(original.source, original.name)
+    if body is None or target is None:
+        return None
+    donor_lines = donor.source.splitlines()[body[0]:body[1]]
+    text = "\n".join(donor_lines)
+    match = _FIXED_RBLOCK.search(text)
+    if match is None:
+        return None
+    rblock = int(match.group(1))
+    text = _FIXED_RBLOCK.sub("", text, count=1)
+    text = "\n".join(line for line in text.splitlines() if line.strip() or line == "")
+    lines = original.source.splitlines()
+    grafted = "\n".join([*lines[:target[0]], *[ln for ln in text.splitlines() if ln.strip()], *lines[target[1]:]])
+    return Rewrite(PERSISTENT_REWRITE, grafted + "\n", {"R0_BLOCK": rblock}, donor)
+
+
+def _function_body(source: str, name: str) -> tuple[int, int] | None:
+    """(first, end) line indices (0-based, end exclusive) of function ``name``'s body."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name == name and node.body:
+            return node.body[0].lineno - 1, int(node.end_lineno or node.body[-1].lineno)
+    return None
+
+
+def match_donors(originals: list[TritonKernel], donors: list[TritonKernel]) -> dict[str, TritonKernel]:
+    """Each original looped kernel's persistent twin from the other compile: same graph, same
+    fused operations (the name between ``triton_red_``/``triton_per_`` and the index) and the
+    same pointer parameters; the n-th of a name matches the n-th."""
+    out: dict[str, TritonKernel] = {}
+    by_core: dict[tuple[int, str], list[TritonKernel]] = {}
+    for donor in donors:
+        m = _NAME_CORE.match(donor.name)
+        if m and donor.name.startswith("triton_per_"):
+            by_core.setdefault((donor.graph, m["core"]), []).append(donor)
+    seen: dict[tuple[int, str], int] = {}
+    for kernel in originals:
+        m = _NAME_CORE.match(kernel.name)
+        if not m:
+            continue
+        key = (kernel.graph, m["core"])
+        n = seen.get(key, 0)
+        seen[key] = n + 1
+        twins = by_core.get(key, [])
+        if n < len(twins) and [p for p in kernel.params if p != "R0_BLOCK"] == twins[n].params:
+            out[kernel.name] = twins[n]
+    return out
+
+
+def qualifying(capture: Any) -> list[TritonKernel]:
+    """The captured looped reductions whose rows fit on chip."""
+    return [k for k in capture.artifact.kernels
+            if (k.graph, k.name) in capture.recordings and wants_persistent(k, capture.recording(k.graph, k.name).args)]
+
+
+def persistent_rewrites(capture: Any, mode: str | None = None) -> dict[tuple[int, str], Rewrite]:
+    """For each looped reduction of ``capture`` whose rows fit on chip, its one-pass persistent
+    rewrite (compiled once more, this time with :func:`wide_rows_choices`); empty when none
+    qualifies, and no compile is spent then. Runs in the engine, beside the capture."""
+    import torch
+    from torch._inductor import config as inductor_config
+
+    from kernelopt_bot.compile.capture import capture as capture_again
+
+    wanted = qualifying(capture)
+    if not wanted:
+        return {}
+    with inductor_config.patch(inductor_choices_class=wide_rows_choices()):
+        other = capture_again(capture.target, record=False, mode=mode)
+    donors = list(other.artifact.kernels)
+    del other
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    twins = match_donors(wanted, donors)
+    out: dict[tuple[int, str], Rewrite] = {}
+    for kernel in wanted:
+        donor = twins.get(kernel.name)
+        rewrite = graft_persistent(kernel, donor) if donor is not None else None
+        if rewrite is not None:
+            out[(kernel.graph, kernel.name)] = rewrite
+    return out
