@@ -43,6 +43,10 @@ def test_a_baseline_that_fails_to_start_is_reported_and_started_afresh_next_time
         assert "baseline" not in arena._workers
         with pytest.raises(WorkerError, match="cannot run"):
             arena.baselines()
+        started = len(arena._baseline_failures)
+        with pytest.raises(WorkerError, match="cannot run"):  # the failure is the answer now: no third start
+            arena.baselines()
+        assert len(arena._baseline_failures) == started and "baseline" not in arena._workers
 
 
 def test_closing_an_arm_that_is_still_compiling_kills_it_at_once(tmp_path: Path) -> None:

@@ -28,6 +28,7 @@ RESERVE_MB = 2048.0  # left free for the engine's own work and the allocator's f
 # times the model (issue 12), and a model that fills the GPU still fits.
 LARGE_MODEL_SHARE = 1.0 / 3.0
 LARGE_MODEL_ARMS = 2
+BASELINE_STARTS = 2  # a baseline that failed this often is not started again: the failure is its answer
 
 
 class Arena:
@@ -45,6 +46,7 @@ class Arena:
         # replaces it.
         self.arm_mb_hint: float | None = None
         self._one_baseline: bool | None = None  # decided when the baselines first start
+        self._baseline_failures: list[WorkerError] = []  # each failed start of a baseline arm
 
     def _spec(self, label: str, **overrides: Any) -> WorkerSpec:
         fields: dict[str, Any] = {"mode": self.mode, "config": dict(self.config)}
@@ -92,15 +94,25 @@ class Arena:
 
     def baselines(self) -> tuple[ModelWorker, ModelWorker | None]:
         """The baseline and, on a GPU, the repeat baseline (started together, compiled in parallel;
-        ``None`` for a large model: :attr:`one_baseline`)."""
+        ``None`` for a large model: :attr:`one_baseline`). A failed start is tried once more on
+        the next call (out of memory beside an arm that has since ended, say); after
+        :data:`BASELINE_STARTS` failures the last one is raised again without a new start: the
+        compiler options, the final benchmark and gate 4 each ask, and a model whose compile
+        fails would otherwise be compiled for each of them."""
+        if len(self._baseline_failures) >= BASELINE_STARTS:
+            raise self._baseline_failures[-1]
         self._start_baselines()
         for label in self._baseline_labels():
             worker = self._workers[label]
             if not worker.ready:
                 try:
                     worker.wait_ready()
+                except WorkerError as exc:
+                    self._workers.pop(label).close()  # a later call starts it afresh (once)
+                    self._baseline_failures.append(exc)
+                    raise
                 except BaseException:
-                    self._workers.pop(label).close()  # a later call starts it afresh
+                    self._workers.pop(label).close()
                     raise
         return self._workers["baseline"], self._workers.get("baseline-repeat")
 
