@@ -25,7 +25,7 @@ from typing import Any
 
 from kernelopt_bot import __version__
 from kernelopt_bot.candidate import DEFAULT_GAMMA
-from kernelopt_bot.compile.settings import CompileSettings, check_config
+from kernelopt_bot.compile.settings import CompileSettings, check_config, target_settings
 from kernelopt_bot.errors import BadInputError, KerneloptError
 from kernelopt_bot.folders import make_dirs
 from kernelopt_bot.harness.failures import WorkerPoisoned
@@ -366,8 +366,9 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
     log("loading the target")
     tgt = load_target(target, device, dtype)
     result.device = tgt.device
-    if settings.is_default and tgt.compile is not None and not tgt.compile.is_default:
-        settings = tgt.compile  # the target's file says how it is compiled; no flag said otherwise
+    own = target_settings(tgt.torch_compile, target)
+    if settings.is_default and own is not None and not own.is_default:
+        settings = own  # the target's file says how it is compiled; no flag said otherwise
         result.compile = settings.to_json()
         log(f"    compiled as the target's TORCH_COMPILE says: {settings.label}")
     # The compile process for the search's variants starts now: its start overlaps the capture.

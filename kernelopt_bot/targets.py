@@ -15,7 +15,8 @@ Either kind may say how the model is compiled where it runs, with a module-level
 ``TORCH_COMPILE = {"mode": "max-autotune-no-cudagraphs", "options": {"coordinate_descent_tuning":
 True}}`` (the arguments the user gives ``torch.compile``; both keys optional): the run then
 optimizes and measures that compile, unless ``--mode``/``--inductor-config`` (or the config's
-``compile_mode``/``inductor_config``) say otherwise.
+``compile_mode``/``inductor_config``) say otherwise. It is kept as written here and checked where
+the model compiles (:func:`kernelopt_bot.compile.settings.target_settings`).
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ from typing import Any
 
 import torch
 
-from kernelopt_bot.compile.settings import COMPILE_MODES, CompileSettings
 from kernelopt_bot.device import prepare_device, resolve_device
 from kernelopt_bot.errors import TargetError, one_line
 
@@ -65,7 +65,9 @@ class Target:
     device: str
     dtype: torch.dtype
     input_factory: Callable[[int], tuple[Any, ...]] = field(repr=False)
-    compile: CompileSettings | None = None  # how the target's own file says it is compiled
+    # The module's TORCH_COMPILE as written (checked where the model compiles:
+    # compile.settings.target_settings), None where it has none.
+    torch_compile: Any = None
 
     def make_inputs(self, seed: int = 0) -> tuple[Any, ...]:
         """Fresh inputs, reproducible per seed."""
@@ -152,7 +154,7 @@ def _load_benchmark_file(path: Path, device: str, dtype: torch.dtype) -> Target:
             raw = [raw]
         return tuple(_move_input(x, i, device, dtype, str(path)) for i, x in enumerate(raw))
 
-    return Target(str(path), path.stem, model, device, dtype, make_inputs, compile_settings_of(module, str(path)))
+    return Target(str(path), path.stem, model, device, dtype, make_inputs, getattr(module, "TORCH_COMPILE", None))
 
 
 def _load_factory(spec: str, device: str, dtype: torch.dtype) -> Target:
@@ -191,24 +193,7 @@ def _load_factory(spec: str, device: str, dtype: torch.dtype) -> Target:
         gen = torch.Generator(device="cpu").manual_seed(seed)
         return tuple(_redraw(x, gen) for x in example)
 
-    return Target(spec, attr, model, device, dtype, make_inputs, compile_settings_of(module, spec))
-
-
-def compile_settings_of(module: Any, where: str) -> CompileSettings | None:
-    """The module's ``TORCH_COMPILE`` as settings, None where it has none; a malformed one is a
-    clear :class:`TargetError` (Inductor config keys are checked where the model compiles)."""
-    raw = getattr(module, "TORCH_COMPILE", None)
-    if raw is None:
-        return None
-    if not isinstance(raw, dict) or set(raw) - {"mode", "options"}:
-        raise TargetError(f"{where}: TORCH_COMPILE must be a dict with 'mode' and/or 'options' "
-                          f"(the arguments given to torch.compile), not {raw!r}")
-    mode, options = raw.get("mode"), raw.get("options") or {}
-    if mode is not None and mode not in COMPILE_MODES:
-        raise TargetError(f"{where}: TORCH_COMPILE mode {mode!r}: expected one of {', '.join(COMPILE_MODES)}")
-    if not isinstance(options, dict) or not all(isinstance(k, str) for k in options):
-        raise TargetError(f"{where}: TORCH_COMPILE options must map Inductor config names to values")
-    return CompileSettings(mode, dict(options))
+    return Target(spec, attr, model, device, dtype, make_inputs, getattr(module, "TORCH_COMPILE", None))
 
 
 def _accepted_kwargs(fn: Callable[..., Any]) -> set[str]:

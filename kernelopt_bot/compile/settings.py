@@ -80,6 +80,23 @@ class CompileSettings:
         return CompileSettings(mode if mode is not None else self.mode, {**self.config, **(config or {})})
 
 
+def target_settings(raw: Any, where: str) -> CompileSettings | None:
+    """A target module's ``TORCH_COMPILE`` (the arguments its user gives ``torch.compile``:
+    ``{"mode": ..., "options": {...}}``) as settings, None where it has none; a malformed one is
+    bad input (Inductor config keys are checked by :func:`check_config` where the model compiles)."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or set(raw) - {"mode", "options"}:
+        raise BadInputError(f"{where}: TORCH_COMPILE must be a dict with 'mode' and/or 'options' "
+                            f"(the arguments given to torch.compile), not {raw!r}"[:300])
+    mode, options = raw.get("mode"), raw.get("options") or {}
+    if mode is not None and mode not in COMPILE_MODES:
+        raise BadInputError(f"{where}: TORCH_COMPILE mode {mode!r}: expected one of {', '.join(COMPILE_MODES)}")
+    if not isinstance(options, dict) or not all(isinstance(k, str) for k in options):
+        raise BadInputError(f"{where}: TORCH_COMPILE options must map Inductor config names to values")
+    return CompileSettings(mode, dict(options))
+
+
 def parse_config_items(items: tuple[str, ...] | list[str], what: str = "--inductor-config") -> dict[str, Any]:
     """``KEY=VALUE`` pairs; values are read as JSON (true, 3, "x") and else kept as strings. The
     keys are checked against Inductor's by :func:`check_config`, where Inductor may be imported

@@ -87,6 +87,7 @@ def _serve(spec: WorkerSpec, conn: Channel) -> None:
     import torch
 
     from kernelopt_bot.compile.capture import compile_fresh
+    from kernelopt_bot.compile.settings import target_settings
     from kernelopt_bot.device import prepare_device
     from kernelopt_bot.harness.timing import time_model
     from kernelopt_bot.stitch import runtime
@@ -98,8 +99,9 @@ def _serve(spec: WorkerSpec, conn: Channel) -> None:
     target = load_target(spec.target, spec.device, spec.dtype, check=False)
     prepare_device(target.device)
     mode, config = spec.mode, spec.config
-    if mode is None and not config and target.compile is not None:  # as the target's file says
-        mode, config = target.compile.mode, target.compile.config
+    own = target_settings(target.torch_compile, spec.target)
+    if mode is None and not config and own is not None:  # as the target's file says
+        mode, config = own.mode, own.config
     if config:
         torch._inductor.config.patch(config).__enter__()  # this process only, for its lifetime
     if spec.pack is not None:
