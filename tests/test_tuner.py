@@ -133,3 +133,34 @@ def test_a_kernel_without_the_compilers_heuristics_gives_no_seeds() -> None:
     assert max_autotune_configs(unknown) == []
     broken = dataclasses.replace(kernel, source=kernel.source.replace("size_hints=", "size_hintz="))
     assert max_autotune_configs(broken) == []  # the decorator raises: no seeds, no crash
+
+
+def test_strategy_rewrites_are_timed_on_their_own_space_and_descend(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rewrite goes into the first batch on a sample of its donor's launch space (its fixed
+    R0_BLOCK on every config), and each descent round adds the untried neighbours of the fastest
+    rewrite so far; the fastest comes first among the proposals."""
+    from kernelopt_bot.search import tuner
+    from kernelopt_bot.search.rewrites import Rewrite
+
+    monkeypatch.setattr(tuner, "REWRITE_SAMPLE", 2)  # a small sample: the descent has neighbours to try
+    kernel = parse_output_code((H200 / "mlp_bf16.py").read_text()).kernels[0]  # a looped layer norm
+    donor = parse_output_code((H200 / "attention_block_bf16.py").read_text()).kernels[0]  # a persistent one
+    rewrite = Rewrite("one_pass_persistent", "# the grafted module\n", {"R0_BLOCK": 1024}, donor)
+    batches: list[list[Candidate]] = []
+
+    def timer(_kernel: object, cands: list[Candidate]) -> tuple[float, list[float | str | None]]:
+        batches.append(cands)
+        # configs alone 10% faster each round; the rewrite 40% faster, more so with more warps
+        return 1.0, [0.9 * 0.95 ** len(batches) if c.source is None else
+                     (0.6 / (c.config.num_warps if c.config else 1) if c.source == rewrite.source else 0.95)
+                     for c in cands]
+
+    proposals = OfflineTuner(timer, sample_size=4, descent_rounds=2).propose(
+        SearchContext(kernel, _profile(1.0), None, "cuda", rewrites=[rewrite]), 5)
+    rewritten = [[c for c in batch if c.source == rewrite.source] for batch in batches]
+    assert rewritten[0] and all(c.config is not None and c.config.kwargs["R0_BLOCK"] == 1024
+                                for batch in rewritten for c in batch)
+    assert rewritten[1], "the descent tried the best rewrite's neighbours"
+    labels = [c.label for batch in rewritten for c in batch]
+    assert len(labels) == len(set(labels))
+    assert proposals[0].candidate.source == rewrite.source and proposals[0].note == "strategy rewrite"

@@ -51,6 +51,19 @@ def rewrite_candidates(rewrite: Rewrite, n: int, seed: int = 0) -> list[Candidat
     return out
 
 
+def rewrite_neighbours(rewrite: Rewrite, pinned: LaunchConfig) -> list[Candidate]:
+    """The rewrite one step away from ``pinned`` in its own launch space (a block size or the
+    warp count doubled or halved; the fixed values stay): coordinate descent for a rewrite."""
+    if rewrite.donor is None:
+        return []
+    free = LaunchConfig({k: v for k, v in pinned.kwargs.items() if k not in rewrite.fixed},
+                        pinned.num_warps, pinned.num_stages)
+    valid = {_key(c) for c in configs(rewrite.donor)}
+    return [Candidate(f"{rewrite.name} + {n.describe()}", source=rewrite.source,
+                      config=LaunchConfig({**n.kwargs, **rewrite.fixed}, n.num_warps, n.num_stages), origin=ORIGIN)
+            for n in neighbours(free, valid)]
+
+
 def predicted_gain(share: float | None, original_ms: float, kernel_ms: float) -> float | None:
     """End-to-end speedup if only this kernel got faster (Amdahl): 1 / (1 - s + s * new/old)."""
     if share is None or not 0.0 < share <= 1.0 or kernel_ms <= 0.0:
@@ -145,7 +158,21 @@ class OfflineTuner(SearchStrategy):
         if chosen is not None and _key(chosen) in space:
             first += neighbours(chosen, set(space))
         rewritten = [c for rw in ctx.rewrites for c in rewrite_candidates(rw, REWRITE_SAMPLE, seed=self.seed)]
+        tried = {c.label for c in rewritten}
         run_job(first, None, rewritten)
+        by_source = {rw.source: rw for rw in ctx.rewrites}
+
+        def next_rewrites() -> list[Candidate]:
+            """Neighbours of the fastest rewrite so far, not yet tried."""
+            timed_rewrites = [p for p in transformed if p.candidate.source in by_source and p.kernel_ms is not None]
+            if not timed_rewrites:
+                return []
+            best_rw = min(timed_rewrites, key=lambda p: p.kernel_ms or float("inf")).candidate
+            assert best_rw.source is not None and best_rw.config is not None
+            fresh = [c for c in rewrite_neighbours(by_source[best_rw.source], best_rw.config) if c.label not in tried]
+            tried.update(c.label for c in fresh)
+            return fresh
+
         transformed_on: set[tuple] = set()
         for _ in range(max(1, self.descent_rounds)):
             if not timed:
@@ -154,7 +181,7 @@ class OfflineTuner(SearchStrategy):
             before = timed[ranked[0]]
             batch = [n for k in ranked[: self.beam] for n in neighbours(space[k], set(space))]
             best = space[ranked[0]]
-            run_job(batch, best if ranked[0] not in transformed_on else None)
+            run_job(batch, best if ranked[0] not in transformed_on else None, next_rewrites())
             transformed_on.add(ranked[0])
             if min(timed.values()) >= before * 0.99:
                 break
