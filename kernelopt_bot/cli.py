@@ -145,6 +145,11 @@ def _fmt(value: float | None, spec: str = ".3f", missing: str = "not measured") 
 def inspect(target: str, device: str | None, dtype: str, as_json: bool) -> None:
     """Compile TARGET and list its Triton kernels and preserved vendor calls."""
     device = _start(target, device)
+    from kernelopt_bot.launchers import is_launcher_file
+
+    if is_launcher_file(target):
+        _inspect_launcher(target, device, dtype, as_json)
+        return
     from kernelopt_bot.compile.capture import capture
     from kernelopt_bot.profile import profile
     from kernelopt_bot.targets import load_target
@@ -183,6 +188,34 @@ def inspect(target: str, device: str | None, dtype: str, as_json: bool) -> None:
         click.echo(json.dumps(doc, default=str))
         return
     _print_inspect(tgt.label, art, prof)
+
+
+def _inspect_launcher(target: str, device: str, dtype: str, as_json: bool) -> None:
+    """``inspect`` for a standalone-kernel target: run its launcher once and list the launches."""
+    from rich.table import Table
+
+    from kernelopt_bot.launchers import capture_launches, load_launcher
+
+    with _progress() as progress:
+        progress.step(f"loading {target}")
+        launcher = load_launcher(target, device, dtype)
+        progress.step("running the launcher and recording its kernel launches")
+        launches = capture_launches(launcher)
+    if as_json:
+        click.echo(json.dumps({"target": target, "kind": "triton", "device": launcher.device, "dtype": dtype,
+                               "reference": launcher.reference is not None,
+                               "launches": [launch.to_json() for launch in launches]}, default=str))
+        return
+    table = Table(title=escape(f"{launcher.name} [{launcher.device}, {dtype}]: {len(launches)} Triton kernel launch(es)"))
+    for col in ("kernel", "where", "grid", "constexprs", "options", "autotune"):
+        table.add_column(col)
+    for launch in launches:
+        where = f"{Path(launch.file).name}:{launch.line}" if launch.file else "-"
+        tuned = ("-" if launch.autotune_configs is None
+                 else f"{len(launch.autotune_configs)} configs; ran {json.dumps(launch.chosen)}")
+        table.add_row(escape(launch.name), escape(where), str(launch.grid), escape(json.dumps(launch.constexprs)),
+                      escape(json.dumps(launch.options)), escape(tuned))
+    _console().print(table)
 
 
 def _print_inspect(label: str, art: Any, prof: Any) -> None:

@@ -1,0 +1,221 @@
+"""Standalone Triton kernels as targets: a launcher file, and the kernels it launches (issue 14).
+
+Teams keep hand-written ``@triton.jit`` kernels (often behind ``@triton.autotune``) wrapped in a
+Python function that allocates outputs, computes the grid and launches them. Such a *launcher
+file* defines ``launch(*inputs)`` (that function), ``get_inputs()`` (as a module target does) and
+optionally ``reference(*inputs)`` in PyTorch. :func:`capture_launches` runs the launcher once and
+records every kernel launch: the kernel (name, source, file and line), its arguments as they were
+before it ran, the grid, the constexprs and launch options, and for an autotuned kernel its
+configs and the one it ran with. That record is what a search over the kernel's configs and its
+gates start from; ``kernelopt inspect`` shows it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from kernelopt_bot.device import prepare_device, resolve_device
+from kernelopt_bot.errors import TargetError, one_line
+from kernelopt_bot.targets import _call_user, _drawn, _import_file, _move_input, resolve_dtype
+
+LAUNCHER = "launch"
+LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
+
+
+def is_launcher_file(spec: str) -> bool:
+    """A ``.py`` target that defines ``launch`` and no ``Model``: a standalone-kernel target.
+    Read from the file's text (nothing of it runs here)."""
+    path = Path(spec)
+    if path.suffix != ".py" or not path.is_file():
+        return False
+    import ast
+
+    try:
+        tree = ast.parse(path.read_text())
+    except (SyntaxError, UnicodeDecodeError, OSError):
+        return False
+    names = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    return LAUNCHER in names and "Model" not in names
+
+
+@dataclass
+class LauncherTarget:
+    """A launcher, how to make its inputs, its optional PyTorch reference, where it runs."""
+
+    spec: str
+    name: str
+    launch: Callable[..., Any]
+    device: str
+    dtype: torch.dtype
+    input_factory: Callable[[int], tuple[Any, ...]] = field(repr=False)
+    reference: Callable[..., Any] | None = None
+
+    def make_inputs(self, seed: int = 0) -> tuple[Any, ...]:
+        return self.input_factory(seed)
+
+
+def load_launcher(spec: str, device: str | None = None, dtype: str | torch.dtype = "fp32") -> LauncherTarget:
+    """Load a launcher file; every failure is a one-line :class:`TargetError`."""
+    dev = resolve_device(device)
+    dt = resolve_dtype(dtype)
+    prepare_device(dev)  # before the file imports triton: the interpreter must be on for the CPU
+    path = Path(spec)
+    module = _import_file(path)
+    launch = getattr(module, LAUNCHER, None)
+    if not callable(launch):
+        raise TargetError(f"{path}: no launch(*inputs) function (a launcher file defines launch() and get_inputs())")
+    if not callable(getattr(module, "get_inputs", None)):
+        raise TargetError(f"{path}: no get_inputs() function (a launcher file defines launch() and get_inputs())")
+    reference = getattr(module, "reference", None)
+    if reference is not None and not callable(reference):
+        raise TargetError(f"{path}: reference is not a function")
+
+    def make_inputs(seed: int) -> tuple[Any, ...]:
+        raw = _drawn(lambda: _call_user(module.get_inputs, f"{path}: get_inputs()"), dev, seed)
+        if not isinstance(raw, (list, tuple)):
+            raw = [raw]
+        return tuple(_move_input(x, i, dev, dt, str(path)) for i, x in enumerate(raw))
+
+    return LauncherTarget(str(path), path.stem, launch, dev, dt, make_inputs, reference)
+
+
+@dataclass
+class KernelLaunch:
+    """One launch of a ``@triton.jit`` kernel by the launcher, as it was about to run."""
+
+    name: str
+    file: str | None
+    line: int | None
+    source: str
+    arg_names: list[str]
+    args: tuple[Any, ...] = field(repr=False)  # copies taken before the launch (layout kept)
+    grid: tuple[int, ...] = ()
+    constexprs: dict[str, Any] = field(default_factory=dict)  # keyword arguments, launch options apart
+    options: dict[str, Any] = field(default_factory=dict)  # num_warps, num_stages, ... where given
+    autotune_configs: list[dict[str, Any]] | None = None  # the @triton.autotune list, if any
+    chosen: dict[str, Any] | None = None  # the autotuned config it ran with
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "file": self.file, "line": self.line, "grid": list(self.grid),
+                "arg_names": self.arg_names, "constexprs": self.constexprs, "options": self.options,
+                "args": [_describe(a) for a in self.args], "autotune_configs": self.autotune_configs,
+                "chosen": self.chosen}
+
+
+def capture_launches(target: LauncherTarget, seed: int = 0) -> list[KernelLaunch]:
+    """Run the launcher once on inputs of ``seed`` and return every kernel launch it made, in
+    order; a launcher that fails, or launches no Triton kernel, is a :class:`TargetError`."""
+    inputs = target.make_inputs(seed)
+    launches: list[KernelLaunch] = []
+    with _recording(launches):
+        try:
+            target.launch(*inputs)
+        except TargetError:
+            raise
+        except Exception as exc:
+            raise TargetError(f"{target.spec}: launch(*get_inputs()) failed: {one_line(exc)}") from exc
+    if torch.cuda.is_available() and target.device == "cuda":
+        torch.cuda.synchronize()
+    if not launches:
+        raise TargetError(f"{target.spec}: launch(*get_inputs()) launched no @triton.jit kernel")
+    return launches
+
+
+def _config_dict(config: Any) -> dict[str, Any]:
+    return dict(config.all_kwargs()) if hasattr(config, "all_kwargs") else dict(vars(config))
+
+
+@contextlib.contextmanager
+def _recording(sink: list[KernelLaunch]) -> Iterator[None]:
+    """Hook the launch entry of Triton's jit functions (compiled and interpreted alike) and of
+    its autotuner, for the block."""
+    from triton.runtime.autotuner import Autotuner
+    from triton.runtime.jit import JITFunction
+
+    classes: list[type] = [JITFunction]
+    with contextlib.suppress(ImportError):
+        from triton.runtime.interpreter import InterpretedFunction
+
+        classes.append(InterpretedFunction)
+    import os
+
+    interpreted = os.environ.get("TRITON_INTERPRET") == "1"
+    tuners: list[Any] = []  # the autotuner whose launch is under way, innermost last
+    saved: list[tuple[type, str, Any]] = []
+
+    def hook_run(cls: type) -> None:
+        original = cls.__dict__["run"]
+
+        def run(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
+            if not warmup:
+                sink.append(_launch_record(self, args, grid, kwargs, tuners[-1] if tuners else None))
+            return original(self, *args, grid=grid, warmup=warmup, **kwargs)
+
+        saved.append((cls, "run", original))
+        cls.run = run  # type: ignore[attr-defined]
+
+    def tuner_run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        tuners.append(self)
+        configs = self.configs
+        self.kernelopt_all_configs = configs
+        if interpreted and len(configs) > 1:
+            # The interpreter cannot benchmark (no GPU): it runs the first config, as it does for
+            # Inductor's kernels; the record still lists them all.
+            self.configs = configs[:1]
+        try:
+            return original_tuner(self, *args, **kwargs)
+        finally:
+            self.configs = configs
+            tuners.pop()
+
+    original_tuner = Autotuner.__dict__["run"]
+    for cls in classes:
+        if "run" in cls.__dict__:
+            hook_run(cls)
+    saved.append((Autotuner, "run", original_tuner))
+    Autotuner.run = tuner_run  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        for cls, name, original in saved:
+            setattr(cls, name, original)
+
+
+def _launch_record(jit: Any, args: tuple[Any, ...], grid: Any, kwargs: dict[str, Any], tuner: Any) -> KernelLaunch:
+    from kernelopt_bot.compile.capture import snapshot
+
+    fn = getattr(jit, "fn", jit)
+    arg_names = list(getattr(jit, "arg_names", []) or inspect.signature(fn).parameters)
+    meta = {**dict(zip(arg_names, args)), **kwargs}
+    shape = grid(meta) if callable(grid) else grid
+    shape = tuple(int(g) for g in (shape if isinstance(shape, (tuple, list)) else (shape,)))
+    try:
+        source = inspect.getsource(fn)
+        file = inspect.getsourcefile(fn)
+        line = fn.__code__.co_firstlineno
+    except (OSError, TypeError):
+        source, file, line = "", None, None
+    options = {k: v for k, v in kwargs.items() if k in LAUNCH_OPTIONS}
+    constexprs = {k: v for k, v in kwargs.items() if k not in LAUNCH_OPTIONS}
+    configs = chosen = None
+    if tuner is not None:
+        configs = [_config_dict(c) for c in getattr(tuner, "kernelopt_all_configs", tuner.configs)]
+        best = getattr(tuner, "best_config", None)
+        chosen = _config_dict(best) if best is not None else None
+    return KernelLaunch(getattr(fn, "__name__", str(fn)), file, line, source, arg_names,
+                        tuple(snapshot(a) for a in args), shape, constexprs, options, configs, chosen)
+
+
+def _describe(value: Any) -> Any:
+    """An argument as JSON can show it: a tensor by its shape, dtype and strides."""
+    if isinstance(value, torch.Tensor):
+        return {"tensor": list(value.shape), "dtype": str(value.dtype).removeprefix("torch."),
+                "stride": list(value.stride())}
+    return value if isinstance(value, (int, float, bool, str)) or value is None else repr(value)

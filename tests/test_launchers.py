@@ -1,0 +1,75 @@
+"""Standalone Triton kernels as targets (issue 14, first part): a launcher file is loaded, run once,
+and every kernel launch it makes is recorded (kernel, grid, constexprs, launch options, the
+autotune list and the config it ran); ``kernelopt inspect`` shows them; ``optimize`` says plainly
+that it does not take them yet; bad launcher files are bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernelopt_bot.errors import TargetError
+from kernelopt_bot.launchers import capture_launches, is_launcher_file, load_launcher
+from tests.helpers import EXAMPLES, ROOT, run_cli
+
+ROW_SOFTMAX = ROOT / "tests" / "launchers" / "row_softmax.py"
+
+
+def test_a_launcher_file_is_told_from_a_module_file_without_running_it() -> None:
+    assert is_launcher_file(str(ROW_SOFTMAX))
+    assert not is_launcher_file(str(EXAMPLES / "softmax.py"))
+    assert not is_launcher_file("no/such/file.py")
+
+
+def test_the_launches_are_recorded_as_they_were_about_to_run() -> None:
+    target = load_launcher(str(ROW_SOFTMAX), None, "fp32")
+    (launch,) = capture_launches(target)
+    assert launch.name == "row_softmax_kernel" and launch.file == str(ROW_SOFTMAX)
+    assert launch.arg_names == ["x_ptr", "out_ptr", "n_rows", "n_cols", "BLOCK", "ROWS"]
+    assert launch.constexprs["BLOCK"] == 64 and launch.args[2:] == (6, 40)
+    assert launch.autotune_configs is not None and [c["ROWS"] for c in launch.autotune_configs] == [1, 2, 4]
+    assert launch.chosen is not None and launch.grid == (-(-6 // launch.chosen["ROWS"]),)
+    assert "tl.max(x, axis=1)" in launch.source
+    x = target.make_inputs(0)[0]
+    assert torch.equal(launch.args[0], x)  # the input as it was given
+    assert launch.args[0].data_ptr() != x.data_ptr()  # a copy: what the launcher does next cannot change it
+    assert target.reference is not None
+
+
+def test_inspect_lists_a_launchers_kernels_as_a_user_runs_it() -> None:
+    run = run_cli("inspect", str(ROW_SOFTMAX), "--json")
+    assert run.returncode == 0, run.stderr[-2000:]
+    doc = json.loads(run.stdout)
+    assert doc["kind"] == "triton" and doc["reference"] is True
+    (launch,) = doc["launches"]
+    assert launch["name"] == "row_softmax_kernel" and len(launch["autotune_configs"]) == 3
+    assert launch["args"][0] == {"tensor": [6, 40], "dtype": "float32", "stride": [40, 1]}
+
+
+def test_optimize_says_it_does_not_take_a_launcher_yet() -> None:
+    run = run_cli("optimize", str(ROW_SOFTMAX), "--budget", "candidates=0")
+    assert run.returncode == 2, run.stdout[-1000:] + run.stderr[-1000:]
+    assert "standalone Triton kernel target" in run.stdout + run.stderr
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    ("def launch(x):\n    return x * 2\n", "launched no @triton.jit kernel"),
+    ("def launch(x):\n    raise ValueError('bad shapes')\n", "launch(*get_inputs()) failed: ValueError: bad shapes"),
+])
+def test_a_launcher_that_launches_nothing_or_fails_is_bad_input(tmp_path: Path, body: str, message: str) -> None:
+    path = tmp_path / "bad_launcher.py"
+    path.write_text(f"import torch\n\n{body}\n\ndef get_inputs():\n    return [torch.randn(4)]\n")
+    with pytest.raises(TargetError, match=message.replace("(", r"\(").replace(")", r"\)").replace("*", r"\*")):
+        capture_launches(load_launcher(str(path), None, "fp32"))
+    run = run_cli("inspect", str(path))
+    assert run.returncode == 2 and message in run.stdout + run.stderr
+
+
+def test_a_launcher_file_without_get_inputs_is_bad_input(tmp_path: Path) -> None:
+    path = tmp_path / "no_inputs.py"
+    path.write_text("def launch(x):\n    return x\n")
+    with pytest.raises(TargetError, match="no get_inputs"):
+        load_launcher(str(path), None, "fp32")
