@@ -109,23 +109,44 @@ class KernelLaunch:
                 "chosen": self.chosen}
 
 
-def capture_launches(target: LauncherTarget, seed: int = 0) -> list[KernelLaunch]:
+def capture_launches(target: LauncherTarget, seed: int = 0,
+                     forced: dict[str, dict[str, Any]] | None = None) -> list[KernelLaunch]:
     """Run the launcher once on inputs of ``seed`` and return every kernel launch it made, in
-    order; a launcher that fails, or launches no Triton kernel, is a :class:`TargetError`."""
-    inputs = target.make_inputs(seed)
+    order; a launcher that fails, or launches no Triton kernel, is a :class:`TargetError`.
+    ``forced``: kernel name -> the one config its autotuner runs (see :func:`run_launcher`)."""
     launches: list[KernelLaunch] = []
-    with _recording(launches):
+    run_launcher(target, seed, forced, sink=launches)
+    if not launches:
+        raise TargetError(f"{target.spec}: launch(*get_inputs()) launched no @triton.jit kernel")
+    return launches
+
+
+def run_launcher(target: LauncherTarget, seed: int = 0, forced: dict[str, dict[str, Any]] | None = None,
+                 sink: list[KernelLaunch] | None = None) -> Any:
+    """The launcher's result on inputs of ``seed``, each autotuned kernel named in ``forced``
+    running exactly that config (its ``@triton.autotune`` list replaced for the call: what a
+    candidate config is, and what the original's chosen config is to compare it with). Launches
+    are recorded into ``sink`` when given."""
+    inputs = target.make_inputs(seed)
+    with _recording(sink if sink is not None else [], forced or {}, record=sink is not None):
         try:
-            target.launch(*inputs)
+            out = target.launch(*inputs)
         except TargetError:
             raise
         except Exception as exc:
             raise TargetError(f"{target.spec}: launch(*get_inputs()) failed: {one_line(exc)}") from exc
     if torch.cuda.is_available() and target.device == "cuda":
         torch.cuda.synchronize()
-    if not launches:
-        raise TargetError(f"{target.spec}: launch(*get_inputs()) launched no @triton.jit kernel")
-    return launches
+    return out
+
+
+def _make_config(values: dict[str, Any]) -> Any:
+    """A ``triton.Config`` from a config dict as :func:`_config_dict` writes it."""
+    import triton
+
+    kwargs = {k: v for k, v in values.items() if k not in LAUNCH_OPTIONS}
+    options = {k: v for k, v in values.items() if k in LAUNCH_OPTIONS and v is not None}
+    return triton.Config(kwargs, **options)
 
 
 def _config_dict(config: Any) -> dict[str, Any]:
@@ -133,9 +154,12 @@ def _config_dict(config: Any) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def _recording(sink: list[KernelLaunch]) -> Iterator[None]:
+def _recording(sink: list[KernelLaunch], forced: dict[str, dict[str, Any]] | None = None, *,
+               record: bool = True) -> Iterator[None]:
     """Hook the launch entry of Triton's jit functions (compiled and interpreted alike) and of
-    its autotuner, for the block."""
+    its autotuner, for the block: record each launch (``record``), and run the autotuned kernels
+    named in ``forced`` with that one config."""
+    forced = forced or {}
     from triton.runtime.autotuner import Autotuner
     from triton.runtime.jit import JITFunction
 
@@ -154,7 +178,7 @@ def _recording(sink: list[KernelLaunch]) -> Iterator[None]:
         original = cls.__dict__["run"]
 
         def run(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
-            if not warmup:
+            if not warmup and record:
                 sink.append(_launch_record(self, args, grid, kwargs, tuners[-1] if tuners else None))
             return original(self, *args, grid=grid, warmup=warmup, **kwargs)
 
@@ -165,7 +189,10 @@ def _recording(sink: list[KernelLaunch]) -> Iterator[None]:
         tuners.append(self)
         configs = self.configs
         self.kernelopt_all_configs = configs
-        if interpreted and len(configs) > 1:
+        name = getattr(getattr(self, "base_fn", None), "__name__", None)
+        if name in forced:
+            self.configs = [_make_config(forced[name])]
+        elif interpreted and len(configs) > 1:
             # The interpreter cannot benchmark (no GPU): it runs the first config, as it does for
             # Inductor's kernels; the record still lists them all.
             self.configs = configs[:1]
