@@ -122,12 +122,12 @@ def capture_launches(target: LauncherTarget, seed: int = 0,
 
 
 def run_launcher(target: LauncherTarget, seed: int = 0, forced: dict[str, dict[str, Any]] | None = None,
-                 sink: list[KernelLaunch] | None = None) -> Any:
-    """The launcher's result on inputs of ``seed``, each autotuned kernel named in ``forced``
-    running exactly that config (its ``@triton.autotune`` list replaced for the call: what a
-    candidate config is, and what the original's chosen config is to compare it with). Launches
-    are recorded into ``sink`` when given."""
-    inputs = target.make_inputs(seed)
+                 sink: list[KernelLaunch] | None = None, inputs: tuple[Any, ...] | None = None) -> Any:
+    """The launcher's result on inputs of ``seed`` (or ``inputs``), each autotuned kernel named
+    in ``forced`` running exactly that config (its ``@triton.autotune`` list replaced for the
+    call: what a candidate config is, and what the original's chosen config is to compare it
+    with). Launches are recorded into ``sink`` when given."""
+    inputs = target.make_inputs(seed) if inputs is None else inputs
     with _recording(sink if sink is not None else [], forced or {}, record=sink is not None):
         try:
             out = target.launch(*inputs)

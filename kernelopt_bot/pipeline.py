@@ -31,6 +31,7 @@ from kernelopt_bot.folders import make_dirs
 from kernelopt_bot.harness.failures import WorkerPoisoned
 from kernelopt_bot.harness.isolation import Channel
 from kernelopt_bot.harness.work_watch import NO_WATCH, WorkWatch
+from kernelopt_bot.launchers import is_launcher_file
 from kernelopt_bot.plan import DEFAULT_BUDGET, RunPlan
 from kernelopt_bot.result import RunResult
 from kernelopt_bot.stitch.pack import KernelPack
@@ -265,8 +266,16 @@ def _run_pipeline_here(target: str, *, device: str | None, dtype: str, out_dir: 
         result.budget = plan.to_json()
         settings = CompileSettings.from_json(compile_settings)
         result.compile = settings.to_json()
-        pack = _run(target, device, dtype, plan, settings, llm, store_path, result, clock, time.time() - start,
-                    work_watch)
+        if is_launcher_file(target):  # a standalone Triton kernel: a patch to its source, no pack
+            from kernelopt_bot.launcher_run import run_launcher_target
+
+            patch = run_launcher_target(target, device, dtype, gamma=plan.gamma, rounds=plan.rounds,
+                                        candidates_per_kernel=plan.candidates_per_kernel, result=result,
+                                        out_dir=out_dir, log=clock)
+            result.patch_path = None if patch is None else str(patch)
+        else:
+            pack = _run(target, device, dtype, plan, settings, llm, store_path, result, clock, time.time() - start,
+                        work_watch)
     except KerneloptError as exc:
         result.status, result.error = "failed", str(exc)
         result.error_kind = "bad input" if isinstance(exc, BadInputError) else ""

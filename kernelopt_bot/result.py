@@ -71,6 +71,9 @@ class RunResult:
     recommendations: list[Recommendation] = field(default_factory=list)
     pack_entries: int = 0
     pack_path: str | None = None
+    # A standalone-kernel target's deliverable: the verified configs as a patch to its own source
+    # (kernelopt_bot.launcher_run; `git apply` it at the launcher's folder), None otherwise.
+    patch_path: str | None = None
     reproduce: str = ""
     seconds: float | None = None
     budget: dict[str, Any] = field(default_factory=dict)

@@ -129,8 +129,8 @@ def _load_benchmark_file(path: Path, device: str, dtype: torch.dtype) -> Target:
     module = _import_file(path)
     missing = [n for n in ("Model", "get_inputs", "get_init_inputs") if not hasattr(module, n)]
     if "Model" in missing and callable(getattr(module, "launch", None)):
-        raise TargetError(f"{path}: a standalone Triton kernel target (it defines launch(), no Model): only "
-                          f"`kernelopt inspect` takes these so far; optimize, suite and the bot take PyTorch modules")
+        raise TargetError(f"{path}: a standalone Triton kernel target (it defines launch(), no Model): "
+                          f"`kernelopt optimize` and `kernelopt inspect` take it; this command takes PyTorch modules")
     if missing:
         raise TargetError(f"{path}: missing {', '.join(missing)} (a target file defines Model, get_inputs(), get_init_inputs())")
     for fn_name in ("get_inputs", "get_init_inputs"):

@@ -49,10 +49,42 @@ def test_inspect_lists_a_launchers_kernels_as_a_user_runs_it() -> None:
     assert launch["args"][0] == {"tensor": [6, 40], "dtype": "float32", "stride": [40, 1]}
 
 
-def test_optimize_says_it_does_not_take_a_launcher_yet() -> None:
-    run = run_cli("optimize", str(ROW_SOFTMAX), "--budget", "candidates=0")
-    assert run.returncode == 2, run.stdout[-1000:] + run.stderr[-1000:]
-    assert "standalone Triton kernel target" in run.stdout + run.stderr
+def test_optimize_puts_a_launchers_configs_through_the_gates_and_its_reproduce_line_runs(tmp_path: Path) -> None:
+    """On the CPU: the autotune list's other entries and the chosen config's neighbours pass gates
+    1-3 in the interpreter; with no GPU nothing is timed, so nothing is accepted and no patch is
+    written (a patch carries only measured speedups)."""
+    import shlex
+    import subprocess
+    import sys
+
+    from tests.helpers import user_env
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "row_softmax.py").write_text(ROW_SOFTMAX.read_text())
+    run = subprocess.run([sys.executable, "-m", "kernelopt_bot.cli", "optimize", "row_softmax.py"], cwd=repo,
+                         env=user_env(), capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    out = repo / "kernelopt-out" / "row_softmax"
+    result = json.loads((out / "result.json").read_text())
+    (kernel,) = result["kernels"]
+    assert kernel["name"] == "row_softmax_kernel" and kernel["candidates"] == 3
+    assert kernel["detail"] == "passed gates 1-3; performance not measured"
+    assert kernel["strategies"] == {"config": {"gated": 3, "accepted": 0, "chosen": 0}}
+    assert result["patch_path"] is None and not (out / "patch.diff").exists()
+    assert "config ROWS=2, num_warps=4" in (out / "run.log").read_text()
+    argv = shlex.split(result["reproduce"])
+    assert argv[:3] == ["kernelopt", "optimize", "row_softmax.py"]
+    again = subprocess.run([sys.executable, "-m", "kernelopt_bot.cli", *argv[1:]], cwd=repo, env=user_env(),
+                           capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+
+
+def test_a_command_for_modules_says_what_a_launcher_is_for(tmp_path: Path) -> None:
+    pack = tmp_path / "empty.json"
+    pack.write_text('{"format": "kernelopt-pack", "version": 1, "entries": []}')
+    run = run_cli("bench", str(ROW_SOFTMAX), "--pack", str(pack))
+    assert run.returncode == 2 and "`kernelopt optimize` and `kernelopt inspect` take it" in run.stdout + run.stderr
 
 
 @pytest.mark.parametrize(("body", "message"), [

@@ -1,0 +1,207 @@
+"""The pipeline for a standalone-kernel target (issue 14): capture the launcher's kernels, search
+the configs of each autotuned one, put candidates through the four gates, and deliver the verified
+configs as a patch to the user's own source (``patch.diff``), not a pack.
+
+Candidates are the kernel's own ``@triton.autotune`` entries other than the one that ran, and the
+neighbours of that one (a block size or the warp count doubled or halved, one stage more or less).
+On a GPU each is timed on the launcher first and only those faster than the original by
+:data:`~kernelopt_bot.search.tuner.MIN_KERNEL_GAIN` go to the gates; gate 4 is the modules' own
+comparison (:class:`~kernelopt_bot.harness.launcher_arm.LauncherArm`). In the CPU interpreter
+gates 1-3 run and nothing is timed: no patch is written without a measured speedup.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from kernelopt_bot.harness.bench import compare_arms
+from kernelopt_bot.harness.launcher_arm import LauncherArm
+from kernelopt_bot.launchers import (
+    LAUNCH_OPTIONS,
+    KernelLaunch,
+    LauncherTarget,
+    capture_launches,
+    load_launcher,
+)
+from kernelopt_bot.result import KernelOutcome, RunResult
+from kernelopt_bot.search.tuner import MIN_KERNEL_GAIN
+from kernelopt_bot.source_patch import PatchError, autotune_patch
+from kernelopt_bot.verify.launcher import check_config_outputs, check_config_static
+from kernelopt_bot.verify.perf import judge
+from kernelopt_bot.verify.result import GATE_ORDER, GateResult, Verdict
+
+PATCH_FILE = "patch.diff"
+PROBE_REPS = 20
+
+
+def candidate_configs(launch: KernelLaunch, limit: int) -> list[dict[str, Any]]:
+    """The autotune list's other entries, then the chosen config's neighbours; each once."""
+    chosen = launch.chosen or {}
+    out: list[dict[str, Any]] = []
+
+    def add(config: dict[str, Any]) -> None:
+        if config != chosen and config not in out:
+            out.append(config)
+
+    for config in launch.autotune_configs or []:
+        add(dict(config))
+    for key, value in chosen.items():
+        if key in ("num_ctas", "maxnreg") or not isinstance(value, int) or isinstance(value, bool):
+            continue
+        steps = (value + 1, value - 1) if key == "num_stages" else (value * 2, value // 2)
+        for new in steps:
+            if new >= 1 and (key != "num_warps" or new <= 32):
+                add({**chosen, key: new})
+    return out[:limit] if limit > 0 else out
+
+
+def run_launcher_target(spec: str, device: str | None, dtype: str, *, gamma: float, rounds: int,
+                        candidates_per_kernel: int, result: RunResult, out_dir: Path,
+                        log: Callable[[str], None]) -> Path | None:
+    """The whole run on a launcher file; fills ``result`` and returns the patch's path (None
+    when nothing was verified)."""
+    log("loading the launcher")
+    target = load_launcher(spec, device, dtype)
+    result.device = target.device
+    log("running the launcher and recording its kernel launches")
+    launches = capture_launches(target)
+    seen: dict[str, KernelLaunch] = {}
+    for launch in launches:
+        seen.setdefault(launch.name, launch)
+    verified: dict[str, tuple[KernelLaunch, dict[str, Any], Verdict]] = {}
+    for name, launch in seen.items():
+        outcome = KernelOutcome(name, "triton (hand-written)")
+        result.kernels.append(outcome)
+        if launch.autotune_configs is None or launch.chosen is None:
+            outcome.status = "not searched (no @triton.autotune list: its launch parameters are the launcher's)"
+            continue
+        log(f"searching {name}")
+        picks = _ranked(target, launch, candidate_configs(launch, 0), candidates_per_kernel, log)
+        tried = [(config, _verify(target, launch, config, gamma, rounds)) for config in picks]
+        outcome.candidates = len(tried)
+        counts = outcome.strategies.setdefault("config", {"gated": 0, "accepted": 0, "chosen": 0})
+        counts["gated"] = len(tried)
+        accepted = [(c, v) for c, v in tried if v.accepted]
+        counts["accepted"] = len(accepted)
+        for config, verdict in tried:
+            log(f"  {_describe(config)}: {verdict.status}")
+        if accepted:
+            config, verdict = max(accepted, key=lambda cv: _speedup(cv[1]) or 0.0)
+            counts["chosen"] = 1
+            outcome.status, outcome.speedup, outcome.replacement = "accepted", _speedup(verdict), "config"
+            outcome.detail = _describe(config)
+            verified[name] = (launch, config, verdict)
+        elif not tried:
+            outcome.status = "no proposal"
+        else:
+            outcome.status = "no candidate accepted"
+            outcome.detail = "; ".join(sorted({v.status for _, v in tried}))
+    if target.device == "cuda" and verified:
+        _measure_together(target, verified, gamma, rounds, result)
+    return _write_patch(verified, spec, out_dir, result, log)
+
+
+def _ranked(target: LauncherTarget, launch: KernelLaunch, configs: list[dict[str, Any]], limit: int,
+            log: Callable[[str], None]) -> list[dict[str, Any]]:
+    """On a GPU the configs faster than the original on the launcher, fastest first; on the CPU
+    the first ``limit`` (nothing can be timed)."""
+    if target.device != "cuda":
+        return configs[:limit]
+    original = LauncherArm(target, {launch.name: dict(launch.chosen or {})}, "original").request("time", 0, PROBE_REPS)
+    timed: list[tuple[float, dict[str, Any]]] = []
+    for config in configs:
+        if not check_config_static(launch, config).passed:
+            continue
+        try:
+            reply = LauncherArm(target, {launch.name: config}, "probe").request("time", 0, PROBE_REPS)
+        except Exception:  # noqa: BLE001 - a config that fails is no candidate
+            continue
+        if reply and original and original[0] / reply[0] >= MIN_KERNEL_GAIN:
+            timed.append((reply[0], config))
+    log(f"  {len(configs)} configs timed on the launcher; {len(timed)} faster than the original by "
+        f"{MIN_KERNEL_GAIN - 1:.0%}")
+    return [c for _, c in sorted(timed, key=lambda t: t[0])][:limit]
+
+
+def _verify(target: LauncherTarget, launch: KernelLaunch, config: dict[str, Any], gamma: float, rounds: int) -> Verdict:
+    verdict = Verdict(launch.name, _describe(config))
+    static = check_config_static(launch, config)
+    verdict.gates.append(static)
+    if static.passed:
+        verdict.gates.extend(check_config_outputs(target, launch, config, dict(launch.chosen or {})))
+    if all(g.passed is not False for g in verdict.gates):
+        verdict.gates.append(_performance(target, {launch.name: config}, {launch.name: dict(launch.chosen or {})},
+                                          launch.name, gamma, rounds))
+    ran = {g.name for g in verdict.gates}
+    verdict.gates += [GateResult.not_run(n, "not run") for n in GATE_ORDER if n not in ran]
+    return verdict
+
+
+def _performance(target: LauncherTarget, forced: dict[str, dict[str, Any]], original: dict[str, dict[str, Any]],
+                 kernel: str | None, gamma: float, rounds: int) -> GateResult:
+    if target.device != "cuda":
+        return GateResult.not_run("performance", "not measured: no CUDA device (interpreter mode)")
+    bench = compare_arms(LauncherArm(target, original, "baseline"), LauncherArm(target, forced, "candidate"),
+                         LauncherArm(target, original, "baseline-repeat"), target=target.spec, device=target.device,
+                         dtype=str(target.dtype), rounds=rounds)
+    numbers = {"speedup": bench.speedup, "baseline_ms": bench.baseline_ms, "packed_ms": bench.packed_ms,
+               "noise_floor": bench.noise_floor}
+    return judge(bench, kernel, gamma, numbers)
+
+
+def _measure_together(target: LauncherTarget, verified: dict[str, tuple[KernelLaunch, dict[str, Any], Verdict]],
+                      gamma: float, rounds: int, result: RunResult) -> None:
+    """The launcher with every verified config at once, against the original, as the run's number."""
+    forced = {name: config for name, (_, config, _) in verified.items()}
+    original = {name: dict(launch.chosen or {}) for name, (launch, _, _) in verified.items()}
+    bench = compare_arms(LauncherArm(target, original, "baseline"), LauncherArm(target, forced, "patched"),
+                         LauncherArm(target, original, "baseline-repeat"), target=target.spec, device=target.device,
+                         dtype=str(target.dtype), rounds=rounds)
+    result.baseline_ms, result.optimized_ms = bench.baseline_ms, bench.packed_ms
+    result.speedup, result.noise_floor = bench.speedup, bench.noise_floor
+
+
+def _write_patch(verified: dict[str, tuple[KernelLaunch, dict[str, Any], Verdict]], spec: str, out_dir: Path,
+                 result: RunResult, log: Callable[[str], None]) -> Path | None:
+    if not verified:
+        return None
+    root = Path(spec).resolve().parent
+    pieces = []
+    for name, (launch, config, _) in verified.items():
+        if launch.file is None:
+            continue
+        try:
+            pieces.append(autotune_patch(launch.file, name, _written(config), root=_root_for(Path(launch.file), root)))
+        except (PatchError, ValueError) as exc:
+            log(f"warning: {name}'s config could not be written into {launch.file}: {exc}")
+    if not pieces:
+        return None
+    path = out_dir / PATCH_FILE
+    path.write_text("".join(pieces))
+    result.pack_entries = len(pieces)
+    return path
+
+
+def _root_for(file: Path, launcher_dir: Path) -> Path:
+    """Paths in the patch are relative to the launcher's folder when the kernel lives under it."""
+    resolved = file.resolve()
+    return launcher_dir if launcher_dir in resolved.parents else resolved.parent
+
+
+def _written(config: dict[str, Any]) -> dict[str, Any]:
+    """The config as the source writes it: launch options Triton fills in by default left out."""
+    return {k: v for k, v in config.items() if k not in ("num_ctas", "maxnreg") or v not in (1, None)}
+
+
+def _describe(config: dict[str, Any]) -> str:
+    params = ", ".join(f"{k}={v}" for k, v in config.items() if k not in LAUNCH_OPTIONS)
+    options = ", ".join(f"{k}={config[k]}" for k in LAUNCH_OPTIONS if config.get(k) not in (None,))
+    return f"config {params}{', ' if params and options else ''}{options}"
+
+
+def _speedup(verdict: Verdict) -> float | None:
+    perf = verdict.gate("performance")
+    value = perf.numbers.get("speedup") if perf else None
+    return float(value) if isinstance(value, (int, float)) else None
