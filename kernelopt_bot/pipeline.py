@@ -28,7 +28,7 @@ from kernelopt_bot.candidate import DEFAULT_GAMMA
 from kernelopt_bot.compile.settings import CompileSettings, check_config, target_settings
 from kernelopt_bot.errors import BadInputError, KerneloptError
 from kernelopt_bot.folders import make_dirs
-from kernelopt_bot.harness.failures import WorkerPoisoned
+from kernelopt_bot.harness.failures import poisoned_in
 from kernelopt_bot.harness.isolation import Channel
 from kernelopt_bot.harness.work_watch import NO_WATCH, WorkWatch
 from kernelopt_bot.launchers import is_launcher_file
@@ -229,8 +229,11 @@ def engine_main(conn: Channel, request: dict[str, Any]) -> None:
                                     llm_problem=request.get("llm_problem"), started=request.get("started"),
                                     compile_settings=request.get("compile"), work_watch=work_watch,
                                     restarts=request.get("restarts"))
-    except WorkerPoisoned as exc:  # this process's device is unusable: the parent starts another
-        send(("poisoned", {"key": exc.key, "label": exc.label, "reason": exc.reason}))
+    except BaseException as exc:  # this process's device is unusable: the parent starts another
+        poisoned = poisoned_in(exc)
+        if poisoned is None:
+            raise
+        send(("poisoned", {"key": poisoned.key, "label": poisoned.label, "reason": poisoned.reason}))
         conn.close()
         os._exit(4)
     with lock:  # JSON text: what result.json holds, nothing the parent would have to rebuild
@@ -279,7 +282,10 @@ def _run_pipeline_here(target: str, *, device: str | None, dtype: str, out_dir: 
     except KerneloptError as exc:
         result.status, result.error = "failed", str(exc)
         result.error_kind = "bad input" if isinstance(exc, BadInputError) else ""
-    except Exception as exc:  # noqa: BLE001 - one target's failure never kills a sweep
+    except Exception as exc:  # one target's failure never kills a sweep
+        poisoned = poisoned_in(exc)
+        if poisoned is not None:  # cleanup on the poisoned device raised over it: the engine must go
+            raise poisoned from exc
         tail = traceback.format_exc().strip().splitlines()[-1]
         result.status, result.error = "failed", f"internal error: {type(exc).__name__}: {exc} [{tail[:200]}]"
     clock.stop()

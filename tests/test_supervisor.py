@@ -96,3 +96,19 @@ def test_a_quarantined_variant_is_neither_compiled_nor_timed() -> None:
     times = bench.time_compiled(compiled, bench.keys([(None, bad), (None, good)]), None, 3)
     assert times[0] == compiled[0]
     assert torch.is_tensor(cap.recording(kernel.graph, kernel.name).args[0])
+
+
+def test_a_poisoned_device_is_found_behind_the_cleanup_that_raised_over_it() -> None:
+    from kernelopt_bot.harness.failures import poisoned_in
+
+    def cleanup_fails() -> None:
+        try:
+            raise WorkerPoisoned("k", "timing k", "CUDA error: an illegal memory access was encountered")
+        finally:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered (freeing memory)")
+
+    with pytest.raises(RuntimeError) as raised:
+        cleanup_fails()
+    found = poisoned_in(raised.value)
+    assert found is not None and found.key == "k"
+    assert poisoned_in(ValueError("ordinary")) is None

@@ -52,3 +52,15 @@ class WorkerPoisoned(BaseException):
     def __init__(self, key: str, label: str, reason: str) -> None:
         super().__init__(f"{label}: {reason}")
         self.key, self.label, self.reason = key, label, reason
+
+
+def poisoned_in(exc: BaseException | None) -> WorkerPoisoned | None:
+    """The :class:`WorkerPoisoned` behind ``exc``: itself, or one that was unwinding when cleanup
+    on the poisoned device raised something else (freeing memory, closing arms)."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, WorkerPoisoned):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
