@@ -96,8 +96,10 @@ def test_a_launcher_that_launches_nothing_or_fails_is_bad_input(tmp_path: Path, 
     path.write_text(f"import torch\n\n{body}\n\ndef get_inputs():\n    return [torch.randn(4)]\n")
     with pytest.raises(TargetError, match=message.replace("(", r"\(").replace(")", r"\)").replace("*", r"\*")):
         capture_launches(load_launcher(str(path), None, "fp32"))
-    run = run_cli("inspect", str(path))
-    assert run.returncode == 2 and message in run.stdout + run.stderr
+    for command in ("inspect", "optimize"):
+        run = run_cli(command, str(path), "--out" if command == "optimize" else "--json",
+                      *([str(tmp_path / "out")] if command == "optimize" else []))
+        assert run.returncode == 2 and message in run.stdout + run.stderr, (command, run.stderr[-1000:])
 
 
 def test_a_launcher_file_without_get_inputs_is_bad_input(tmp_path: Path) -> None:
