@@ -12,12 +12,15 @@ gates 1-3 run and nothing is timed: no patch is written without a measured speed
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from kernelopt_bot.harness.bench import compare_arms
 from kernelopt_bot.harness.launcher_arm import LauncherArm
+from kernelopt_bot.harness.model_worker import ArmRaised
+from kernelopt_bot.harness.work_watch import NO_WATCH, WorkWatch
 from kernelopt_bot.launchers import (
     LAUNCH_OPTIONS,
     KernelLaunch,
@@ -34,6 +37,8 @@ from kernelopt_bot.verify.result import GATE_ORDER, GateResult, Verdict
 
 PATCH_FILE = "patch.diff"
 PROBE_REPS = 20
+PROBE_DEADLINE_S = 120.0  # one config's probe timing on the launcher
+GATES_DEADLINE_S = 900.0  # one config's gates 2-4 (several launcher runs, interleaved rounds)
 
 
 def candidate_configs(launch: KernelLaunch, limit: int) -> list[dict[str, Any]]:
@@ -59,9 +64,10 @@ def candidate_configs(launch: KernelLaunch, limit: int) -> list[dict[str, Any]]:
 
 def run_launcher_target(spec: str, device: str | None, dtype: str, *, gamma: float, rounds: int,
                         candidates_per_kernel: int, result: RunResult, out_dir: Path,
-                        log: Callable[[str], None]) -> Path | None:
+                        log: Callable[[str], None], work_watch: WorkWatch = NO_WATCH) -> Path | None:
     """The whole run on a launcher file; fills ``result`` and returns the patch's path (None
-    when nothing was verified)."""
+    when nothing was verified). Each config's probe and gates are announced work
+    (:class:`WorkWatch`): one that poisons the device or crashes the engine is skipped by the next."""
     log("loading the launcher")
     target = load_launcher(spec, device, dtype)
     result.device = target.device
@@ -78,8 +84,8 @@ def run_launcher_target(spec: str, device: str | None, dtype: str, *, gamma: flo
             outcome.status = "not searched (no @triton.autotune list: its launch parameters are the launcher's)"
             continue
         log(f"searching {name}")
-        picks = _ranked(target, launch, candidate_configs(launch, 0), candidates_per_kernel, log)
-        tried = [(config, _verify(target, launch, config, gamma, rounds)) for config in picks]
+        picks = _ranked(target, launch, candidate_configs(launch, 0), candidates_per_kernel, log, work_watch)
+        tried = [(config, _watched_verify(target, launch, config, gamma, rounds, work_watch)) for config in picks]
         outcome.candidates = len(tried)
         counts = outcome.strategies.setdefault("config", {"gated": 0, "accepted": 0, "chosen": 0})
         counts["gated"] = len(tried)
@@ -103,8 +109,25 @@ def run_launcher_target(spec: str, device: str | None, dtype: str, *, gamma: flo
     return _write_patch(verified, spec, out_dir, result, log)
 
 
+def _work_key(launch: KernelLaunch, config: dict[str, Any]) -> str:
+    return f"launcher:{launch.name}:{json.dumps(config, sort_keys=True)}"
+
+
+def _watched_verify(target: LauncherTarget, launch: KernelLaunch, config: dict[str, Any], gamma: float,
+                    rounds: int, work_watch: WorkWatch) -> Verdict:
+    key = _work_key(launch, config)
+    downed = work_watch.quarantined(key)
+    if downed is not None:
+        verdict = Verdict(launch.name, _describe(config))
+        verdict.gates = [GateResult.ok("static", "checked before"), GateResult.fail("correctness", downed)]
+        verdict.gates += [GateResult.not_run(n, "not run") for n in GATE_ORDER[2:]]
+        return verdict
+    with work_watch.watching(key, f"gates for {_describe(config)} on {launch.name}", GATES_DEADLINE_S):
+        return _verify(target, launch, config, gamma, rounds)
+
+
 def _ranked(target: LauncherTarget, launch: KernelLaunch, configs: list[dict[str, Any]], limit: int,
-            log: Callable[[str], None]) -> list[dict[str, Any]]:
+            log: Callable[[str], None], work_watch: WorkWatch = NO_WATCH) -> list[dict[str, Any]]:
     """On a GPU the configs faster than the original on the launcher, fastest first; on the CPU
     the first ``limit`` (nothing can be timed)."""
     if target.device != "cuda":
@@ -112,10 +135,12 @@ def _ranked(target: LauncherTarget, launch: KernelLaunch, configs: list[dict[str
     original = LauncherArm(target, {launch.name: dict(launch.chosen or {})}, "original").request("time", 0, PROBE_REPS)
     timed: list[tuple[float, dict[str, Any]]] = []
     for config in configs:
-        if not check_config_static(launch, config).passed:
+        key = _work_key(launch, config)
+        if not check_config_static(launch, config).passed or work_watch.quarantined(key) is not None:
             continue
         try:
-            reply = LauncherArm(target, {launch.name: config}, "probe").request("time", 0, PROBE_REPS)
+            with work_watch.watching(key, f"timing {_describe(config)} on {launch.name}", PROBE_DEADLINE_S):
+                reply = LauncherArm(target, {launch.name: config}, "probe").request("time", 0, PROBE_REPS)
         except Exception:  # noqa: BLE001 - a config that fails is no candidate
             continue
         if reply and original and original[0] / reply[0] >= MIN_KERNEL_GAIN:
@@ -143,9 +168,14 @@ def _performance(target: LauncherTarget, forced: dict[str, dict[str, Any]], orig
                  kernel: str | None, gamma: float, rounds: int) -> GateResult:
     if target.device != "cuda":
         return GateResult.not_run("performance", "not measured: no CUDA device (interpreter mode)")
-    bench = compare_arms(LauncherArm(target, original, "baseline"), LauncherArm(target, forced, "candidate"),
-                         LauncherArm(target, original, "baseline-repeat"), target=target.spec, device=target.device,
-                         dtype=str(target.dtype), rounds=rounds)
+    try:
+        bench = compare_arms(LauncherArm(target, original, "baseline"), LauncherArm(target, forced, "candidate"),
+                             LauncherArm(target, original, "baseline-repeat"), target=target.spec,
+                             device=target.device, dtype=str(target.dtype), rounds=rounds)
+    except ArmRaised as exc:
+        if exc.label == "candidate":  # the launcher with this config raised while it was timed
+            return GateResult.fail("performance", f"benchmark failed: {exc.payload}")
+        return GateResult.not_run("performance", f"not measured: the original config failed while timed ({exc.payload})")
     numbers = {"speedup": bench.speedup, "baseline_ms": bench.baseline_ms, "packed_ms": bench.packed_ms,
                "noise_floor": bench.noise_floor}
     return judge(bench, kernel, gamma, numbers)
@@ -156,9 +186,13 @@ def _measure_together(target: LauncherTarget, verified: dict[str, tuple[KernelLa
     """The launcher with every verified config at once, against the original, as the run's number."""
     forced = {name: config for name, (_, config, _) in verified.items()}
     original = {name: dict(launch.chosen or {}) for name, (launch, _, _) in verified.items()}
-    bench = compare_arms(LauncherArm(target, original, "baseline"), LauncherArm(target, forced, "patched"),
-                         LauncherArm(target, original, "baseline-repeat"), target=target.spec, device=target.device,
-                         dtype=str(target.dtype), rounds=rounds)
+    try:
+        bench = compare_arms(LauncherArm(target, original, "baseline"), LauncherArm(target, forced, "patched"),
+                             LauncherArm(target, original, "baseline-repeat"), target=target.spec,
+                             device=target.device, dtype=str(target.dtype), rounds=rounds)
+    except ArmRaised as exc:
+        result.error = f"the verified configs together were not measured: {exc}"
+        return
     result.baseline_ms, result.optimized_ms = bench.baseline_ms, bench.packed_ms
     result.speedup, result.noise_floor = bench.speedup, bench.noise_floor
 
@@ -171,6 +205,11 @@ def _write_patch(verified: dict[str, tuple[KernelLaunch, dict[str, Any], Verdict
     pieces = []
     for name, (launch, config, _) in verified.items():
         if launch.file is None:
+            continue
+        if config in (launch.autotune_configs or []):
+            # Already in the list: putting it first would not make Triton's own benchmark pick it.
+            log(f"    {name}: {_describe(config)} is already in its @triton.autotune list (Triton's benchmark "
+                f"picked another); no patch for it")
             continue
         try:
             pieces.append(autotune_patch(launch.file, name, _written(config), root=_root_for(Path(launch.file), root)))

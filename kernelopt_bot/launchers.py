@@ -140,13 +140,22 @@ def run_launcher(target: LauncherTarget, seed: int = 0, forced: dict[str, dict[s
     return out
 
 
-def _make_config(values: dict[str, Any]) -> Any:
-    """A ``triton.Config`` from a config dict as :func:`_config_dict` writes it."""
+def _forced_config(values: dict[str, Any], configs: list[Any]) -> Any:
+    """The ``triton.Config`` to force: the autotune list's own entry with these values (its
+    ``pre_hook`` included: zeroing an output before an atomic accumulation, say), else a new one
+    carrying the hook every entry shares."""
     import triton
 
+    for config in configs:
+        if _config_dict(config) == values:
+            return config
     kwargs = {k: v for k, v in values.items() if k not in LAUNCH_OPTIONS}
     options = {k: v for k, v in values.items() if k in LAUNCH_OPTIONS and v is not None}
-    return triton.Config(kwargs, **options)
+    made = triton.Config(kwargs, **options)
+    hooks = {id(getattr(c, "pre_hook", None)): getattr(c, "pre_hook", None) for c in configs}
+    if len(hooks) == 1:
+        made.pre_hook = next(iter(hooks.values()))
+    return made
 
 
 def _config_dict(config: Any) -> dict[str, Any]:
@@ -172,13 +181,14 @@ def _recording(sink: list[KernelLaunch], forced: dict[str, dict[str, Any]] | Non
 
     interpreted = os.environ.get("TRITON_INTERPRET") == "1"
     tuners: list[Any] = []  # the autotuner whose launch is under way, innermost last
+    benchmarking: list[Any] = []  # an autotuner timing its configs (its launches are trials)
     saved: list[tuple[type, str, Any]] = []
 
     def hook_run(cls: type) -> None:
         original = cls.__dict__["run"]
 
         def run(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
-            if not warmup and record:
+            if not warmup and record and not benchmarking:  # the autotuner's trial runs are not launches
                 sink.append(_launch_record(self, args, grid, kwargs, tuners[-1] if tuners else None))
             return original(self, *args, grid=grid, warmup=warmup, **kwargs)
 
@@ -191,7 +201,7 @@ def _recording(sink: list[KernelLaunch], forced: dict[str, dict[str, Any]] | Non
         self.kernelopt_all_configs = configs
         name = getattr(getattr(self, "base_fn", None), "__name__", None)
         if name in forced:
-            self.configs = [_make_config(forced[name])]
+            self.configs = [_forced_config(forced[name], configs)]
         elif interpreted and len(configs) > 1:
             # The interpreter cannot benchmark (no GPU): it runs the first config, as it does for
             # Inductor's kernels; the record still lists them all.
@@ -202,7 +212,18 @@ def _recording(sink: list[KernelLaunch], forced: dict[str, dict[str, Any]] | Non
             self.configs = configs
             tuners.pop()
 
+    def tuner_bench(self: Any, *args: Any, **kwargs: Any) -> Any:
+        benchmarking.append(self)
+        try:
+            return original_bench(self, *args, **kwargs)
+        finally:
+            benchmarking.pop()
+
     original_tuner = Autotuner.__dict__["run"]
+    original_bench = Autotuner.__dict__.get("_bench")
+    if original_bench is not None:
+        saved.append((Autotuner, "_bench", original_bench))
+        Autotuner._bench = tuner_bench  # type: ignore[attr-defined]
     for cls in classes:
         if "run" in cls.__dict__:
             hook_run(cls)

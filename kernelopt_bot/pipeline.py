@@ -274,12 +274,15 @@ def _run_pipeline_here(target: str, *, device: str | None, dtype: str, out_dir: 
 
             patch = run_launcher_target(target, device, dtype, gamma=plan.gamma, rounds=plan.rounds,
                                         candidates_per_kernel=plan.candidates_per_kernel, result=result,
-                                        out_dir=out_dir, log=clock)
+                                        out_dir=out_dir, log=clock, work_watch=work_watch)
             result.patch_path = None if patch is None else str(patch)
         else:
             pack = _run(target, device, dtype, plan, settings, llm, store_path, result, clock, time.time() - start,
                         work_watch)
     except KerneloptError as exc:
+        poisoned = poisoned_in(exc)
+        if poisoned is not None:  # cleanup on the poisoned device raised over it: the engine must go
+            raise poisoned from exc
         result.status, result.error = "failed", str(exc)
         result.error_kind = "bad input" if isinstance(exc, BadInputError) else ""
     except Exception as exc:  # one target's failure never kills a sweep
@@ -388,20 +391,25 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
         log(f"    compiled as the target's TORCH_COMPILE says: {settings.label}")
     # The compile process for the search's variants starts now: its start overlaps the capture.
     pool = start_pool(tgt.device, compile_threads())
-    log("compiling and capturing")
-    if settings.config:  # this process's compiles, for its lifetime (as in every arm)
-        torch._inductor.config.patch(check_config(settings.config)).__enter__()
-    cap = capture(tgt, mode=settings.mode)
-    log("profiling")
-    prof = profile(cap)
-    env = running_environment(tgt.device)
-    result.versions = {**versions(), "kernelopt": __version__}
-    result.hardware = {"gpu": env.gpu, "compute_capability": env.compute_capability,
-                       "copy_gbps": round(prof.roofline.copy_gbps, 1) if prof.roofline else None}
-    rewrites = _strategy_rewrites(cap, settings, log)
-    llm_search, llm_problem = _llm_search(llm, log)
-    store = Store(store_path) if store_path is not None else Store()
-    run_id = store.start_run(target, tgt.device, dtype, result.hardware, result.versions, plan.to_json())
+    try:  # the compile process is the Cascade's to close; until it exists, ours
+        log("compiling and capturing")
+        if settings.config:  # this process's compiles, for its lifetime (as in every arm)
+            torch._inductor.config.patch(check_config(settings.config)).__enter__()
+        cap = capture(tgt, mode=settings.mode)
+        log("profiling")
+        prof = profile(cap)
+        env = running_environment(tgt.device)
+        result.versions = {**versions(), "kernelopt": __version__}
+        result.hardware = {"gpu": env.gpu, "compute_capability": env.compute_capability,
+                           "copy_gbps": round(prof.roofline.copy_gbps, 1) if prof.roofline else None}
+        rewrites = _strategy_rewrites(cap, settings, log)
+        llm_search, llm_problem = _llm_search(llm, log)
+        store = Store(store_path) if store_path is not None else Store()
+        run_id = store.start_run(target, tgt.device, dtype, result.hardware, result.versions, plan.to_json())
+    except BaseException:
+        if pool is not None:
+            pool.close()
+        raise
     watch = DeviceMemoryWatch(tgt.device)
     try:
         with watch, Cascade(cap, plan.verify_options(), compile_settings=settings, work_watch=work_watch,

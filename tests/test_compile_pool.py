@@ -69,3 +69,19 @@ def test_a_batch_before_the_process_is_up_does_not_wait_for_it() -> None:
         assert "does not compile" in str(pool.warm([(FAILS, "k")], 60)[0]) and pool.started == 1
     finally:
         pool.close()
+
+
+def test_a_killed_process_is_started_again_for_the_next_batch() -> None:
+    pool = CompilePool(1)
+    try:
+        pool.warm([(FAILS, "k")], 120)
+        pool.warm([(HANGS, "k")], 2.0)  # killed at its deadline
+        assert pool.killed == 1 and pool.ready_now() is False  # a new one is starting
+        assert pool.started == 2
+        deadline = time.monotonic() + 120
+        while not pool.ready_now():
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        assert "does not compile" in str(pool.warm([(FAILS, "k")], 60)[0]) and pool.started == 2
+    finally:
+        pool.close()

@@ -45,3 +45,20 @@ def test_a_config_the_launchers_grid_does_not_agree_with_fails_gate_2() -> None:
     gates = check_config_outputs(target, launch, {"ROWS": 1, "num_warps": 4}, launch.chosen)  # type: ignore[arg-type, attr-defined]
     assert gates[0].name == "correctness" and gates[0].passed is False
     assert "outside rtol" in gates[0].reason and "seed 0" in gates[0].reason
+
+
+def test_a_forced_config_keeps_the_autotune_lists_pre_hook() -> None:
+    """A hook that zeroes an output before an accumulating kernel must run under a forced config
+    too: the list's own entry is used when the values match, else the hook all entries share."""
+    import triton
+
+    from kernelopt_bot.launchers import _config_dict, _forced_config
+
+    def zero_output(_args: dict[str, object]) -> None:
+        pass
+
+    configs = [triton.Config({"B": 16}, num_warps=4, pre_hook=zero_output),
+               triton.Config({"B": 32}, num_warps=4, pre_hook=zero_output)]
+    assert _forced_config(_config_dict(configs[1]), configs) is configs[1]
+    made = _forced_config({**_config_dict(configs[0]), "B": 64}, configs)
+    assert made.kwargs == {"B": 64} and made.pre_hook is zero_output

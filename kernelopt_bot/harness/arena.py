@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+from kernelopt_bot.harness.failures import is_out_of_memory
 from kernelopt_bot.harness.model_worker import ModelWorker, WorkerError, WorkerSpec
 from kernelopt_bot.stitch.pack import KernelPack
 
@@ -108,8 +109,9 @@ class Arena:
                 try:
                     worker.wait_ready()
                 except WorkerError as exc:
-                    self._workers.pop(label).close()  # a later call starts it afresh (once)
-                    self._baseline_failures.append(exc)
+                    self._workers.pop(label).close()  # a later call starts it afresh
+                    if not is_out_of_memory(str(exc)):  # out of memory may pass once memory is freed
+                        self._baseline_failures.append(exc)
                     raise
                 except BaseException:
                     self._workers.pop(label).close()

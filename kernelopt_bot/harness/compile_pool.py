@@ -130,7 +130,9 @@ class CompilePool:
         compiled by the caller itself: waiting for the process's start would cost more."""
         if self._ready and self._process is not None and self._process.alive():
             return True
-        if self._process is None or not self._process.alive():
+        if self._process is None or not self._process.alive():  # killed or crashed: start another
+            self._kill()
+            self.prestart()
             return False
         try:
             if self._process.conn.poll(0):

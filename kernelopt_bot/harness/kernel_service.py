@@ -152,9 +152,9 @@ class KernelBench:
 
     def _warm_in_pool(self, todo: dict[str, Variant], deadline_at: float | None, late: str) -> dict[str, Any]:
         """Compile ``todo`` into the Triton cache in the compile process (killed at the deadline):
-        this process then only loads them. Returns the variants settled there: their compile
-        error (kept) or ``late``. If no compile process can start, nothing is settled and this
-        process compiles everything, as without a pool."""
+        this process then only loads them. Returns the variants settled there: those still
+        compiling at the deadline (``late``). If no compile process is up, nothing is settled and
+        this process compiles everything, as without a pool."""
         assert self.pool is not None
         if not self.pool.ready_now():  # still starting: this batch compiles here, as without a pool
             return {}
@@ -165,14 +165,10 @@ class KernelBench:
             outcomes = self.pool.warm(jobs, left)
         except OSError:
             return {}
-        settled: dict[str, Any] = {}
-        for key, outcome in zip(keys, outcomes):
-            if outcome == LATE:
-                settled[key] = late
-            elif outcome is not None:
-                settled[key] = outcome
-                self._keep(key, outcome)
-        return settled
+        # Only a variant still compiling at the deadline is settled there (its process was killed);
+        # one that failed is compiled here once more (alone if it fails again), as a failure
+        # beside other compiles is here: a compiler that is not thread-safe costs time, never a variant.
+        return {key: late for key, outcome in zip(keys, outcomes) if outcome == LATE}
 
     def _compile_until(self, keys: list[str], variants: list[Variant], threads: int, deadline_at: float | None,
                        late: str) -> list[Any]:

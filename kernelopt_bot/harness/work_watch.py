@@ -50,9 +50,20 @@ class WorkWatch:
         except Exception as exc:
             if is_sticky_device_error(exc):
                 raise WorkerPoisoned(key, label, one_line(exc)) from exc
-            self._tell("end", key)  # the work failed; the process goes on
+            self._ended(key, label)  # an error still in flight from this work is this work's
             raise
-        self._check_device(key, label)
+        self._ended(key, label)
+
+    def _ended(self, key: str, label: str) -> None:
+        """The work is over: the device checked (a poisoned one ends the process), then ``end``
+        sent, whatever else the check raised."""
+        try:
+            self._check_device(key, label)
+        except WorkerPoisoned:
+            raise
+        except Exception:
+            self._tell("end", key)
+            raise
         self._tell("end", key)
 
     def _check_device(self, key: str, label: str) -> None:
