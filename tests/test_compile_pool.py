@@ -62,10 +62,7 @@ def test_a_batch_before_the_process_is_up_does_not_wait_for_it() -> None:
     try:
         pool.prestart()
         assert pool.ready_now() is False  # it is importing torch: the caller compiles this batch itself
-        deadline = time.monotonic() + 120
-        while not pool.ready_now():
-            assert time.monotonic() < deadline
-            time.sleep(0.2)
+        _wait_until_up(pool)
         assert "does not compile" in str(pool.warm([(FAILS, "k")], 60)[0]) and pool.started == 1
     finally:
         pool.close()
@@ -78,10 +75,14 @@ def test_a_killed_process_is_started_again_for_the_next_batch() -> None:
         pool.warm([(HANGS, "k")], 2.0)  # killed at its deadline
         assert pool.killed == 1 and pool.ready_now() is False  # a new one is starting
         assert pool.started == 2
-        deadline = time.monotonic() + 120
-        while not pool.ready_now():
-            assert time.monotonic() < deadline
-            time.sleep(0.2)
+        _wait_until_up(pool)
         assert "does not compile" in str(pool.warm([(FAILS, "k")], 60)[0]) and pool.started == 2
     finally:
         pool.close()
+
+
+def _wait_until_up(pool: CompilePool, seconds: float = 120.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not pool.ready_now():
+        assert time.monotonic() < deadline, "the compile process did not come up"
+        time.sleep(0.2)
