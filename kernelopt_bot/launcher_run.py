@@ -13,6 +13,7 @@ gates 1-3 run and nothing is timed: no patch is written without a measured speed
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ PATCH_FILE = "patch.diff"
 PROBE_REPS = 20
 PROBE_DEADLINE_S = 120.0  # one config's probe timing on the launcher
 GATES_DEADLINE_S = 900.0  # one config's gates 2-4 (several launcher runs, interleaved rounds)
+GATES_RESERVE_S = 10.0  # a config's gates do not start closer than this to the wall budget's end
 
 
 def candidate_configs(launch: KernelLaunch, limit: int) -> list[dict[str, Any]]:
@@ -64,10 +66,13 @@ def candidate_configs(launch: KernelLaunch, limit: int) -> list[dict[str, Any]]:
 
 def run_launcher_target(spec: str, device: str | None, dtype: str, *, gamma: float, rounds: int,
                         candidates_per_kernel: int, result: RunResult, out_dir: Path,
-                        log: Callable[[str], None], work_watch: WorkWatch = NO_WATCH) -> Path | None:
+                        log: Callable[[str], None], work_watch: WorkWatch = NO_WATCH,
+                        ends_at: float | None = None) -> Path | None:
     """The whole run on a launcher file; fills ``result`` and returns the patch's path (None
     when nothing was verified). Each config's probe and gates are announced work
-    (:class:`WorkWatch`): one that poisons the device or crashes the engine is skipped by the next."""
+    (:class:`WorkWatch`): one that poisons the device or crashes the engine is skipped by the next.
+    ``ends_at`` (:func:`time.time`): the wall budget's deadline; no config's gates start after
+    :data:`GATES_RESERVE_S` before it."""
     log("loading the launcher")
     target = load_launcher(spec, device, dtype)
     result.device = target.device
@@ -85,7 +90,12 @@ def run_launcher_target(spec: str, device: str | None, dtype: str, *, gamma: flo
             continue
         log(f"searching {name}")
         picks = _ranked(target, launch, candidate_configs(launch, 0), candidates_per_kernel, log, work_watch)
-        tried = [(config, _watched_verify(target, launch, config, gamma, rounds, work_watch)) for config in picks]
+        tried = []
+        for config in picks:
+            if ends_at is not None and time.time() > ends_at - GATES_RESERVE_S:
+                outcome.detail = f"the wall-time budget ran out after {len(tried)} of {len(picks)} configs"
+                break
+            tried.append((config, _watched_verify(target, launch, config, gamma, rounds, work_watch)))
         outcome.candidates = len(tried)
         counts = outcome.strategies.setdefault("config", {"gated": 0, "accepted": 0, "chosen": 0})
         counts["gated"] = len(tried)
@@ -100,10 +110,10 @@ def run_launcher_target(spec: str, device: str | None, dtype: str, *, gamma: flo
             outcome.detail = _describe(config)
             verified[name] = (launch, config, verdict)
         elif not tried:
-            outcome.status = "no proposal"
+            outcome.status = "not searched (budget)" if outcome.detail else "no proposal"
         else:
             outcome.status = "no candidate accepted"
-            outcome.detail = "; ".join(sorted({v.status for _, v in tried}))
+            outcome.detail = "; ".join([*sorted({v.status for _, v in tried}), *([outcome.detail] if outcome.detail else [])])
     if target.device == "cuda" and verified:
         _measure_together(target, verified, gamma, rounds, result)
     return _write_patch(verified, spec, out_dir, result, log)

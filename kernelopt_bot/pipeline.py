@@ -274,7 +274,8 @@ def _run_pipeline_here(target: str, *, device: str | None, dtype: str, out_dir: 
 
             patch = run_launcher_target(target, device, dtype, gamma=plan.gamma, rounds=plan.rounds,
                                         candidates_per_kernel=plan.candidates_per_kernel, result=result,
-                                        out_dir=out_dir, log=clock, work_watch=work_watch)
+                                        out_dir=out_dir, log=clock, work_watch=work_watch,
+                                        ends_at=None if plan.wall_seconds is None else start + plan.wall_seconds)
             result.patch_path = None if patch is None else str(patch)
         else:
             pack = _run(target, device, dtype, plan, settings, llm, store_path, result, clock, time.time() - start,

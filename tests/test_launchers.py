@@ -107,3 +107,10 @@ def test_a_launcher_file_without_get_inputs_is_bad_input(tmp_path: Path) -> None
     path.write_text("def launch(x):\n    return x\n")
     with pytest.raises(TargetError, match="no get_inputs"):
         load_launcher(str(path), None, "fp32")
+
+
+def test_the_wall_budget_stops_a_launchers_search(tmp_path: Path) -> None:
+    run = run_cli("optimize", str(ROW_SOFTMAX), "--out", str(tmp_path / "out"), "--budget", "wall_seconds=5")
+    assert run.returncode == 0, run.stderr[-2000:]
+    (kernel,) = json.loads((tmp_path / "out" / "result.json").read_text())["kernels"]
+    assert kernel["status"] == "not searched (budget)" and "budget ran out after 0 of 3 configs" in kernel["detail"]
