@@ -34,7 +34,7 @@ from kernelopt_bot.search.tuner import MIN_KERNEL_GAIN
 from kernelopt_bot.source_patch import PatchError, autotune_patch
 from kernelopt_bot.verify.launcher import check_config_outputs, check_config_static
 from kernelopt_bot.verify.perf import judge
-from kernelopt_bot.verify.result import GATE_ORDER, GateResult, Verdict
+from kernelopt_bot.verify.result import GateResult, Verdict
 
 PATCH_FILE = "patch.diff"
 PROBE_REPS = 20
@@ -43,7 +43,7 @@ GATES_DEADLINE_S = 900.0  # one config's gates 2-4 (several launcher runs, inter
 GATES_RESERVE_S = 10.0  # a config's gates do not start closer than this to the wall budget's end
 
 
-def candidate_configs(launch: KernelLaunch, limit: int) -> list[dict[str, Any]]:
+def candidate_configs(launch: KernelLaunch) -> list[dict[str, Any]]:
     """The autotune list's other entries, then the chosen config's neighbours; each once."""
     chosen = launch.chosen or {}
     out: list[dict[str, Any]] = []
@@ -61,7 +61,7 @@ def candidate_configs(launch: KernelLaunch, limit: int) -> list[dict[str, Any]]:
         for new in steps:
             if new >= 1 and (key != "num_warps" or new <= 32):
                 add({**chosen, key: new})
-    return out[:limit] if limit > 0 else out
+    return out
 
 
 def run_launcher_target(spec: str, device: str | None, dtype: str, *, gamma: float, rounds: int,
@@ -89,7 +89,7 @@ def run_launcher_target(spec: str, device: str | None, dtype: str, *, gamma: flo
             outcome.status = "not searched (no @triton.autotune list: its launch parameters are the launcher's)"
             continue
         log(f"searching {name}")
-        picks = _ranked(target, launch, candidate_configs(launch, 0), candidates_per_kernel, log, work_watch)
+        picks = _ranked(target, launch, candidate_configs(launch), candidates_per_kernel, log, work_watch)
         tried = []
         for config in picks:
             if ends_at is not None and time.time() > ends_at - GATES_RESERVE_S:
@@ -104,9 +104,9 @@ def run_launcher_target(spec: str, device: str | None, dtype: str, *, gamma: flo
         for config, verdict in tried:
             log(f"  {_describe(config)}: {verdict.status}")
         if accepted:
-            config, verdict = max(accepted, key=lambda cv: _speedup(cv[1]) or 0.0)
+            config, verdict = max(accepted, key=lambda cv: cv[1].speedup or 0.0)
             counts["chosen"] = 1
-            outcome.status, outcome.speedup, outcome.replacement = "accepted", _speedup(verdict), "config"
+            outcome.status, outcome.speedup, outcome.replacement = "accepted", verdict.speedup, "config"
             outcome.detail = _describe(config)
             verified[name] = (launch, config, verdict)
         elif not tried:
@@ -115,7 +115,7 @@ def run_launcher_target(spec: str, device: str | None, dtype: str, *, gamma: flo
             outcome.status = "no candidate accepted"
             outcome.detail = "; ".join([*sorted({v.status for _, v in tried}), *([outcome.detail] if outcome.detail else [])])
     if target.device == "cuda" and verified:
-        _measure_together(target, verified, gamma, rounds, result)
+        _measure_together(target, verified, rounds, result)
     return _write_patch(verified, spec, out_dir, result, log)
 
 
@@ -129,9 +129,8 @@ def _watched_verify(target: LauncherTarget, launch: KernelLaunch, config: dict[s
     downed = work_watch.quarantined(key)
     if downed is not None:
         verdict = Verdict(launch.name, _describe(config))
-        verdict.gates = [GateResult.ok("static", "checked before"), GateResult.fail("correctness", downed)]
-        verdict.gates += [GateResult.not_run(n, "not run") for n in GATE_ORDER[2:]]
-        return verdict
+        verdict.gates = [check_config_static(launch, config), GateResult.fail("correctness", downed)]
+        return verdict.finished()
     with work_watch.watching(key, f"gates for {_describe(config)} on {launch.name}", GATES_DEADLINE_S):
         return _verify(target, launch, config, gamma, rounds)
 
@@ -169,9 +168,7 @@ def _verify(target: LauncherTarget, launch: KernelLaunch, config: dict[str, Any]
     if all(g.passed is not False for g in verdict.gates):
         verdict.gates.append(_performance(target, {launch.name: config}, {launch.name: dict(launch.chosen or {})},
                                           launch.name, gamma, rounds))
-    ran = {g.name for g in verdict.gates}
-    verdict.gates += [GateResult.not_run(n, "not run") for n in GATE_ORDER if n not in ran]
-    return verdict
+    return verdict.finished()
 
 
 def _performance(target: LauncherTarget, forced: dict[str, dict[str, Any]], original: dict[str, dict[str, Any]],
@@ -179,9 +176,7 @@ def _performance(target: LauncherTarget, forced: dict[str, dict[str, Any]], orig
     if target.device != "cuda":
         return GateResult.not_run("performance", "not measured: no CUDA device (interpreter mode)")
     try:
-        bench = compare_arms(LauncherArm(target, original, "baseline"), LauncherArm(target, forced, "candidate"),
-                             LauncherArm(target, original, "baseline-repeat"), target=target.spec,
-                             device=target.device, dtype=str(target.dtype), rounds=rounds)
+        bench = _compare(target, original, forced, "candidate", rounds)
     except ArmRaised as exc:
         if exc.label == "candidate":  # the launcher with this config raised while it was timed
             return GateResult.fail("performance", f"benchmark failed: {exc.payload}")
@@ -191,15 +186,22 @@ def _performance(target: LauncherTarget, forced: dict[str, dict[str, Any]], orig
     return judge(bench, kernel, gamma, numbers)
 
 
+def _compare(target: LauncherTarget, original: dict[str, dict[str, Any]], forced: dict[str, dict[str, Any]],
+             label: str, rounds: int) -> Any:
+    """Gate 4's comparison: the launcher with ``forced`` against it with ``original`` and again
+    with ``original`` (the noise floor), interleaved (:func:`compare_arms`)."""
+    return compare_arms(LauncherArm(target, original, "baseline"), LauncherArm(target, forced, label),
+                        LauncherArm(target, original, "baseline-repeat"), target=target.spec,
+                        device=target.device, dtype=str(target.dtype), rounds=rounds)
+
+
 def _measure_together(target: LauncherTarget, verified: dict[str, tuple[KernelLaunch, dict[str, Any], Verdict]],
-                      gamma: float, rounds: int, result: RunResult) -> None:
+                      rounds: int, result: RunResult) -> None:
     """The launcher with every verified config at once, against the original, as the run's number."""
     forced = {name: config for name, (_, config, _) in verified.items()}
     original = {name: dict(launch.chosen or {}) for name, (launch, _, _) in verified.items()}
     try:
-        bench = compare_arms(LauncherArm(target, original, "baseline"), LauncherArm(target, forced, "patched"),
-                             LauncherArm(target, original, "baseline-repeat"), target=target.spec,
-                             device=target.device, dtype=str(target.dtype), rounds=rounds)
+        bench = _compare(target, original, forced, "patched", rounds)
     except ArmRaised as exc:
         result.error = f"the verified configs together were not measured: {exc}"
         return
@@ -248,9 +250,3 @@ def _describe(config: dict[str, Any]) -> str:
     params = ", ".join(f"{k}={v}" for k, v in config.items() if k not in LAUNCH_OPTIONS)
     options = ", ".join(f"{k}={config[k]}" for k in LAUNCH_OPTIONS if config.get(k) not in (None,))
     return f"config {params}{', ' if params and options else ''}{options}"
-
-
-def _speedup(verdict: Verdict) -> float | None:
-    perf = verdict.gate("performance")
-    value = perf.numbers.get("speedup") if perf else None
-    return float(value) if isinstance(value, (int, float)) else None

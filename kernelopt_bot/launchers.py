@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,10 +24,10 @@ import torch
 
 from kernelopt_bot.device import prepare_device, resolve_device
 from kernelopt_bot.errors import TargetError, one_line
+from kernelopt_bot.source_patch import LAUNCH_OPTIONS
 from kernelopt_bot.targets import _call_user, _drawn, _import_file, _move_input, resolve_dtype
 
 LAUNCHER = "launch"
-LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
 
 
 def is_launcher_file(spec: str) -> bool:
@@ -177,10 +178,10 @@ def _recording(sink: list[KernelLaunch], forced: dict[str, dict[str, Any]] | Non
         from triton.runtime.interpreter import InterpretedFunction
 
         classes.append(InterpretedFunction)
-    import os
-
     interpreted = os.environ.get("TRITON_INTERPRET") == "1"
-    tuners: list[Any] = []  # the autotuner whose launch is under way, innermost last
+    # The autotuners whose launch is under way, innermost last, each with its whole config list
+    # (the one it runs may be cut to a single forced or interpreted config meanwhile).
+    tuners: list[tuple[Any, list[Any]]] = []
     benchmarking: list[Any] = []  # an autotuner timing its configs (its launches are trials)
     saved: list[tuple[type, str, Any]] = []
 
@@ -189,16 +190,15 @@ def _recording(sink: list[KernelLaunch], forced: dict[str, dict[str, Any]] | Non
 
         def run(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
             if not warmup and record and not benchmarking:  # the autotuner's trial runs are not launches
-                sink.append(_launch_record(self, args, grid, kwargs, tuners[-1] if tuners else None))
+                sink.append(_launch_record(self, args, grid, kwargs, *(tuners[-1] if tuners else (None, None))))
             return original(self, *args, grid=grid, warmup=warmup, **kwargs)
 
         saved.append((cls, "run", original))
         cls.run = run  # type: ignore[attr-defined]
 
     def tuner_run(self: Any, *args: Any, **kwargs: Any) -> Any:
-        tuners.append(self)
         configs = self.configs
-        self.kernelopt_all_configs = configs
+        tuners.append((self, configs))
         name = getattr(getattr(self, "base_fn", None), "__name__", None)
         if name in forced:
             self.configs = [_forced_config(forced[name], configs)]
@@ -236,7 +236,8 @@ def _recording(sink: list[KernelLaunch], forced: dict[str, dict[str, Any]] | Non
             setattr(cls, name, original)
 
 
-def _launch_record(jit: Any, args: tuple[Any, ...], grid: Any, kwargs: dict[str, Any], tuner: Any) -> KernelLaunch:
+def _launch_record(jit: Any, args: tuple[Any, ...], grid: Any, kwargs: dict[str, Any], tuner: Any,
+                   tuner_configs: list[Any] | None) -> KernelLaunch:
     from kernelopt_bot.compile.capture import snapshot
 
     fn = getattr(jit, "fn", jit)
@@ -254,7 +255,7 @@ def _launch_record(jit: Any, args: tuple[Any, ...], grid: Any, kwargs: dict[str,
     constexprs = {k: v for k, v in kwargs.items() if k not in LAUNCH_OPTIONS}
     configs = chosen = None
     if tuner is not None:
-        configs = [_config_dict(c) for c in getattr(tuner, "kernelopt_all_configs", tuner.configs)]
+        configs = [_config_dict(c) for c in (tuner_configs if tuner_configs is not None else tuner.configs)]
         best = getattr(tuner, "best_config", None)
         chosen = _config_dict(best) if best is not None else None
     return KernelLaunch(getattr(fn, "__name__", str(fn)), file, line, source, arg_names,

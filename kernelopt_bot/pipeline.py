@@ -280,18 +280,17 @@ def _run_pipeline_here(target: str, *, device: str | None, dtype: str, out_dir: 
         else:
             pack = _run(target, device, dtype, plan, settings, llm, store_path, result, clock, time.time() - start,
                         work_watch)
-    except KerneloptError as exc:
-        poisoned = poisoned_in(exc)
-        if poisoned is not None:  # cleanup on the poisoned device raised over it: the engine must go
-            raise poisoned from exc
-        result.status, result.error = "failed", str(exc)
-        result.error_kind = "bad input" if isinstance(exc, BadInputError) else ""
     except Exception as exc:  # one target's failure never kills a sweep
         poisoned = poisoned_in(exc)
         if poisoned is not None:  # cleanup on the poisoned device raised over it: the engine must go
             raise poisoned from exc
-        tail = traceback.format_exc().strip().splitlines()[-1]
-        result.status, result.error = "failed", f"internal error: {type(exc).__name__}: {exc} [{tail[:200]}]"
+        result.status = "failed"
+        if isinstance(exc, KerneloptError):
+            result.error = str(exc)
+            result.error_kind = "bad input" if isinstance(exc, BadInputError) else ""
+        else:
+            tail = traceback.format_exc().strip().splitlines()[-1]
+            result.error = f"internal error: {type(exc).__name__}: {exc} [{tail[:200]}]"
     clock.stop()
     result.processes = {**_process_counts(result.device), **result.processes}
     log(_processes_line(result.processes))

@@ -19,7 +19,6 @@ import os
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from typing import Any
 
 from kernelopt_bot.errors import one_line
 from kernelopt_bot.harness.isolation import Channel, IsolatedProcess, spawn_isolated
@@ -127,40 +126,36 @@ class CompilePool:
 
     def ready_now(self) -> bool:
         """Is the compile process up (checked without waiting)? A batch that comes before it is
-        compiled by the caller itself: waiting for the process's start would cost more."""
-        if self._ready and self._process is not None and self._process.alive():
-            return True
-        if self._process is None or not self._process.alive():  # killed or crashed: start another
-            self._kill()
-            self.prestart()
-            return False
-        try:
-            if self._process.conn.poll(0):
-                self._process.conn.recv()  # ("ready", pid)
-                self._ready = True
-        except (EOFError, OSError):
-            self._kill()
-        return self._ready
+        compiled by the caller itself: waiting for the process's start would cost more. One that
+        was killed or crashed is started again here."""
+        return self._await_ready(0.0)
 
     def _ready_process(self, ends: float | None) -> IsolatedProcess:
-        if self._process is not None and self._ready and self._process.alive():
-            return self._process
-        if self._process is None or not self._process.alive():
-            self._kill()
-            self.prestart()
-        process = self._process
-        if process is None:
-            raise OSError("the compile process could not be started")
         limit = START_TIMEOUT_S if ends is None else max(1.0, min(START_TIMEOUT_S, ends - time.monotonic()))
-        try:
-            if not process.conn.poll(limit):
-                raise OSError(f"the compile process did not start within {limit:.0f} s")
-            process.conn.recv()  # ("ready", pid)
-        except (EOFError, OSError) as exc:
+        if not self._await_ready(limit) or self._process is None:
             self._kill()
-            raise OSError(f"the compile process could not start: {exc}") from exc
+            raise OSError(f"the compile process could not start within {limit:.0f} s")
+        return self._process
+
+    def _await_ready(self, wait_s: float) -> bool:
+        """Wait up to ``wait_s`` for the process's ``ready``; a dead one is replaced first."""
+        if self._process is not None and not self._process.alive():
+            self._kill()
+        if self._process is None:
+            self.prestart()
+        if self._process is None:
+            return False
+        if self._ready:
+            return True
+        try:
+            if not self._process.conn.poll(wait_s):
+                return False
+            self._process.conn.recv()  # ("ready", pid)
+        except (EOFError, OSError):
+            self._kill()
+            return False
         self._ready = True
-        return process
+        return True
 
     def _kill(self) -> None:
         if self._process is not None:
@@ -177,7 +172,7 @@ class CompilePool:
             self._ready = False
 
 
-def start_pool(device: str, threads: int) -> Any:
+def start_pool(device: str, threads: int) -> CompilePool | None:
     """A compile pool, its process already starting, where kernels compile to a GPU target
     (CUDA); else ``None``: in the CPU interpreter nothing is compiled ahead."""
     if device != "cuda":

@@ -132,7 +132,7 @@ class KernelBench:
         late = late_text(deadline_s) if deadline_s is not None else "not compiled"
         deadline_at = None if deadline_s is None else time.monotonic() + deadline_s
         fresh: dict[str, Any] = {}
-        if self.pool is not None and todo:  # what the pool settled (an error, late) is not compiled here
+        if self.pool is not None and todo:  # what was still compiling there at the deadline is not tried here
             fresh = self._warm_in_pool(todo, deadline_at, late)
             todo = {k: v for k, v in todo.items() if k not in fresh}
         order = list(todo)

@@ -68,12 +68,6 @@ class SearchLimits:
     first_trusted_candidate_s: float = 10.0
 
 
-def _speedup(verdict: Verdict) -> float | None:
-    perf = verdict.gate("performance")
-    value = perf.numbers.get("speedup") if perf else None
-    return float(value) if isinstance(value, (int, float)) else None
-
-
 class Orchestrator:
     def __init__(self, capture: Capture, profile: Profile, cascade: Gates, budget: Budget, *,
                  strategies: list[SearchStrategy], feedback: list[FeedbackSearch] | None = None,
@@ -210,11 +204,11 @@ class Orchestrator:
             cand = proposal.candidate
             self.store.record_candidate(self.run_id, kernel.key, proposal.strategy, cand.label, cand.source,
                                         cand.config.to_json() if cand.config else None, verdict,
-                                        _speedup(verdict), tokens=int(proposal.extra.get("tokens", 0)))
+                                        verdict.speedup, tokens=int(proposal.extra.get("tokens", 0)))
             if verdict.infrastructure is not None:
                 return verdict  # our failure teaches nothing about the candidate
             self.store.remember(kernel.kind, self.env.gpu or self.device, proposal.note or proposal.strategy,
-                                verdict.status, _speedup(verdict), cand.label[:300], kernel_key=kernel.key)
+                                verdict.status, verdict.speedup, cand.label[:300], kernel_key=kernel.key)
         return verdict
 
     def _conclude(self, kernel: TritonKernel, tried: list[tuple[Proposal, Verdict]],
@@ -227,9 +221,9 @@ class Orchestrator:
             counts["gated"] += 1
             counts["accepted"] += int(verdict.accepted)
         if accepted:
-            proposal, verdict = max(accepted, key=lambda pv: _speedup(pv[1]) or 0.0)
+            proposal, verdict = max(accepted, key=lambda pv: pv[1].speedup or 0.0)
             outcome.strategies[strategy_of(proposal)]["chosen"] += 1
-            speedup = _speedup(verdict)
+            speedup = verdict.speedup
             measured: dict[str, Any] = {"speedup": speedup, "kernel_ms": proposal.kernel_ms,
                                         "gates": [g.to_json() for g in verdict.gates],
                                         "accepted_candidates": len(accepted)}

@@ -43,12 +43,7 @@ def rewrite_candidates(rewrite: Rewrite, n: int, seed: int = 0) -> list[Candidat
     reduction tiles rows, not chunks of them), every config carrying the rewrite's fixed values."""
     if rewrite.donor is None:
         return []
-    out = []
-    for config in sample(rewrite.donor, n, seed=seed):
-        pinned = LaunchConfig({**config.kwargs, **rewrite.fixed}, config.num_warps, config.num_stages)
-        out.append(Candidate(f"{rewrite.name} + {config.describe()}", source=rewrite.source, config=pinned,
-                             origin=ORIGIN))
-    return out
+    return [_on(rewrite, config) for config in sample(rewrite.donor, n, seed=seed)]
 
 
 def rewrite_neighbours(rewrite: Rewrite, pinned: LaunchConfig) -> list[Candidate]:
@@ -59,9 +54,13 @@ def rewrite_neighbours(rewrite: Rewrite, pinned: LaunchConfig) -> list[Candidate
     free = LaunchConfig({k: v for k, v in pinned.kwargs.items() if k not in rewrite.fixed},
                         pinned.num_warps, pinned.num_stages)
     valid = {_key(c) for c in configs(rewrite.donor)}
-    return [Candidate(f"{rewrite.name} + {n.describe()}", source=rewrite.source,
-                      config=LaunchConfig({**n.kwargs, **rewrite.fixed}, n.num_warps, n.num_stages), origin=ORIGIN)
-            for n in neighbours(free, valid)]
+    return [_on(rewrite, n) for n in neighbours(free, valid)]
+
+
+def _on(rewrite: Rewrite, config: LaunchConfig) -> Candidate:
+    """The rewrite on ``config`` (a config of its own launch space), its fixed values added."""
+    pinned = LaunchConfig({**config.kwargs, **rewrite.fixed}, config.num_warps, config.num_stages)
+    return Candidate(f"{rewrite.name} + {config.describe()}", source=rewrite.source, config=pinned, origin=ORIGIN)
 
 
 def predicted_gain(share: float | None, original_ms: float, kernel_ms: float) -> float | None:

@@ -142,13 +142,13 @@ class Cascade:
         static = self._static(kernel, candidate)
         if not static.passed:
             gates.append(static)
-            return _finish(verdict)
+            return verdict.finished()
         if candidate.trusted:  # gates 2-4 run in this process: watched, and skipped if they killed one
             key = variant_key(candidate.source or kernel.source, candidate.config)
             downed = self.work_watch.quarantined(key)
             if downed is not None:
                 gates.append(GateResult.fail("correctness", f"candidate run failed: {downed}"))
-                return _finish(verdict)
+                return verdict.finished()
             limits = sandbox or self.options.sandbox
             deadline_s = max(ENGINE_GATES_MIN_DEADLINE_S, 4 * limits.timeout_s)  # a backstop for a hang
             with self.work_watch.watching(key, f"gates for {candidate.label} on {kernel.name}", deadline_s):
@@ -179,16 +179,16 @@ class Cascade:
                 return _not_verified(verdict, outcome.value["reason"])
             if outcome.ok and not outcome.value.get("compiled"):
                 gates.append(GateResult.fail("static", outcome.value.get("reason", "does not compile")))
-                return _finish(verdict)
+                return verdict.finished()
             gates.append(GateResult.ok("static", f"{static.reason}; compiles for {self.device}"))
             if not outcome.ok:
                 gates.append(GateResult.fail("correctness", f"candidate run failed: {outcome.reason}"))
-                return _finish(verdict)
+                return verdict.finished()
             job = outcome.value
             correctness = GateResult(**job["correctness"])
             gates.append(correctness)
             if not correctness.passed:
-                return _finish(verdict)
+                return verdict.finished()
 
             try:
                 if candidate.trusted:
@@ -197,7 +197,7 @@ class Cascade:
                     gates.extend(self._model_and_performance(kernel, candidate, job, early_arm, clock))
             except InfrastructureFailure as exc:
                 return _not_verified(verdict, str(exc))
-            return _finish(verdict)
+            return verdict.finished()
         finally:
             if early_arm is not None:
                 early_arm.close()
@@ -426,15 +426,4 @@ def _not_verified(verdict: Verdict, reason: str) -> Verdict:
     for name in GATE_ORDER:
         if name not in ran:
             verdict.gates.append(GateResult.not_run(name, f"not run: infrastructure failure ({reason})"))
-    return verdict
-
-
-def _finish(verdict: Verdict) -> Verdict:
-    """Record every gate after the last one that ran as not run."""
-    ran = {g.name for g in verdict.gates}
-    failed = verdict.rejected_by
-    for name in GATE_ORDER:
-        if name not in ran:
-            reason = f"not run: rejected by the {failed} gate" if failed else "not run"
-            verdict.gates.append(GateResult.not_run(name, reason))
     return verdict

@@ -49,8 +49,12 @@ def check_config_static(launch: KernelLaunch, config: dict[str, Any]) -> GateRes
 def check_config_outputs(target: LauncherTarget, launch: KernelLaunch, config: dict[str, Any],
                          original: dict[str, Any], seeds: tuple[int, ...] = DEFAULT_SEEDS) -> list[GateResult]:
     """Gates 2 and 3: the launcher with ``config`` against the launcher with ``original`` (the
-    config the kernel ran), seed by seed, and against ``reference`` where the file has one."""
+    config the kernel ran), seed by seed, and against ``reference`` where the file has one (on
+    the same runs: each seed's two launcher runs serve both gates)."""
     worst_rel = 0.0
+    model: GateResult | None = None  # gate 3's verdict, once one seed decided it
+    if target.reference is None:
+        model = GateResult.not_run("model", "the launcher file has no reference(): compared with the original only")
     for seed in seeds:
         try:
             ours = flatten_outputs(run_launcher(target, seed, {launch.name: config}))
@@ -66,31 +70,31 @@ def check_config_outputs(target: LauncherTarget, launch: KernelLaunch, config: d
                 return [GateResult.fail("correctness", f"{verdict.reason} (seed {seed})")]
             if b.is_floating_point():
                 worst_rel = max(worst_rel, relative_error(a, b))
-    gates = [GateResult.ok("correctness", f"same outputs as the original config on {len(seeds)} seeds",
-                           rel_norm_err=worst_rel)]
-    gates.append(_against_reference(target, launch, config, original, seeds))
-    return gates
+        if model is None:
+            model = _against_reference(target, seed, ours, theirs)
+    correctness = GateResult.ok("correctness", f"same outputs as the original config on {len(seeds)} seeds",
+                                rel_norm_err=worst_rel)
+    return [correctness, model or GateResult.ok(
+        "model", f"as accurate as the original against reference() in float64 on {len(seeds)} seeds")]
 
 
-def _against_reference(target: LauncherTarget, launch: KernelLaunch, config: dict[str, Any],
-                       original: dict[str, Any], seeds: tuple[int, ...]) -> GateResult:
-    if target.reference is None:
-        return GateResult.not_run("model", "the launcher file has no reference(): compared with the original only")
-    for seed in seeds:
-        inputs = target.make_inputs(seed)
-        wide = tuple(x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs)
-        try:
-            exact = flatten_outputs(target.reference(*wide))
-        except Exception as exc:  # noqa: BLE001 - the user's reference failing is no verdict on the config
-            return GateResult.not_run("model", f"reference() failed in float64: {one_line(exc)}")
-        ours = flatten_outputs(run_launcher(target, seed, {launch.name: config}))
-        theirs = flatten_outputs(run_launcher(target, seed, {launch.name: original}))
-        for i, (a, b, r) in enumerate(zip(ours, theirs, exact)):
-            if not (a.is_floating_point() and r.is_floating_point()):
-                continue
-            err_a, err_b = relative_error(a.double(), r.to(a.device)), relative_error(b.double(), r.to(b.device))
-            tol = torch.finfo(a.dtype).eps * 16
-            if err_a > max(ACCURACY_FACTOR * err_b, tol):
-                return GateResult.fail("model", f"output {i}: error against float64 {err_a:.3g} > "
-                                                f"{ACCURACY_FACTOR:g} x the original's {err_b:.3g} (seed {seed})")
-    return GateResult.ok("model", f"as accurate as the original against reference() in float64 on {len(seeds)} seeds")
+def _against_reference(target: LauncherTarget, seed: int, ours: list[torch.Tensor],
+                       theirs: list[torch.Tensor]) -> GateResult | None:
+    """Gate 3 on one seed's runs: a verdict when this seed decides it (a failure, or a reference
+    that cannot run), None when it passed here."""
+    assert target.reference is not None
+    inputs = target.make_inputs(seed)
+    wide = tuple(x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs)
+    try:
+        exact = flatten_outputs(target.reference(*wide))
+    except Exception as exc:  # noqa: BLE001 - the user's reference failing is no verdict on the config
+        return GateResult.not_run("model", f"reference() failed in float64: {one_line(exc)}")
+    for i, (a, b, r) in enumerate(zip(ours, theirs, exact)):
+        if not (a.is_floating_point() and r.is_floating_point()):
+            continue
+        err_a, err_b = relative_error(a.double(), r.to(a.device)), relative_error(b.double(), r.to(b.device))
+        tol = torch.finfo(a.dtype).eps * 16
+        if err_a > max(ACCURACY_FACTOR * err_b, tol):
+            return GateResult.fail("model", f"output {i}: error against float64 {err_a:.3g} > "
+                                            f"{ACCURACY_FACTOR:g} x the original's {err_b:.3g} (seed {seed})")
+    return None

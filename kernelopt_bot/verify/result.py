@@ -87,6 +87,23 @@ class Verdict:
     def gate(self, name: GateName) -> GateResult | None:
         return next((g for g in self.gates if g.name == name), None)
 
+    @property
+    def speedup(self) -> float | None:
+        """Gate 4's end-to-end speedup, where it measured one."""
+        perf = self.gate("performance")
+        value = perf.numbers.get("speedup") if perf else None
+        return float(value) if isinstance(value, (int, float)) else None
+
+    def finished(self) -> Verdict:
+        """This verdict with every gate after the last one that ran recorded as not run."""
+        ran = {g.name for g in self.gates}
+        failed = self.rejected_by
+        for name in GATE_ORDER:
+            if name not in ran:
+                reason = f"not run: rejected by the {failed} gate" if failed else "not run"
+                self.gates.append(GateResult.not_run(name, reason))
+        return self
+
     def to_json(self) -> dict[str, Any]:
         return {
             "kernel": self.kernel,
