@@ -145,10 +145,13 @@ def _fmt(value: float | None, spec: str = ".3f", missing: str = "not measured") 
 def inspect(target: str, device: str | None, dtype: str, as_json: bool) -> None:
     """Compile TARGET and list its Triton kernels and preserved vendor calls."""
     device = _start(target, device)
-    from kernelopt_bot.launchers import is_launcher_file
+    from kernelopt_bot.target_kinds import target_kind
 
-    if is_launcher_file(target):
+    if target_kind(target) == "triton":
         _inspect_launcher(target, device, dtype, as_json)
+        return
+    if target_kind(target) == "helion":
+        _inspect_helion(target, device, dtype, as_json)
         return
     from kernelopt_bot.compile.capture import capture
     from kernelopt_bot.profile import profile
@@ -218,6 +221,29 @@ def _inspect_launcher(target: str, device: str, dtype: str, as_json: bool) -> No
     _console().print(table)
 
 
+def _inspect_helion(target: str, device: str, dtype: str, as_json: bool) -> None:
+    """``inspect`` for a Helion target: its kernel, the config it runs (pinned or Helion's
+    default), and the neighbours a search starts from."""
+    from kernelopt_bot.helion_targets import load_helion, neighbour_configs
+
+    with _progress() as progress:
+        progress.step(f"loading {target}")
+        helion_target = load_helion(target, device, dtype)
+        original = helion_target.original_config()
+        neighbours = neighbour_configs(helion_target, original)
+    doc = {"target": target, "kind": "helion", "device": helion_target.device, "dtype": dtype,
+           "kernel": helion_target.kernel_name, "reference": helion_target.reference is not None,
+           "pinned": helion_target.pinned, "config": original, "neighbours": len(neighbours)}
+    if as_json:
+        click.echo(json.dumps(doc, default=str))
+        return
+    console = _console()
+    console.print(escape(f"{helion_target.name} [{helion_target.device}, {dtype}]: Helion kernel "
+                         f"{helion_target.kernel_name}, {'pinned' if helion_target.pinned else 'not pinned'}"))
+    console.print(escape(f"runs with: {json.dumps(original)}"))
+    console.print(f"{len(neighbours)} neighbouring configs for a search")
+
+
 def _print_inspect(label: str, art: Any, prof: Any) -> None:
     from rich.table import Table
 
@@ -278,8 +304,11 @@ INDUCTOR_CONFIG = click.option(
 
 @main.command()
 @click.argument("target")
-@click.option("--pack", "pack_path", required=True, type=click.Path(dir_okay=False),
-              help="KernelPack JSON to install in the packed arm.")
+@click.option("--pack", "pack_path", default=None, type=click.Path(dir_okay=False),
+              help="KernelPack JSON to install in the packed arm (a module target).")
+@click.option("--patch", "patch_path", default=None, type=click.Path(dir_okay=False),
+              help="patch.diff of a kernel target (a launcher or Helion file): timed applied to a copy of the "
+                   "target's folder, against the folder as it is.")
 @DEVICE
 @DTYPE
 @click.option("--rounds", default=10, show_default=True, type=click.IntRange(1, 1000))
@@ -290,18 +319,31 @@ INDUCTOR_CONFIG = click.option(
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a summary.")
 @output_flags
 @handle_errors
-def bench(target: str, pack_path: str, device: str | None, dtype: str, rounds: int, reps: int,
-          mode: str | None, config_items: tuple[str, ...], as_json: bool) -> None:
-    """torch.compile baseline against TARGET with PACK installed, end to end."""
-    device = _start(target, device)
-    from kernelopt_bot.compile.settings import check_config, parse_config_items
+def bench(target: str, pack_path: str | None, patch_path: str | None, device: str | None, dtype: str, rounds: int,
+          reps: int, mode: str | None, config_items: tuple[str, ...], as_json: bool) -> None:
+    """torch.compile baseline against TARGET with PACK installed, end to end; or a kernel target
+    against itself with PATCH applied."""
     from kernelopt_bot.errors import BadInputError
+    from kernelopt_bot.target_kinds import target_kind
+
+    if (pack_path is None) == (patch_path is None):
+        raise BadInputError("give one of --pack (a module target) or --patch (a kernel target)")
+    kind = target_kind(target)
+    if (patch_path is not None) != (kind != "module"):
+        raise BadInputError(f"{target} is a {kind} target: "
+                            + ("--patch is for kernel targets; give --pack" if kind == "module"
+                               else "its result is a patch; give --patch"))
+    device = _start(target, device)
+    if patch_path is not None:
+        _bench_patch(target, patch_path, device, dtype, rounds, reps, as_json)
+        return
+    from kernelopt_bot.compile.settings import check_config, parse_config_items
     from kernelopt_bot.harness.bench import bench as run_bench
     from kernelopt_bot.harness.model_worker import ArmRaised
     from kernelopt_bot.targets import load_target
 
     config = check_config(parse_config_items(config_items), "--inductor-config")
-    pack = _load_pack(pack_path)
+    pack = _load_pack(str(pack_path))
     with _progress() as progress:
         progress.step(f"loading {target}")
         tgt = load_target(target, device, dtype)  # bad targets fail here, with exit code 2
@@ -335,6 +377,52 @@ def bench(target: str, pack_path: str, device: str | None, dtype: str, rounds: i
     else:
         console.print(escape(f"times: {result.reason}"))
     console.print(f"max |baseline - packed| on fresh inputs: {result.max_abs_diff:.3g}")
+
+
+def _bench_patch(target: str, patch_path: str, device: str, dtype: str, rounds: int, reps: int,
+                 as_json: bool) -> None:
+    """``bench --patch``: the patch applied (``git apply``) to a copy of the target's folder, the
+    two files timed against each other in their own processes."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    from kernelopt_bot.errors import BadInputError
+    from kernelopt_bot.harness.bench import bench_patch
+    from kernelopt_bot.harness.model_worker import ArmRaised
+
+    folder = Path(target).resolve().parent
+    patch = Path(patch_path).resolve()
+    if not patch.is_file():
+        raise BadInputError(f"{patch_path}: no such file")
+    with tempfile.TemporaryDirectory(prefix="kernelopt-patched-") as tmp:
+        copy = Path(tmp) / folder.name
+        shutil.copytree(folder, copy, symlinks=True,
+                        ignore=shutil.ignore_patterns(".git", "kernelopt-out", "__pycache__", ".venv*"))
+        applied = subprocess.run(["git", "apply", str(patch)], cwd=copy, capture_output=True, text=True)
+        if applied.returncode != 0:
+            raise BadInputError(f"{patch_path} does not apply to {folder}: {applied.stderr.strip()[:500]}")
+        with _progress() as progress:
+            progress.step(f"starting {target} as it is and patched" + (f", then {rounds} timed rounds"
+                                                                        if device == "cuda" else ""))
+            try:
+                result = bench_patch(str(Path(target).resolve()), str(copy / Path(target).name), device=device,
+                                     dtype=dtype, rounds=rounds, reps=reps)
+            except ArmRaised as exc:
+                if exc.label != "packed":
+                    raise
+                raise BadInputError(f"{target} with {patch_path} applied does not run: {exc.reason}") from exc
+    if as_json:
+        click.echo(json.dumps(result.to_json()))
+        return
+    console = _console()
+    if result.measured:
+        console.print(f"as it is {result.baseline_ms:.4f} ms, patched {result.packed_ms:.4f} ms, "
+                      f"speedup {result.speedup:.3f}x, noise floor {_fmt(result.noise_floor, '.2%')} "
+                      f"({len(result.rounds)} rounds)")
+    else:
+        console.print(escape(f"times: {result.reason}"))
+    console.print(f"max |as it is - patched| on fresh inputs: {result.max_abs_diff:.3g}")
 
 
 def _parse_budget(items: tuple[str, ...]) -> dict[str, Any]:
@@ -383,11 +471,14 @@ def _parse_budget(items: tuple[str, ...]) -> dict[str, Any]:
               envvar="KERNELOPT_ISOLATION",
               help="How the target's code and every candidate are isolated: auto (bwrap, else unshare namespaces, "
                    "else none with a warning), namespace (fail if no namespace tool works), none.")
+@click.option("--untimed-patch", is_flag=True,
+              help="Kernel targets without a GPU: write patch.diff with the first config that passes gates 1-3, "
+                   "marked as not timed (to see the patch a GPU run would deliver).")
 @output_flags
 @handle_errors
 def optimize(target: str, out_dir: str | None, device: str | None, dtype: str, budget_items: tuple[str, ...],
              gamma: float, llm_base_url: str | None, llm_model: str | None, store_path: str | None,
-             mode: str | None, config_items: tuple[str, ...], isolation: str) -> None:
+             mode: str | None, config_items: tuple[str, ...], isolation: str, untimed_patch: bool) -> None:
     """Capture, profile, search, verify, pack and benchmark TARGET; write a report.
 
     The target is loaded only in an isolated engine process that holds no secret. Exit code 0
@@ -417,7 +508,8 @@ def optimize(target: str, out_dir: str | None, device: str | None, dtype: str, b
                    log_path=out / "run.log") as progress:
         progress.note(f"isolation: {method}")
         result = run_pipeline(target, device=device, dtype=dtype, out_dir=out, budget=budget, gamma=gamma,
-                              llm=llm, store_path=store_path, log=progress.relay, compile_settings=settings)
+                              llm=llm, store_path=store_path, log=progress.relay, compile_settings=settings,
+                              untimed_patch=untimed_patch)
     if result.status != "ok" and result.error_kind == "bad input":
         # nothing ran: the one-line reason is the whole answer (report.md and result.json say it too)
         _fail(str(result.error), 2)
@@ -449,7 +541,8 @@ def _print_result(console: Any, result: Any, out: Path) -> None:
         console.print("end to end: not measured (no CUDA device)")
     for rec in result.recommendations:
         _print_recommendation(console, rec)
-    console.print(escape(f"wrote {out}/report.md, result.json, pack.json, run.log"))
+    written = "patch.diff" if getattr(result, "patch_path", None) else "pack.json"
+    console.print(escape(f"wrote {out}/report.md, result.json, {written}, run.log"))
 
 
 def _print_recommendation(console: Any, rec: Any) -> None:

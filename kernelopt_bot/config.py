@@ -59,7 +59,13 @@ class TargetConfig(_Strict):
     name: str = Field(description="What reports, pack files (`kernelopt/packs/<name>.json`) and "
                                   "`/kernelopt run NAME` call the target: letters, digits, `.`, `_`, `-`.")
     entry: str = Field(description="A benchmark-format `.py` file relative to the repository root, or "
-                                   "`package.module:factory` (returns `(model, inputs)`).")
+                                   "`package.module:factory` (returns `(model, inputs)`); for a kernel target, a "
+                                   "launcher file (`launch(*inputs)`, `get_inputs()`) or a Helion kernel file.")
+    kind: Literal["module", "triton", "helion"] | None = Field(
+        default=None, description="What the entry is: a PyTorch `module` (the result is a pack), a `triton` "
+                                  "launcher of your own kernels or a `helion` kernel (the result is a change to "
+                                  "the kernel's source). Inferred from the entry when left out; a run whose entry "
+                                  "is not of the stated kind fails with the reason.")
     dtypes: list[str] = Field(default_factory=lambda: ["fp32"],
                               description="Precisions to optimize, each a separate run: `fp32`, `bf16`, `fp16`.")
     device: Literal["cuda", "cpu", "auto"] = Field(

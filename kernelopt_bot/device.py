@@ -7,13 +7,16 @@ launch config must respect there. torch and triton are imported only inside the 
 CLI can import this module before it decides anything.
 
 CPU interpreter mode: with no CUDA device, Inductor can still emit Triton kernels for CPU tensors
-(``cpu_backend = "triton"``) and ``TRITON_INTERPRET=1`` runs them with numpy. Three gaps in the
-stock stack need patching (FINDINGS.md section 4):
+(``cpu_backend = "triton"``) and ``TRITON_INTERPRET=1`` runs them with numpy. The gaps in the
+stock stack need patching (FINDINGS.md sections 4 and 8):
 
 * ``torch.utils._triton.triton_hash_with_backend`` asks the active GPU driver for a hash;
 * ``triton.language.extra.libdevice`` functions are ``...`` stubs that return ``None`` when
   interpreted, so a numpy-backed table stands in for them;
 * compile workers would not inherit these patches, so compilation stays in-process.
+* a Python ``float`` kernel argument reaches the kernel bare, not as the fp32 scalar a compiled
+  kernel sees (hand-written kernels call ``.to`` on it);
+* Inductor's reduction helpers combine pairwise in Python (slow), so numpy reductions stand in.
 
 Times measured in this mode mean nothing and are never reported as numbers.
 """
@@ -123,6 +126,7 @@ def _enable_interpreter_mode() -> None:
         pass
     _install_libdevice_shim()
     _install_reduction_shim()
+    _install_float_argument_shim()
     _INTERPRETER_ENABLED = True
 
 
@@ -214,6 +218,27 @@ def _install_reduction_shim() -> None:
     triton_helpers.max2 = _reduced(np.max)
     triton_helpers.min2 = _reduced(np.min)
     triton_helpers.welford = _welford
+
+
+def _install_float_argument_shim() -> None:
+    """A Python ``float`` kernel argument is an fp32 scalar tensor in a compiled kernel (so
+    ``eps.to(tl.float32)`` works, as hand-written kernels such as liger-kernel's norms write it);
+    the interpreter passes it on as a bare float. Wrap it as the compiler types it."""
+    import numpy as np
+    import triton.language as tl
+    from triton.runtime import interpreter
+
+    original = interpreter._implicit_cvt
+    if getattr(original, "_kernelopt_float_shim", False):
+        return
+
+    def implicit_cvt(arg: Any) -> Any:
+        if isinstance(arg, float):
+            return tl.tensor(interpreter.TensorHandle(np.array([arg], dtype=np.float32), tl.float32), tl.float32)
+        return original(arg)
+
+    implicit_cvt._kernelopt_float_shim = True  # type: ignore[attr-defined]
+    interpreter._implicit_cvt = implicit_cvt
 
 
 def _welford(mean: Any, m2: Any, weight: Any, dim: Any) -> tuple[Any, Any, Any]:

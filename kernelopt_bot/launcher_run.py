@@ -1,20 +1,26 @@
 """The pipeline for a standalone-kernel target (issue 14): capture the launcher's kernels, search
-the configs of each autotuned one, put candidates through the four gates, and deliver the verified
-configs as a patch to the user's own source (``patch.diff``), not a pack.
+the configs of each, put candidates through the four gates, and deliver the verified configs as a
+patch to the user's own source (``patch.diff``), not a pack.
 
-Candidates are the kernel's own ``@triton.autotune`` entries other than the one that ran, and the
-neighbours of that one (a block size or the warp count doubled or halved, one stage more or less).
-On a GPU each is timed on the launcher first and only those faster than the original by
+Candidates for an autotuned kernel are its own ``@triton.autotune`` entries other than the one that
+ran, and the neighbours of that one (a block size or the warp count doubled or halved, one stage
+more or less); for a plain ``@triton.jit`` kernel, the launch options (warps and stages) around the
+ones its launcher gave it, nearest first: its block sizes are the launcher's own logic. On a GPU
+each is timed on the launcher first and only those faster than the original by
 :data:`~kernelopt_bot.search.tuner.MIN_KERNEL_GAIN` go to the gates; gate 4 is the modules' own
 comparison (:class:`~kernelopt_bot.harness.launcher_arm.LauncherArm`). In the CPU interpreter
-gates 1-3 run and nothing is timed: no patch is written without a measured speedup.
+gates 1-3 run and nothing is timed: no patch is written without a measured speedup, unless the
+user asks for one (``untimed_patch``, to see the patch flow on a machine without a GPU; the patch
+then says it was not timed).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,13 +31,13 @@ from kernelopt_bot.harness.work_watch import NO_WATCH, WorkWatch
 from kernelopt_bot.launchers import (
     LAUNCH_OPTIONS,
     KernelLaunch,
-    LauncherTarget,
+    KernelTarget,
     capture_launches,
     load_launcher,
 )
 from kernelopt_bot.result import KernelOutcome, RunResult
 from kernelopt_bot.search.tuner import MIN_KERNEL_GAIN
-from kernelopt_bot.source_patch import PatchError, autotune_patch
+from kernelopt_bot.source_patch import PatchError, SourceEdit, unified_diff
 from kernelopt_bot.verify.launcher import check_config_outputs, check_config_static
 from kernelopt_bot.verify.perf import judge
 from kernelopt_bot.verify.result import GateResult, Verdict
@@ -41,10 +47,14 @@ PROBE_REPS = 20
 PROBE_DEADLINE_S = 120.0  # one config's probe timing on the launcher
 GATES_DEADLINE_S = 900.0  # one config's gates 2-4 (several launcher runs, interleaved rounds)
 GATES_RESERVE_S = 10.0  # a config's gates do not start closer than this to the wall budget's end
+PLAIN_WARPS = (1, 2, 4, 8, 16, 32)
+PLAIN_STAGES = (1, 2, 3, 4, 5)
+UNTIMED = "passed gates 1-3 (not timed: no GPU)"
 
 
 def candidate_configs(launch: KernelLaunch) -> list[dict[str, Any]]:
-    """The autotune list's other entries, then the chosen config's neighbours; each once."""
+    """The autotune list's other entries, then the chosen config's neighbours; for a plain
+    kernel, its warps and stages around the launcher's, nearest first; each once."""
     chosen = launch.chosen or {}
     out: list[dict[str, Any]] = []
 
@@ -52,6 +62,17 @@ def candidate_configs(launch: KernelLaunch) -> list[dict[str, Any]]:
         if config != chosen and config not in out:
             out.append(config)
 
+    if not launch.autotuned:
+        warps, stages = chosen.get("num_warps", 4), chosen.get("num_stages", 3)
+
+        def distance(config: dict[str, Any]) -> tuple[float, ...]:
+            w = abs(PLAIN_WARPS.index(config["num_warps"]) - (PLAIN_WARPS.index(warps) if warps in PLAIN_WARPS else 2))
+            return (w + abs(config["num_stages"] - stages), w, config["num_warps"], config["num_stages"])
+
+        grid = [{"num_warps": w, "num_stages": st} for w in PLAIN_WARPS for st in PLAIN_STAGES]
+        for config in sorted(grid, key=distance):
+            add(config)
+        return out
     for config in launch.autotune_configs or []:
         add(dict(config))
     for key, value in chosen.items():
@@ -64,15 +85,50 @@ def candidate_configs(launch: KernelLaunch) -> list[dict[str, Any]]:
     return out
 
 
+@dataclass
+class KernelSearch:
+    """One kernel of a kernel target to search: its name as the target's runs force it, the
+    config it ran with, the configs to try (nearest first), and gate 1 for a config."""
+
+    name: str
+    kind: str
+    original: dict[str, Any]
+    candidates: list[dict[str, Any]]
+    static: Callable[[dict[str, Any]], GateResult]
+    describe: Callable[[dict[str, Any]], str] | None = None  # a config in the log (default: every key)
+
+    def label(self, config: dict[str, Any]) -> str:
+        return (self.describe or _describe)(config)
+
+
+@dataclass
+class SearchContext:
+    """What every kernel's search on one target shares: the target, the gates' settings, the
+    run's limits and where it reports."""
+
+    target: KernelTarget
+    gamma: float
+    rounds: int
+    candidates_per_kernel: int
+    log: Callable[[str], None]
+    work_watch: WorkWatch = NO_WATCH
+    ends_at: float | None = None  # the wall budget's deadline (time.time())
+    untimed_patch: bool = False
+
+
+Verified = dict[str, tuple[dict[str, Any], Verdict]]
+
+
 def run_launcher_target(spec: str, device: str | None, dtype: str, *, gamma: float, rounds: int,
                         candidates_per_kernel: int, result: RunResult, out_dir: Path,
                         log: Callable[[str], None], work_watch: WorkWatch = NO_WATCH,
-                        ends_at: float | None = None) -> Path | None:
+                        ends_at: float | None = None, untimed_patch: bool = False) -> Path | None:
     """The whole run on a launcher file; fills ``result`` and returns the patch's path (None
     when nothing was verified). Each config's probe and gates are announced work
     (:class:`WorkWatch`): one that poisons the device or crashes the engine is skipped by the next.
     ``ends_at`` (:func:`time.time`): the wall budget's deadline; no config's gates start after
-    :data:`GATES_RESERVE_S` before it."""
+    :data:`GATES_RESERVE_S` before it. ``untimed_patch``: with no GPU, the first config that
+    passes gates 1-3 goes into the patch, marked as not timed."""
     log("loading the launcher")
     target = load_launcher(spec, device, dtype)
     result.device = target.device
@@ -81,104 +137,136 @@ def run_launcher_target(spec: str, device: str | None, dtype: str, *, gamma: flo
     seen: dict[str, KernelLaunch] = {}
     for launch in launches:
         seen.setdefault(launch.name, launch)
-    verified: dict[str, tuple[KernelLaunch, dict[str, Any], Verdict]] = {}
+    context = SearchContext(target, gamma, rounds, candidates_per_kernel, log, work_watch, ends_at, untimed_patch)
+    verified: Verified = {}
     for name, launch in seen.items():
-        outcome = KernelOutcome(name, "triton (hand-written)")
-        result.kernels.append(outcome)
-        if launch.autotune_configs is None or launch.chosen is None:
-            outcome.status = "not searched (no @triton.autotune list: its launch parameters are the launcher's)"
-            continue
-        log(f"searching {name}")
-        picks = _ranked(target, launch, candidate_configs(launch), candidates_per_kernel, log, work_watch)
-        tried = []
-        for config in picks:
-            if ends_at is not None and time.time() > ends_at - GATES_RESERVE_S:
-                outcome.detail = f"the wall-time budget ran out after {len(tried)} of {len(picks)} configs"
-                break
-            tried.append((config, _watched_verify(target, launch, config, gamma, rounds, work_watch)))
-        outcome.candidates = len(tried)
-        counts = outcome.strategies.setdefault("config", {"gated": 0, "accepted": 0, "chosen": 0})
-        counts["gated"] = len(tried)
-        accepted = [(c, v) for c, v in tried if v.accepted]
-        counts["accepted"] = len(accepted)
-        for config, verdict in tried:
-            log(f"  {_describe(config)}: {verdict.status}")
-        if accepted:
-            config, verdict = max(accepted, key=lambda cv: cv[1].speedup or 0.0)
-            counts["chosen"] = 1
-            outcome.status, outcome.speedup, outcome.replacement = "accepted", verdict.speedup, "config"
-            outcome.detail = _describe(config)
-            verified[name] = (launch, config, verdict)
-        elif not tried:
-            outcome.status = "not searched (budget)" if outcome.detail else "no proposal"
-        else:
-            outcome.status = "no candidate accepted"
-            outcome.detail = "; ".join([*sorted({v.status for _, v in tried}), *([outcome.detail] if outcome.detail else [])])
+        kind = "triton (hand-written)" if launch.autotuned else "triton (hand-written, plain @triton.jit)"
+        search = KernelSearch(name, kind, dict(launch.chosen or {}), candidate_configs(launch),
+                              lambda config, launch=launch: check_config_static(launch, config))
+        search_kernel(context, search, result, verified)
     if target.device == "cuda" and verified:
-        _measure_together(target, verified, rounds, result)
-    return _write_patch(verified, spec, out_dir, result, log)
+        measure_together(target, {name: (seen[name].chosen or {}, config) for name, (config, _) in verified.items()},
+                         rounds, result)
+    return _write_patch({name: (seen[name], *picked) for name, picked in verified.items()}, spec, out_dir, result,
+                        log, device_name(target.device))
 
 
-def _work_key(launch: KernelLaunch, config: dict[str, Any]) -> str:
-    return f"launcher:{launch.name}:{json.dumps(config, sort_keys=True)}"
+def search_kernel(context: SearchContext, search: KernelSearch, result: RunResult, verified: Verified) -> None:
+    """Rank ``search``'s configs, put the best through the gates within the budget, and record
+    the kernel's outcome in ``result``; a verified config goes into ``verified``."""
+    target, log = context.target, context.log
+    outcome = KernelOutcome(search.name, search.kind)
+    result.kernels.append(outcome)
+    log(f"searching {search.name}")
+    picks = _ranked(context, search)
+    tried = []
+    for config in picks:
+        if context.ends_at is not None and time.time() > context.ends_at - GATES_RESERVE_S:
+            outcome.detail = f"the wall-time budget ran out after {len(tried)} of {len(picks)} configs"
+            break
+        tried.append((config, _watched_verify(context, search, config)))
+    outcome.candidates = len(tried)
+    counts = outcome.strategies.setdefault("config", {"gated": 0, "accepted": 0, "chosen": 0})
+    counts["gated"] = len(tried)
+    accepted = [(c, v) for c, v in tried if v.accepted]
+    untimed = [(c, v) for c, v in tried if context.untimed_patch and target.device != "cuda" and _passed_1_to_3(v)]
+    counts["accepted"] = len(accepted)
+    for config, verdict in tried:
+        log(f"  {search.label(config)}: {verdict.status}")
+    if accepted:
+        config, verdict = max(accepted, key=lambda cv: cv[1].speedup or 0.0)
+        counts["chosen"] = 1
+        outcome.status, outcome.speedup, outcome.replacement = "accepted", verdict.speedup, "config"
+        outcome.detail = search.label(config)
+        verified[search.name] = (config, verdict)
+    elif untimed:
+        config, verdict = untimed[0]
+        outcome.status, outcome.replacement, outcome.detail = UNTIMED, "config", search.label(config)
+        verified[search.name] = (config, verdict)
+    elif not tried:
+        outcome.status = "not searched (budget)" if outcome.detail else "no proposal"
+    else:
+        outcome.status = "no candidate accepted"
+        outcome.detail = "; ".join([*sorted({v.status for _, v in tried}), *([outcome.detail] if outcome.detail else [])])
 
 
-def _watched_verify(target: LauncherTarget, launch: KernelLaunch, config: dict[str, Any], gamma: float,
-                    rounds: int, work_watch: WorkWatch) -> Verdict:
-    key = _work_key(launch, config)
-    downed = work_watch.quarantined(key)
+def _passed_1_to_3(verdict: Verdict) -> bool:
+    """Gates 1-3 passed (or gate 3 had no reference) and gate 4 could not run (no GPU)."""
+    correctness = verdict.gate("correctness")
+    return (verdict.infrastructure is None and verdict.rejected_by is None
+            and correctness is not None and correctness.passed is True)
+
+
+def device_name(device: str) -> str:
+    """The GPU's name, for the note a patch carries."""
+    if device == "cuda":
+        import torch
+
+        return torch.cuda.get_device_name()
+    return "the CPU interpreter"
+
+
+def _work_key(search: KernelSearch, config: dict[str, Any]) -> str:
+    return f"kernel:{search.name}:{json.dumps(config, sort_keys=True, default=str)}"
+
+
+def _watched_verify(context: SearchContext, search: KernelSearch, config: dict[str, Any]) -> Verdict:
+    key = _work_key(search, config)
+    downed = context.work_watch.quarantined(key)
     if downed is not None:
-        verdict = Verdict(launch.name, _describe(config))
-        verdict.gates = [check_config_static(launch, config), GateResult.fail("correctness", downed)]
+        verdict = Verdict(search.name, search.label(config))
+        verdict.gates = [search.static(config), GateResult.fail("correctness", downed)]
         return verdict.finished()
-    with work_watch.watching(key, f"gates for {_describe(config)} on {launch.name}", GATES_DEADLINE_S):
-        return _verify(target, launch, config, gamma, rounds)
+    with context.work_watch.watching(key, f"gates for {search.label(config)} on {search.name}", GATES_DEADLINE_S):
+        return _verify(context, search, config)
 
 
-def _ranked(target: LauncherTarget, launch: KernelLaunch, configs: list[dict[str, Any]], limit: int,
-            log: Callable[[str], None], work_watch: WorkWatch = NO_WATCH) -> list[dict[str, Any]]:
-    """On a GPU the configs faster than the original on the launcher, fastest first; on the CPU
-    the first ``limit`` (nothing can be timed)."""
+def _ranked(context: SearchContext, search: KernelSearch) -> list[dict[str, Any]]:
+    """On a GPU the configs faster than the original on the target, fastest first; on the CPU
+    the first ``candidates_per_kernel`` (nothing can be timed)."""
+    target, limit = context.target, context.candidates_per_kernel
     if target.device != "cuda":
-        return configs[:limit]
-    original = LauncherArm(target, {launch.name: dict(launch.chosen or {})}, "original").request("time", 0, PROBE_REPS)
+        return search.candidates[:limit]
+    original = LauncherArm(target, {search.name: search.original}, "original").request("time", 0, PROBE_REPS)
     timed: list[tuple[float, dict[str, Any]]] = []
-    for config in configs:
-        key = _work_key(launch, config)
-        if not check_config_static(launch, config).passed or work_watch.quarantined(key) is not None:
+    for config in search.candidates:
+        if context.ends_at is not None and time.time() > context.ends_at - GATES_RESERVE_S:
+            break
+        key = _work_key(search, config)
+        if not search.static(config).passed or context.work_watch.quarantined(key) is not None:
             continue
         try:
-            with work_watch.watching(key, f"timing {_describe(config)} on {launch.name}", PROBE_DEADLINE_S):
-                reply = LauncherArm(target, {launch.name: config}, "probe").request("time", 0, PROBE_REPS)
+            with context.work_watch.watching(key, f"timing {search.label(config)} on {search.name}", PROBE_DEADLINE_S):
+                reply = LauncherArm(target, {search.name: config}, "probe").request("time", 0, PROBE_REPS)
         except Exception:  # noqa: BLE001 - a config that fails is no candidate
             continue
         if reply and original and original[0] / reply[0] >= MIN_KERNEL_GAIN:
             timed.append((reply[0], config))
-    log(f"  {len(configs)} configs timed on the launcher; {len(timed)} faster than the original by "
-        f"{MIN_KERNEL_GAIN - 1:.0%}")
+    context.log(f"  {len(search.candidates)} configs timed on the target; {len(timed)} faster than the original "
+                f"by {MIN_KERNEL_GAIN - 1:.0%}")
     return [c for _, c in sorted(timed, key=lambda t: t[0])][:limit]
 
 
-def _verify(target: LauncherTarget, launch: KernelLaunch, config: dict[str, Any], gamma: float, rounds: int) -> Verdict:
-    verdict = Verdict(launch.name, _describe(config))
-    static = check_config_static(launch, config)
+def _verify(context: SearchContext, search: KernelSearch, config: dict[str, Any]) -> Verdict:
+    verdict = Verdict(search.name, search.label(config))
+    static = search.static(config)
     verdict.gates.append(static)
     if static.passed:
-        verdict.gates.extend(check_config_outputs(target, launch, config, dict(launch.chosen or {})))
+        verdict.gates.extend(check_config_outputs(context.target, search.name, config, search.original))
     if all(g.passed is not False for g in verdict.gates):
-        verdict.gates.append(_performance(target, {launch.name: config}, {launch.name: dict(launch.chosen or {})},
-                                          launch.name, gamma, rounds))
+        verdict.gates.append(_performance(context.target, {search.name: config}, {search.name: search.original},
+                                          search.name, context.gamma, context.rounds))
     return verdict.finished()
 
 
-def _performance(target: LauncherTarget, forced: dict[str, dict[str, Any]], original: dict[str, dict[str, Any]],
+def _performance(target: KernelTarget, forced: dict[str, dict[str, Any]], original: dict[str, dict[str, Any]],
                  kernel: str | None, gamma: float, rounds: int) -> GateResult:
     if target.device != "cuda":
         return GateResult.not_run("performance", "not measured: no CUDA device (interpreter mode)")
     try:
         bench = _compare(target, original, forced, "candidate", rounds)
     except ArmRaised as exc:
-        if exc.label == "candidate":  # the launcher with this config raised while it was timed
+        if exc.label == "candidate":  # the target with this config raised while it was timed
             return GateResult.fail("performance", f"benchmark failed: {exc.payload}")
         return GateResult.not_run("performance", f"not measured: the original config failed while timed ({exc.payload})")
     numbers = {"speedup": bench.speedup, "baseline_ms": bench.baseline_ms, "packed_ms": bench.packed_ms,
@@ -186,20 +274,21 @@ def _performance(target: LauncherTarget, forced: dict[str, dict[str, Any]], orig
     return judge(bench, kernel, gamma, numbers)
 
 
-def _compare(target: LauncherTarget, original: dict[str, dict[str, Any]], forced: dict[str, dict[str, Any]],
+def _compare(target: KernelTarget, original: dict[str, dict[str, Any]], forced: dict[str, dict[str, Any]],
              label: str, rounds: int) -> Any:
-    """Gate 4's comparison: the launcher with ``forced`` against it with ``original`` and again
+    """Gate 4's comparison: the target with ``forced`` against it with ``original`` and again
     with ``original`` (the noise floor), interleaved (:func:`compare_arms`)."""
     return compare_arms(LauncherArm(target, original, "baseline"), LauncherArm(target, forced, label),
                         LauncherArm(target, original, "baseline-repeat"), target=target.spec,
                         device=target.device, dtype=str(target.dtype), rounds=rounds)
 
 
-def _measure_together(target: LauncherTarget, verified: dict[str, tuple[KernelLaunch, dict[str, Any], Verdict]],
-                      rounds: int, result: RunResult) -> None:
-    """The launcher with every verified config at once, against the original, as the run's number."""
-    forced = {name: config for name, (_, config, _) in verified.items()}
-    original = {name: dict(launch.chosen or {}) for name, (launch, _, _) in verified.items()}
+def measure_together(target: KernelTarget, configs: dict[str, tuple[dict[str, Any], dict[str, Any]]],
+                     rounds: int, result: RunResult) -> None:
+    """The target with every verified config at once (kernel -> (original, verified)), against
+    the original, as the run's number."""
+    original = {name: dict(before) for name, (before, _) in configs.items()}
+    forced = {name: config for name, (_, config) in configs.items()}
     try:
         bench = _compare(target, original, forced, "patched", rounds)
     except ArmRaised as exc:
@@ -210,29 +299,72 @@ def _measure_together(target: LauncherTarget, verified: dict[str, tuple[KernelLa
 
 
 def _write_patch(verified: dict[str, tuple[KernelLaunch, dict[str, Any], Verdict]], spec: str, out_dir: Path,
-                 result: RunResult, log: Callable[[str], None]) -> Path | None:
-    if not verified:
-        return None
+                 result: RunResult, log: Callable[[str], None], device_name: str) -> Path | None:
     root = Path(spec).resolve().parent
-    pieces = []
-    for name, (launch, config, _) in verified.items():
-        if launch.file is None:
-            continue
-        if config in (launch.autotune_configs or []):
-            # Already in the list: putting it first would not make Triton's own benchmark pick it.
-            log(f"    {name}: {_describe(config)} is already in its @triton.autotune list (Triton's benchmark "
-                f"picked another); no patch for it")
-            continue
+    edits: list[tuple[Path, SourceEdit]] = []
+    for launch, config, verdict in verified.values():
+        edit = _launch_edit(launch, config, verdict, root, device_name, log) if not launch.autotuned \
+            else _autotune_edit(launch, config, root, log)
+        if edit is not None:
+            edits.append(edit)
+    return write_edits(edits, root, out_dir, result, log)
+
+
+def write_edits(edits: list[tuple[Path, SourceEdit]], root: Path, out_dir: Path, result: RunResult,
+                log: Callable[[str], None]) -> Path | None:
+    """``patch.diff`` from the edits (each made to its file as it is now, paths relative to the
+    target's folder, or the file's own where it lives outside), and the edits as data in the
+    result (what the bot's publish stage rebuilds the change from); None when none applies."""
+    pieces, kept = [], []
+    for path, edit in edits:
         try:
-            pieces.append(autotune_patch(launch.file, name, _written(config), root=_root_for(Path(launch.file), root)))
-        except (PatchError, ValueError) as exc:
-            log(f"warning: {name}'s config could not be written into {launch.file}: {exc}")
+            text = path.read_text()
+            pieces.append(unified_diff(path, text, edit.apply(text), _root_for(path, root)))
+            kept.append(edit.to_json())
+        except (PatchError, OSError, ValueError) as exc:
+            log(f"warning: {edit.kernel}'s config could not be written into {path}: {exc}")
     if not pieces:
         return None
-    path = out_dir / PATCH_FILE
-    path.write_text("".join(pieces))
-    result.pack_entries = len(pieces)
-    return path
+    patch = out_dir / PATCH_FILE
+    patch.write_text("".join(pieces))
+    result.pack_entries, result.source_edits = len(pieces), kept
+    return patch
+
+
+def _autotune_edit(launch: KernelLaunch, config: dict[str, Any], root: Path,
+                   log: Callable[[str], None]) -> tuple[Path, SourceEdit] | None:
+    """An autotuned kernel's verified config, first in its ``@triton.autotune`` list."""
+    if launch.file is None:
+        return None
+    if config in (launch.autotune_configs or []):
+        # Already in the list: putting it first would not make Triton's own benchmark pick it.
+        log(f"    {launch.name}: {_describe(config)} is already in its @triton.autotune list (Triton's benchmark "
+            f"picked another); no patch for it")
+        return None
+    path = Path(launch.file)
+    return path, SourceEdit(_relative(path, root), "autotune", launch.name, _written(config))
+
+
+def _launch_edit(launch: KernelLaunch, config: dict[str, Any], verdict: Verdict, root: Path, device_name: str,
+                 log: Callable[[str], None]) -> tuple[Path, SourceEdit] | None:
+    """A plain kernel's verified options written at its launch, for the shape they were verified
+    on; None (with a warning) where it is not known where the launch is."""
+    if launch.call_file is None or launch.call_line is None:
+        log(f"warning: {launch.name}: where it is launched is unknown; no patch for it")
+        return None
+    changed = {k: v for k, v in config.items() if (launch.chosen or {}).get(k) != v}
+    speed = f"{verdict.speedup:.3f}x end to end" if verdict.speedup is not None else "gates 1-3 only, not timed"
+    note = f"{_describe(changed).removeprefix('config ')} for this shape, verified on {device_name} ({speed})"
+    values = {k: v for k, v in {**dict(zip(launch.arg_names, launch.args)), **launch.constexprs}.items()
+              if isinstance(v, int) and not isinstance(v, bool)}
+    path = Path(launch.call_file)
+    return path, SourceEdit(_relative(path, root), "launch", launch.name, changed, note, launch.call_line,
+                            list(launch.arg_names), values, list(launch.grid))
+
+
+def _relative(path: Path, root: Path) -> str:
+    """``path`` relative to the target's folder (``..`` where it lives beside it)."""
+    return Path(os.path.relpath(path.resolve(), root)).as_posix()
 
 
 def _root_for(file: Path, launcher_dir: Path) -> Path:

@@ -6,8 +6,9 @@ file* defines ``launch(*inputs)`` (that function), ``get_inputs()`` (as a module
 optionally ``reference(*inputs)`` in PyTorch. :func:`capture_launches` runs the launcher once and
 records every kernel launch: the kernel (name, source, file and line), its arguments as they were
 before it ran, the grid, the constexprs and launch options, and for an autotuned kernel its
-configs and the one it ran with. That record is what a search over the kernel's configs and its
-gates start from; ``kernelopt inspect`` shows it.
+configs and the one it ran with; for a plain ``@triton.jit`` kernel the launch options it ran with
+(Triton's defaults where the call gives none) and where in the source the launch is. That record
+is what a search over the kernel's configs and its gates start from; ``kernelopt inspect`` shows it.
 """
 
 from __future__ import annotations
@@ -15,35 +16,35 @@ from __future__ import annotations
 import contextlib
 import inspect
 import os
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
 from kernelopt_bot.device import prepare_device, resolve_device
 from kernelopt_bot.errors import TargetError, one_line
-from kernelopt_bot.source_patch import LAUNCH_OPTIONS
+from kernelopt_bot.source_patch import DEFAULT_OPTIONS, LAUNCH_OPTIONS
+from kernelopt_bot.target_kinds import LAUNCHER
 from kernelopt_bot.targets import _call_user, _drawn, _import_file, _move_input, resolve_dtype
 
-LAUNCHER = "launch"
 
+class KernelTarget(Protocol):
+    """What the search, the gates and the arms need of a kernel target (a launcher file, a Helion
+    kernel): inputs per seed, the optional PyTorch reference, and a run with named kernels
+    forced to given configs."""
 
-def is_launcher_file(spec: str) -> bool:
-    """A ``.py`` target that defines ``launch`` and no ``Model``: a standalone-kernel target.
-    Read from the file's text (nothing of it runs here)."""
-    path = Path(spec)
-    if path.suffix != ".py" or not path.is_file():
-        return False
-    import ast
+    spec: str
+    device: str
+    dtype: torch.dtype
+    reference: Callable[..., Any] | None
 
-    try:
-        tree = ast.parse(path.read_text())
-    except (SyntaxError, UnicodeDecodeError, OSError):
-        return False
-    names = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
-    return LAUNCHER in names and "Model" not in names
+    def make_inputs(self, seed: int = 0) -> tuple[Any, ...]: ...
+
+    def run(self, seed: int = 0, forced: dict[str, dict[str, Any]] | None = None,
+            inputs: tuple[Any, ...] | None = None) -> Any: ...
 
 
 @dataclass
@@ -60,6 +61,10 @@ class LauncherTarget:
 
     def make_inputs(self, seed: int = 0) -> tuple[Any, ...]:
         return self.input_factory(seed)
+
+    def run(self, seed: int = 0, forced: dict[str, dict[str, Any]] | None = None,
+            inputs: tuple[Any, ...] | None = None) -> Any:
+        return run_launcher(self, seed, forced, inputs=inputs)
 
 
 def load_launcher(spec: str, device: str | None = None, dtype: str | torch.dtype = "fp32") -> LauncherTarget:
@@ -101,13 +106,19 @@ class KernelLaunch:
     constexprs: dict[str, Any] = field(default_factory=dict)  # keyword arguments, launch options apart
     options: dict[str, Any] = field(default_factory=dict)  # num_warps, num_stages, ... where given
     autotune_configs: list[dict[str, Any]] | None = None  # the @triton.autotune list, if any
-    chosen: dict[str, Any] | None = None  # the autotuned config it ran with
+    chosen: dict[str, Any] | None = None  # the config it ran with (a plain kernel: its launch options)
+    call_file: str | None = None  # where the launch is written (the ``kernel[grid](...)`` call)
+    call_line: int | None = None
+
+    @property
+    def autotuned(self) -> bool:
+        return self.autotune_configs is not None
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "file": self.file, "line": self.line, "grid": list(self.grid),
                 "arg_names": self.arg_names, "constexprs": self.constexprs, "options": self.options,
                 "args": [_describe(a) for a in self.args], "autotune_configs": self.autotune_configs,
-                "chosen": self.chosen}
+                "chosen": self.chosen, "call_file": self.call_file, "call_line": self.call_line}
 
 
 def capture_launches(target: LauncherTarget, seed: int = 0,
@@ -126,7 +137,8 @@ def run_launcher(target: LauncherTarget, seed: int = 0, forced: dict[str, dict[s
                  sink: list[KernelLaunch] | None = None, inputs: tuple[Any, ...] | None = None) -> Any:
     """The launcher's result on inputs of ``seed`` (or ``inputs``), each autotuned kernel named
     in ``forced`` running exactly that config (its ``@triton.autotune`` list replaced for the
-    call: what a candidate config is, and what the original's chosen config is to compare it
+    call; a plain ``@triton.jit`` kernel named there launched with those options: what a candidate
+    config is, and what the original's chosen config is to compare it
     with). Launches are recorded into ``sink`` when given."""
     inputs = target.make_inputs(seed) if inputs is None else inputs
     with _recording(sink if sink is not None else [], forced or {}, record=sink is not None):
@@ -157,6 +169,22 @@ def _forced_config(values: dict[str, Any], configs: list[Any]) -> Any:
     if len(hooks) == 1:
         made.pre_hook = next(iter(hooks.values()))
     return made
+
+
+def _with_values(jit: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
+                 values: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """A plain kernel's launch with ``values`` in place of its own: a parameter passed by
+    position is replaced there, anything else (launch options, keyword constexprs) as a keyword."""
+    names = list(getattr(jit, "arg_names", []) or [])
+    positional = list(args)
+    extra = dict(kwargs)
+    for key, value in values.items():
+        index = names.index(key) if key in names else -1
+        if 0 <= index < len(positional):
+            positional[index] = value
+        else:
+            extra[key] = value
+    return tuple(positional), extra
 
 
 def _config_dict(config: Any) -> dict[str, Any]:
@@ -191,6 +219,9 @@ def _recording(sink: list[KernelLaunch], forced: dict[str, dict[str, Any]] | Non
         def run(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
             if not warmup and record and not benchmarking:  # the autotuner's trial runs are not launches
                 sink.append(_launch_record(self, args, grid, kwargs, *(tuners[-1] if tuners else (None, None))))
+            name = getattr(getattr(self, "fn", self), "__name__", None)
+            if not warmup and not tuners and name in forced:  # a plain kernel: the candidate's options
+                args, kwargs = _with_values(self, args, kwargs, forced[name])
             return original(self, *args, grid=grid, warmup=warmup, **kwargs)
 
         saved.append((cls, "run", original))
@@ -258,8 +289,27 @@ def _launch_record(jit: Any, args: tuple[Any, ...], grid: Any, kwargs: dict[str,
         configs = [_config_dict(c) for c in (tuner_configs if tuner_configs is not None else tuner.configs)]
         best = getattr(tuner, "best_config", None)
         chosen = _config_dict(best) if best is not None else None
+    else:
+        chosen = {**DEFAULT_OPTIONS, **{k: v for k, v in options.items() if k in DEFAULT_OPTIONS and v is not None}}
+    call_file, call_line = _call_site()
     return KernelLaunch(getattr(fn, "__name__", str(fn)), file, line, source, arg_names,
-                        tuple(snapshot(a) for a in args), shape, constexprs, options, configs, chosen)
+                        tuple(snapshot(a) for a in args), shape, constexprs, options, configs, chosen,
+                        call_file, call_line)
+
+
+def _call_site() -> tuple[str | None, int | None]:
+    """The file and line of the innermost frame outside Triton and this module: where the
+    launcher (or the library it calls) wrote ``kernel[grid](...)``."""
+    import triton
+
+    skip = (os.path.dirname(triton.__file__), os.path.dirname(os.path.abspath(__file__)))
+    frame = sys._getframe(1)
+    while frame is not None:
+        where = os.path.abspath(frame.f_code.co_filename)
+        if not where.startswith(skip):
+            return where, frame.f_lineno
+        frame = frame.f_back
+    return None, None
 
 
 def _describe(value: Any) -> Any:

@@ -31,10 +31,10 @@ from kernelopt_bot.folders import make_dirs
 from kernelopt_bot.harness.failures import poisoned_in
 from kernelopt_bot.harness.isolation import Channel
 from kernelopt_bot.harness.work_watch import NO_WATCH, WorkWatch
-from kernelopt_bot.launchers import is_launcher_file
 from kernelopt_bot.plan import DEFAULT_BUDGET, RunPlan
 from kernelopt_bot.result import RunResult
 from kernelopt_bot.stitch.pack import KernelPack
+from kernelopt_bot.target_kinds import target_kind
 
 FINAL_BENCH_RESERVE_S = 20.0  # seconds kept for the final end-to-end benchmark on a GPU
 # The wall budget is a deadline for the whole run, from the moment run_pipeline is called: no
@@ -47,12 +47,14 @@ WALL_MARGIN_S = 10.0
 
 def reproduce_command(target: str, device: str | None, dtype: str, budget: dict[str, Any],
                       gamma: float, llm: dict[str, Any] | None,
-                      compile_settings: CompileSettings | None = None) -> str:
+                      compile_settings: CompileSettings | None = None, untimed_patch: bool = False) -> str:
     """The ``kernelopt optimize`` command line that repeats this run, as a user types it: budget
     values in the form ``--budget`` parses (JSON: ``true``/``false``/``null``, numbers)."""
     parts = ["kernelopt", "optimize", target, "--dtype", dtype]
     if device:
         parts += ["--device", device]
+    if untimed_patch:
+        parts += ["--untimed-patch"]
     if compile_settings is not None:
         parts += compile_settings.cli_args()
     for key, value in budget.items():
@@ -91,7 +93,7 @@ def run_pipeline(target: str, *, device: str | None = None, dtype: str = "fp32",
                  budget: dict[str, Any] | None = None, gamma: float = DEFAULT_GAMMA,
                  llm: dict[str, Any] | None = None, store_path: str | Path | None = None,
                  log: Callable[[str], None] = lambda _m: None, shown_as: str | None = None,
-                 compile_settings: CompileSettings | None = None) -> RunResult:
+                 compile_settings: CompileSettings | None = None, untimed_patch: bool = False) -> RunResult:
     """Run the whole pipeline on one target in an isolated engine process and write report.md,
     result.json and pack.json.
 
@@ -105,14 +107,15 @@ def run_pipeline(target: str, *, device: str | None = None, dtype: str = "fp32",
     ``shown_as``: the target as its user names it (a path relative to their repository, say), for
     the command to reproduce the run; default ``target``. ``compile_settings``: how the user
     compiles the model (:mod:`kernelopt_bot.compile.settings`); every compile of the run uses them
-    and the baseline is that compile."""
+    and the baseline is that compile. ``untimed_patch``: a kernel target on a machine without a
+    GPU still gets a patch of the configs that pass gates 1-3, marked as not timed."""
     from kernelopt_bot.harness.isolation import choose_isolation, protect_this_process
 
     protect_this_process()
     start = time.time()
     out_dir = Path(out_dir)
     settings = compile_settings or CompileSettings()
-    reproduce = reproduce_command(shown_as or target, device, dtype, budget or {}, gamma, llm, settings)
+    reproduce = reproduce_command(shown_as or target, device, dtype, budget or {}, gamma, llm, settings, untimed_patch)
     try:
         plan = RunPlan.parse(budget, gamma)
         isolation = choose_isolation()
@@ -124,7 +127,7 @@ def run_pipeline(target: str, *, device: str | None = None, dtype: str = "fp32",
                "budget": plan.to_json(), "gamma": plan.gamma, "compile": settings.to_json(),
                "started": start,  # the wall budget counts from here: the engine's start is part of the run
                "store_path": None if store_path is None else str(store_path),
-               "reproduce": reproduce, "isolation": isolation.method}
+               "reproduce": reproduce, "isolation": isolation.method, "untimed_patch": untimed_patch}
     with _engine_llm(llm, plan, log) as (engine_llm, folders, llm_problem):
         request["llm"], request["llm_problem"] = engine_llm, llm_problem
         return _run_engine(request, isolation, folders, engine_deadline_s(plan.wall_seconds), log, start)
@@ -228,7 +231,7 @@ def engine_main(conn: Channel, request: dict[str, Any]) -> None:
                                     reproduce=request["reproduce"], isolation=request["isolation"],
                                     llm_problem=request.get("llm_problem"), started=request.get("started"),
                                     compile_settings=request.get("compile"), work_watch=work_watch,
-                                    restarts=request.get("restarts"))
+                                    restarts=request.get("restarts"), untimed_patch=bool(request.get("untimed_patch")))
     except BaseException as exc:  # this process's device is unusable: the parent starts another
         poisoned = poisoned_in(exc)
         if poisoned is None:
@@ -246,7 +249,7 @@ def _run_pipeline_here(target: str, *, device: str | None, dtype: str, out_dir: 
                        store_path: str | Path | None, log: Callable[[str], None], reproduce: str,
                        isolation: str, llm_problem: str | None = None, started: float | None = None,
                        compile_settings: dict[str, Any] | None = None, work_watch: WorkWatch = NO_WATCH,
-                       restarts: list[dict[str, Any]] | None = None) -> RunResult:
+                       restarts: list[dict[str, Any]] | None = None, untimed_patch: bool = False) -> RunResult:
     """The pipeline in this process (the engine's): never raises for a bad or failing target.
     ``llm_problem``: why the parent could not give the engine the LLM endpoint it was asked for;
     ``started``: when the run began in the parent (``time.time()``), where the wall budget starts;
@@ -269,13 +272,17 @@ def _run_pipeline_here(target: str, *, device: str | None, dtype: str, out_dir: 
         result.budget = plan.to_json()
         settings = CompileSettings.from_json(compile_settings)
         result.compile = settings.to_json()
-        if is_launcher_file(target):  # a standalone Triton kernel: a patch to its source, no pack
+        kind = target_kind(target)
+        if kind != "module":  # a standalone Triton or Helion kernel: a patch to its source, no pack
+            from kernelopt_bot.helion_run import run_helion_target
             from kernelopt_bot.launcher_run import run_launcher_target
 
-            patch = run_launcher_target(target, device, dtype, gamma=plan.gamma, rounds=plan.rounds,
+            run_kernel_target = run_launcher_target if kind == "triton" else run_helion_target
+            patch = run_kernel_target(target, device, dtype, gamma=plan.gamma, rounds=plan.rounds,
                                         candidates_per_kernel=plan.candidates_per_kernel, result=result,
                                         out_dir=out_dir, log=clock, work_watch=work_watch,
-                                        ends_at=None if plan.wall_seconds is None else start + plan.wall_seconds)
+                                        ends_at=None if plan.wall_seconds is None else start + plan.wall_seconds,
+                                        untimed_patch=untimed_patch)
             result.patch_path = None if patch is None else str(patch)
         else:
             pack = _run(target, device, dtype, plan, settings, llm, store_path, result, clock, time.time() - start,

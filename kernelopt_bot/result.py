@@ -74,6 +74,8 @@ class RunResult:
     # A standalone-kernel target's deliverable: the verified configs as a patch to its own source
     # (kernelopt_bot.launcher_run; `git apply` it at the launcher's folder), None otherwise.
     patch_path: str | None = None
+    # A kernel target's verified changes to its source, as data (source_patch.SourceEdit.to_json)
+    source_edits: list[dict[str, Any]] = field(default_factory=list)
     reproduce: str = ""
     seconds: float | None = None
     budget: dict[str, Any] = field(default_factory=dict)

@@ -1,47 +1,304 @@
 """Patches to a user's own kernel source: what a standalone-kernel target's run delivers.
 
 A module target gets a pack (its kernels are the compiler's); a hand-written ``@triton.jit`` kernel
-is the user's own code, so a verified launch config goes back into it: first in its
-``@triton.autotune`` list, written the way the file writes the others (``triton.Config(...)`` or
-``Config(...)``, the list's own indentation), as a unified diff that ``git apply`` takes. The rest
-of the file is left byte for byte as it was.
+is the user's own code, so a verified launch config goes back into it, as a unified diff that
+``git apply`` takes, the rest of the file left byte for byte as it was:
+
+* an autotuned kernel: the config first in its ``@triton.autotune`` list, written the way the file
+  writes the others (``triton.Config(...)`` or ``Config(...)``, the list's own indentation);
+* a plain kernel: its launch options at the launch site (``kernel[grid](..., num_warps=...)``),
+  guarded by the shape they were verified on: ``num_warps=(16 if (n_rows, n_cols) == (4096,
+  8192) else num_warps)``. The launcher computes its options for every shape; a config verified
+  on one shape must not change the others. The guard is built from the call's own arguments that
+  are plain names (the grid's, the kernel's integer arguments), so it reads the launcher's values.
 """
 
 from __future__ import annotations
 
 import ast
 import difflib
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from kernelopt_bot.errors import KerneloptError
+from kernelopt_bot.target_kinds import helion_kernels_in
 
 LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
+# What a compiled launch runs with when the call names no option (Triton's CUDA defaults).
+DEFAULT_OPTIONS = {"num_warps": 4, "num_stages": 3}
 
 
 class PatchError(KerneloptError):
     """The source cannot take the patch (no such kernel, no autotune list we can edit)."""
 
 
-def autotune_patch(path: str | Path, kernel: str, config: dict[str, Any], *, root: str | Path | None = None) -> str:
-    """A unified diff putting ``config`` (block constexprs plus ``num_warps``/``num_stages``/...)
-    first in ``kernel``'s ``@triton.autotune`` configs; paths in it are relative to ``root``
-    (default: the file's folder), so ``git apply`` at ``root`` applies it."""
-    path = Path(path)
-    text = path.read_text()
-    new_text = with_config_first(text, kernel, config)
+EDIT_KINDS = ("autotune", "launch", "helion")
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,99}$")
+_WORD = re.compile(r"^[A-Za-z0-9_.-]{0,40}$")  # a Helion config's string values: 'pointer', 'flat', ''
+_NOTE = re.compile(r"^[ -~]{0,300}$")  # one line of printable ASCII: it becomes a comment line
+_PATH = re.compile(r"^[A-Za-z0-9_./-]{1,300}\.py$")
+MAX_EDIT_INT = 1 << 40
+
+
+@dataclass
+class SourceEdit:
+    """One verified change to a kernel's source, as data: which file (relative to the target
+    file's folder), which kind of edit, the kernel, the config, and for a launch site where it
+    is and the shape it was verified on. The patch a user applies and the file a follow-up PR
+    changes are both made from it by :meth:`apply`, so the bot's publish stage, which must not
+    trust text written by a run of PR code, rebuilds the change from these checked fields
+    (:meth:`from_json`) instead of taking a diff."""
+
+    file: str
+    kind: str
+    kernel: str
+    config: dict[str, Any]
+    note: str = ""
+    line: int = 0  # launch: the line of the ``kernel[grid](...)`` call
+    arg_names: list[str] = field(default_factory=list)
+    values: dict[str, int] = field(default_factory=dict)  # launch: the integer arguments it was verified with
+    grid: list[int] = field(default_factory=list)
+
+    def apply(self, text: str) -> str:
+        """``text`` (the file's content) with this edit made."""
+        if self.kind == "autotune":
+            return with_config_first(text, self.kernel, self.config)
+        if self.kind == "launch":
+            return with_launch_options(text, self.line, self.kernel, self.config, arg_names=self.arg_names,
+                                       values=self.values, grid=tuple(self.grid), note=self.note)
+        return with_helion_config(text, self.kernel, self.config, note=self.note)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"file": self.file, "kind": self.kind, "kernel": self.kernel, "config": self.config,
+                "note": self.note, "line": self.line, "arg_names": self.arg_names, "values": self.values,
+                "grid": self.grid}
+
+    @classmethod
+    def from_json(cls, data: Any) -> SourceEdit:
+        """An edit from untrusted JSON, every field checked for what :meth:`apply` writes from
+        it: identifiers, bounded integers, short words, one printable comment line; a
+        :class:`PatchError` says which field failed."""
+        if not isinstance(data, dict) or set(data) - {"file", "kind", "kernel", "config", "note", "line",
+                                                      "arg_names", "values", "grid"}:
+            raise PatchError("a source edit must be an object with the known fields only")
+        file, kind, kernel = data.get("file"), data.get("kind"), data.get("kernel")
+        if not isinstance(file, str) or not _PATH.match(file) or file.startswith("/") or "//" in file:
+            raise PatchError("source edit: file must be a relative .py path")
+        if kind not in EDIT_KINDS:
+            raise PatchError(f"source edit: kind must be one of {', '.join(EDIT_KINDS)}")
+        if not isinstance(kernel, str) or not _IDENT.match(kernel):
+            raise PatchError("source edit: kernel must be an identifier")
+        note = data.get("note", "")
+        if not isinstance(note, str) or not _NOTE.match(note):
+            raise PatchError("source edit: note must be one line of printable text")
+        line = data.get("line", 0)
+        if not _is_int(line) or not 0 <= line <= 1_000_000:
+            raise PatchError("source edit: line must be a line number")
+        arg_names = data.get("arg_names", [])
+        if not isinstance(arg_names, list) or len(arg_names) > 200 or not all(
+                isinstance(n, str) and _IDENT.match(n) for n in arg_names):
+            raise PatchError("source edit: arg_names must be identifiers")
+        values = data.get("values", {})
+        if not isinstance(values, dict) or len(values) > 200 or not all(
+                isinstance(k, str) and _IDENT.match(k) and _is_int(v) and abs(v) <= MAX_EDIT_INT
+                for k, v in values.items()):
+            raise PatchError("source edit: values must map identifiers to integers")
+        grid = data.get("grid", [])
+        if not isinstance(grid, list) or len(grid) > 3 or not all(_is_int(g) and 0 <= g <= MAX_EDIT_INT for g in grid):
+            raise PatchError("source edit: grid must be up to three integers")
+        config = data.get("config")
+        if not isinstance(config, dict) or not config or len(config) > 40:
+            raise PatchError("source edit: config must be a non-empty object")
+        for key, value in config.items():
+            if not isinstance(key, str) or not _IDENT.match(key):
+                raise PatchError("source edit: config keys must be identifiers")
+            if kind != "helion" and not (_is_int(value) and 0 < value <= MAX_EDIT_INT):
+                raise PatchError(f"source edit: config {key} must be a positive integer")
+            if kind == "launch" and key not in LAUNCH_OPTIONS:
+                raise PatchError(f"source edit: a launch edit sets launch options only, not {key}")
+            if kind == "helion" and not _helion_value(value, 2):
+                raise PatchError(f"source edit: config {key} is not a Helion config value")
+        return cls(file, kind, kernel, dict(config), note, line, list(arg_names), dict(values), list(grid))
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _helion_value(value: Any, depth: int) -> bool:
+    """What a Helion config holds: integers, booleans, None, short words, and lists of them."""
+    if value is None or isinstance(value, bool) or (_is_int(value) and abs(value) <= MAX_EDIT_INT):
+        return True
+    if isinstance(value, str):
+        return bool(_WORD.match(value))
+    if isinstance(value, list) and depth > 0 and len(value) <= 64:
+        return all(_helion_value(v, depth - 1) for v in value)
+    return False
+
+
+def unified_diff(path: Path, old: str, new: str, root: str | Path | None) -> str:
+    """``old`` -> ``new`` as a diff of ``path``, its paths relative to ``root`` (default: the
+    file's folder)."""
     rel = path.resolve().relative_to(Path(root).resolve()) if root is not None else Path(path.name)
-    diff = difflib.unified_diff(text.splitlines(keepends=True), new_text.splitlines(keepends=True),
-                                fromfile=f"a/{rel.as_posix()}", tofile=f"b/{rel.as_posix()}")
+    return unified_text(rel.as_posix(), old, new)
+
+
+def unified_text(path: str, old: str, new: str) -> str:
+    """``old`` -> ``new`` as a diff of the repository path ``path`` (``git apply`` at the root)."""
+    diff = difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
+                                fromfile=f"a/{path}", tofile=f"b/{path}")
     return "".join(diff)
+
+
+def with_launch_options(text: str, line: int, kernel: str, options: dict[str, Any], *, arg_names: list[str],
+                        values: dict[str, Any], grid: tuple[int, ...], note: str) -> str:
+    """``text`` with the ``kernel[grid](...)`` call spanning ``line`` launching with ``options``
+    when the shape is the one in ``values`` (the kernel's arguments by parameter name) and
+    ``grid``, as before otherwise; a comment line ``# kernelopt: <note>`` above the statement."""
+    tree = _parsed(text)
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Subscript)
+             and _last_name(n.func.value) == kernel and n.lineno <= line <= (n.end_lineno or n.lineno)]
+    if not calls:
+        raise PatchError(f"no launch {kernel}[...](...) at line {line}")
+    call = min(calls, key=lambda n: (n.end_lineno or n.lineno) - n.lineno)
+    guard = _shape_guard(call, arg_names, values, grid)
+    if not guard:
+        raise PatchError(f"the launch of {kernel} at line {line} passes no shape as a plain name "
+                         f"(nothing to guard the verified options with)")
+    names, numbers = ", ".join(n for n, _ in guard), ", ".join(repr(v) for _, v in guard)
+    condition = f"{names} == {numbers}" if len(guard) == 1 else f"({names}) == ({numbers})"
+    starts = _line_starts(text)
+
+    def offset(lineno: int, col: int) -> int:
+        return starts[lineno - 1] + _char_offset(text[starts[lineno - 1]:].split("\n", 1)[0], col)
+
+    edits: list[tuple[int, int, str]] = []
+    keywords = {k.arg: k for k in call.keywords if k.arg}
+    missing = []
+    for key, value in options.items():
+        kw = keywords.get(key)
+        if kw is None:
+            missing.append(f"{key}=({value!r} if {condition} else {DEFAULT_OPTIONS.get(key)!r})")
+            continue
+        start = offset(kw.value.lineno, kw.value.col_offset)
+        end = offset(kw.value.end_lineno or kw.value.lineno, kw.value.end_col_offset or 0)
+        edits.append((start, end, f"({value!r} if {condition} else {text[start:end]})"))
+    if missing:
+        close = offset(call.end_lineno or call.lineno, call.end_col_offset or 0) - 1  # the call's ")"
+        line_start = text.rfind("\n", 0, close) + 1
+        last = ([*call.args, *(k.value for k in call.keywords)] or [call.func])[-1]
+        if text[line_start:close].strip() == "" and text[:line_start].rstrip().endswith(","):
+            # one argument a line, a trailing comma, ")" alone: ours go on lines of their own
+            last_line = text[starts[last.lineno - 1]:].split("\n", 1)[0]
+            indent = last_line[: len(last_line) - len(last_line.lstrip())]
+            edits.append((line_start, line_start, "".join(f"{indent}{m},\n" for m in missing)))
+        else:
+            added = ", ".join(missing)
+            edits.append((close, close, f" {added}," if text[:close].rstrip().endswith(",") else f", {added}"))
+    statement = min((n for n in ast.walk(tree) if isinstance(n, ast.stmt)
+                     and n.lineno <= call.lineno and (n.end_lineno or n.lineno) >= (call.end_lineno or call.lineno)),
+                    key=lambda n: (n.end_lineno or n.lineno) - n.lineno)
+    first = text[starts[statement.lineno - 1]:].split("\n", 1)[0]
+    indent = first[: len(first) - len(first.lstrip())]
+    edits.append((starts[statement.lineno - 1], starts[statement.lineno - 1], f"{indent}# kernelopt: {note}\n"))
+    new = text
+    for start, end, replacement in sorted(edits, key=lambda e: (e[0], e[1]), reverse=True):
+        new = new[:start] + replacement + new[end:]
+    _parsed(new)  # a patch that breaks the file is a bug here, never the user's problem
+    return new
+
+
+def with_helion_config(text: str, kernel: str, config: dict[str, Any], *, note: str) -> str:
+    """``text`` with ``config`` pinned in ``kernel``'s ``@helion.kernel`` decorator: the value of
+    its ``config=`` replaced, first in its ``configs=[...]``, or ``config=`` added (a bare
+    ``@helion.kernel`` gets the call); a comment line ``# kernelopt: <note>`` above the decorator.
+    Spelled ``helion.Config`` or ``Config`` as the file spells it."""
+    tree = _parsed(text)
+    fn = next((n for n in helion_kernels_in(tree) if n.name == kernel), None)
+    if fn is None:
+        raise PatchError(f"no @helion.kernel function {kernel!r} in the source")
+    decorator = next(d for d in fn.decorator_list
+                     if _last_name(d.func if isinstance(d, ast.Call) else d) == "kernel")
+    spelled = "Config" if re.search(r"^from helion import .*\bConfig\b", text, re.M) else "helion.Config"
+    entry = f"{spelled}({', '.join(f'{k}={v!r}' for k, v in config.items())})"
+    starts = _line_starts(text)
+
+    def offset(node: ast.AST, end: bool = False) -> int:
+        lineno = (node.end_lineno if end else node.lineno) or node.lineno  # type: ignore[attr-defined]
+        col = (node.end_col_offset if end else node.col_offset) or 0  # type: ignore[attr-defined]
+        return starts[lineno - 1] + _char_offset(text[starts[lineno - 1]:].split("\n", 1)[0], col)
+
+    edits: list[tuple[int, int, str]] = []
+    if not isinstance(decorator, ast.Call):
+        edits.append((offset(decorator, end=True), offset(decorator, end=True), f"(config={entry})"))
+    else:
+        keywords = {k.arg: k for k in decorator.keywords if k.arg}
+        if "config" in keywords:
+            value = keywords["config"].value
+            edits.append((offset(value), offset(value, end=True), entry))
+        elif "configs" in keywords and isinstance(keywords["configs"].value, ast.List) and keywords["configs"].value.elts:
+            first = keywords["configs"].value.elts[0]
+            edits.append((offset(first), offset(first), f"{entry}, "))
+        else:
+            close = offset(decorator, end=True) - 1
+            inside = text[offset(decorator.func, end=True) + 1:close].strip()
+            edits.append((close, close, f"config={entry}" if not inside else
+                          (f" config={entry}" if inside.endswith(",") else f", config={entry}")))
+    line_start = starts[decorator.lineno - 1]
+    first_line = text[line_start:].split("\n", 1)[0]
+    indent = first_line[: len(first_line) - len(first_line.lstrip())]
+    edits.append((line_start, line_start, f"{indent}# kernelopt: {note}\n"))
+    new = text
+    for start, end, replacement in sorted(edits, key=lambda e: (e[0], e[1]), reverse=True):
+        new = new[:start] + replacement + new[end:]
+    _parsed(new)
+    return new
+
+
+def _shape_guard(call: ast.Call, arg_names: list[str], values: dict[str, Any],
+                 grid: tuple[int, ...]) -> list[tuple[str, int]]:
+    """The call's integer arguments written as plain names, with the values they had: the
+    grid's entries, then the kernel's positional and keyword arguments; each name once."""
+    found: dict[str, int] = {}
+
+    def take(node: ast.expr, value: Any) -> None:
+        if isinstance(node, ast.Name) and isinstance(value, int) and not isinstance(value, bool):
+            found.setdefault(node.id, value)
+
+    index = call.func.slice if isinstance(call.func, ast.Subscript) else None
+    entries = index.elts if isinstance(index, ast.Tuple) else [index] if index is not None else []
+    for node, value in zip(entries, grid):
+        take(node, value)
+    for node, name in zip(call.args, arg_names):
+        take(node, values.get(name))
+    for kw in call.keywords:
+        if kw.arg and kw.arg not in LAUNCH_OPTIONS:
+            take(kw.value, values.get(kw.arg))
+    return list(found.items())
+
+
+def _parsed(text: str) -> ast.Module:
+    try:
+        return ast.parse(text)
+    except SyntaxError as exc:
+        raise PatchError(f"the source does not parse (line {exc.lineno}): {exc.msg}") from exc
+
+
+def _last_name(node: ast.expr) -> str:
+    """``kernel`` for ``kernel`` and ``module.kernel``."""
+    return node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", "")
+
+
+def _line_starts(text: str) -> list[int]:
+    """Where each line starts, lines split as ``ast`` numbers them (at newlines)."""
+    return [0, *(i + 1 for i, ch in enumerate(text) if ch == "\n")]
 
 
 def with_config_first(text: str, kernel: str, config: dict[str, Any]) -> str:
     """``text`` with ``config`` inserted before the first entry of ``kernel``'s autotune list."""
-    try:
-        tree = ast.parse(text)
-    except SyntaxError as exc:
-        raise PatchError(f"the source does not parse (line {exc.lineno}): {exc.msg}") from exc
+    tree = _parsed(text)
     fn = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == kernel), None)
     if fn is None:
         raise PatchError(f"no top-level function {kernel!r} in the source")

@@ -112,6 +112,9 @@ def _import_file(path: Path) -> Any:
         raise TargetError(f"{path}: cannot be imported as a Python module")
     module = importlib.util.module_from_spec(spec)
     sys.modules[mod_name] = module
+    folder = str(path.resolve().parent)
+    if folder not in sys.path:  # as `python file.py` would: the file imports its neighbours
+        sys.path.insert(0, folder)
     try:
         spec.loader.exec_module(module)
     except SyntaxError as exc:

@@ -4,22 +4,40 @@
 # `kernelopt bot --dry-run` with the real pipeline. Everything it would publish lands in OUT.
 # Usage: bash scripts/example_pr_dry_run.sh OUT [DEVICE]   (DEVICE: cpu or cuda; default auto)
 # EXAMPLE (default rmsnorm) picks the model from examples/, DTYPE (default fp32) its precision,
-# WALL_SECONDS (default 90) the search's wall budget.
+# WALL_SECONDS (default 90) the search's wall budget. EXAMPLE=liger_<op> or helion_<name> picks a
+# kernel target from benchmarks/kernels/ instead (liger's ops vendored beside it): the PR changes
+# the kernel's own file and the follow-up PR changes its source.
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 out="$(mkdir -p "$1" && cd "$1" && pwd)"
 device="${2:-}"
 example="${EXAMPLE:-rmsnorm}"
 repo="$(mktemp -d)/example-models"
-mkdir -p "$repo/models"
-cp "$here/examples/$example.py" "$repo/models/$example.py"
+case "$example" in
+  liger_*|helion_*)
+    folder=kernels kind="${example%%_*}"
+    mkdir -p "$repo/kernels"
+    cp "$here/benchmarks/kernels/$example.py" "$repo/kernels/$example.py"
+    if [ "$kind" = liger ]; then
+      kind=triton changed="kernels/${example}_ops.py"
+      python3 "$here/scripts/vendor_liger.py" "$repo/kernels" > /dev/null
+    else
+      changed="kernels/$example.py"
+    fi
+    entry="kernels/$example.py" ;;
+  *)
+    folder=models kind=module entry="models/$example.py" changed="models/$example.py"
+    mkdir -p "$repo/models"
+    cp "$here/examples/$example.py" "$repo/models/$example.py" ;;
+esac
 cat > "$repo/.kernelopt.yml" <<YAML
 targets:
   - name: $example
-    entry: models/$example.py
+    kind: $kind
+    entry: $entry
     dtypes: [${DTYPE:-fp32}]
 ${device:+    device: $device}
-    paths: ["models/**"]
+    paths: ["$folder/**"]
 budget:
   candidates: 1
   kernels: 1
@@ -35,8 +53,8 @@ YAML
 export GIT_AUTHOR_NAME=dev GIT_AUTHOR_EMAIL=dev@example.invalid GIT_COMMITTER_NAME=dev GIT_COMMITTER_EMAIL=dev@example.invalid
 git -C "$repo" init -q -b main && git -C "$repo" add -A && git -C "$repo" commit -q -m "initial model"
 base="$(git -C "$repo" rev-parse HEAD)"
-printf '\n# Reviewed: the model keeps its shapes.\n' >> "$repo/models/$example.py"
-git -C "$repo" commit -q -am "$example: a change under models/"
+printf '\n# Reviewed: the shapes stay as they are.\n' >> "$repo/$changed"
+git -C "$repo" commit -q -am "$example: a change to $changed"
 head="$(git -C "$repo" rev-parse HEAD)"
 python3 - "$here/tests/github/fixtures/events/pull_request.json" "$out/event.json" "$base" "$head" <<'PY'
 import json, sys

@@ -14,6 +14,8 @@
 #   bash scripts/gpu_check.sh gpus       the same suite problems on one GPU, then on all (SUITE_ARGS without --gpus;
 #                                        GPUS_RUNS=one or all for one half)
 #   bash scripts/gpu_check.sh noise      the harness's noise floor with an empty pack (NOISE_PROBLEMS="level3/x.py:fp32 ...")
+#   bash scripts/gpu_check.sh kernels    kernel targets (liger-kernel, Helion): optimize, re-measure each patch on a clean
+#                                        copy, and the PR flow on a kernel file (KERNEL_TARGETS, KERNEL_DTYPE, KERNEL_PR)
 #   bash scripts/gpu_check.sh honest prdry suite      several parts in one call
 # Limits per part in seconds: LIMIT_<PART>=N (default 540). Carried wheels in .whl/ are installed first.
 set -uo pipefail
@@ -137,11 +139,35 @@ part_noise() {  # the harness's noise floor (baseline against baseline, and an e
   return $rc
 }
 
+part_kernels() {  # kernel targets (issue 14): optimize each of KERNEL_TARGETS (benchmarks/kernels/, the liger
+  # ones on a vendored copy of liger-kernel's ops) at the default budget, then re-measure each patch applied
+  # to a clean copy of the folder (kernelopt bench --patch), and the PR flow on a kernel file (dry run)
+  local W="$R/kernels" t rc=0
+  mkdir -p "$W/out"
+  python3 scripts/vendor_liger.py "$W" && cp benchmarks/kernels/*.py "$W/" || return 1
+  for t in ${KERNEL_TARGETS:-liger_rms_norm liger_layer_norm liger_swiglu liger_geglu helion_rms_norm helion_softmax}; do
+    (cd "$W" && python3 -m kernelopt_bot.cli optimize "$t.py" --dtype "${KERNEL_DTYPE:-bf16}" --out "out/$t" \
+      > "out_$t.log" 2>&1) || rc=1
+    tail -4 "$W/out_$t.log"
+    if [ -f "$W/out/$t/patch.diff" ]; then
+      (cd "$W" && python3 -m kernelopt_bot.cli bench "$t.py" --patch "out/$t/patch.diff" --dtype "${KERNEL_DTYPE:-bf16}" \
+        --json > "bench_$t.json" 2> "bench_$t.log") || rc=1
+    fi
+  done
+  python3 scripts/kernel_table.py "$W" | tee -a "$summary"
+  if [ -n "${KERNEL_PR:-liger_swiglu}" ]; then
+    EXAMPLE="${KERNEL_PR:-liger_swiglu}" DTYPE="${KERNEL_DTYPE:-bf16}" bash scripts/example_pr_dry_run.sh "$R/kpr" cuda \
+      > "$R/kprdry.log" 2>&1 || rc=1
+    tail -8 "$R/kprdry.log"
+  fi
+  return $rc
+}
+
 export R summary GPU_ONLY_CASES
-export -f run_tests timed_suite part_tests part_engine part_redteam part_isolation part_honest part_speedup part_optimize part_prdry part_suite part_gpus part_noise
+export -f run_tests timed_suite part_tests part_engine part_redteam part_isolation part_honest part_speedup part_optimize part_prdry part_suite part_gpus part_noise part_kernels
 for part in "${@:-engine}"; do
   case "$part" in
-    engine|tests|redteam|isolation|honest|speedup|optimize|prdry|suite|gpus|noise) limited "$part" ;;
+    engine|tests|redteam|isolation|honest|speedup|optimize|prdry|suite|gpus|noise|kernels) limited "$part" ;;
     *) echo "unknown part $part" >&2; status=2 ;;
   esac
 done
@@ -149,6 +175,9 @@ done
 # What comes back: summary.txt and one archive (the device returns at most 8 files).
 for f in "$R"/pr/dry/comment.md "$R"/pr/dry/pr_body.md "$R"/pr/dry/publish.json; do
   [ -f "$f" ] && cp "$f" "$OUT/prdry_$(basename "$f")"
+done
+for f in "$R"/kpr/dry/pr_body.md "$R"/kpr/dry/publish.json; do
+  [ -f "$f" ] && cp "$f" "$OUT/kprdry_$(basename "$f")"
 done
 for d in suite one_gpu all_gpus; do
   [ -f "$R/$d/suite.md" ] && { echo "--- $d"; cat "$R/$d/suite.md"; python3 scripts/phase_table.py "$R/$d"; } >> "$summary"

@@ -65,3 +65,17 @@ def test_welford_matches_the_moments_and_ignores_masked_lanes() -> None:
                                    rtol=1e-4, atol=1e-3)
     assert out[8:11].tolist() == [1024.0, 1024.0, 512.0]
     assert out[3] == float("inf") and out[7] == 0.0
+
+
+@triton.jit
+def _scaled(x_ptr, out_ptr, scale, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs) * scale.to(tl.float32))
+
+
+def test_a_float_argument_is_an_fp32_scalar_as_in_a_compiled_kernel() -> None:
+    """Hand-written kernels (liger-kernel's norms, SwiGLU) call ``.to`` on a float argument."""
+    x = torch.randn(16)
+    out = torch.empty_like(x)
+    _scaled[(1,)](x, out, 0.5, N=16)
+    assert torch.equal(out, x * 0.5)

@@ -23,7 +23,7 @@ def test_an_honest_config_passes_gates_1_to_3() -> None:
     target, launch = _captured("row_softmax.py")
     config = {"ROWS": 4, "num_warps": 8, "num_stages": 3}
     assert check_config_static(launch, config).passed  # type: ignore[arg-type]
-    gates = check_config_outputs(target, launch, config, launch.chosen)  # type: ignore[arg-type, attr-defined]
+    gates = check_config_outputs(target, launch.name, config, launch.chosen)  # type: ignore[arg-type, attr-defined]
     assert [(g.name, g.passed) for g in gates] == [("correctness", True), ("model", True)], gates
 
 
@@ -42,7 +42,7 @@ def test_a_malformed_config_fails_gate_1(config: dict[str, object], reason: str)
 def test_a_config_the_launchers_grid_does_not_agree_with_fails_gate_2() -> None:
     target, launch = _captured("fixed_grid.py")
     assert launch.chosen is not None and launch.chosen["ROWS"] == 2  # type: ignore[attr-defined]
-    gates = check_config_outputs(target, launch, {"ROWS": 1, "num_warps": 4}, launch.chosen)  # type: ignore[arg-type, attr-defined]
+    gates = check_config_outputs(target, launch.name, {"ROWS": 1, "num_warps": 4}, launch.chosen)  # type: ignore[arg-type, attr-defined]
     assert gates[0].name == "correctness" and gates[0].passed is False
     assert "outside rtol" in gates[0].reason and "seed 0" in gates[0].reason
 

@@ -12,16 +12,17 @@ import pytest
 import torch
 
 from kernelopt_bot.errors import TargetError
-from kernelopt_bot.launchers import capture_launches, is_launcher_file, load_launcher
+from kernelopt_bot.launchers import capture_launches, load_launcher
+from kernelopt_bot.target_kinds import target_kind
 from tests.helpers import EXAMPLES, ROOT, run_cli
 
 ROW_SOFTMAX = ROOT / "tests" / "launchers" / "row_softmax.py"
 
 
 def test_a_launcher_file_is_told_from_a_module_file_without_running_it() -> None:
-    assert is_launcher_file(str(ROW_SOFTMAX))
-    assert not is_launcher_file(str(EXAMPLES / "softmax.py"))
-    assert not is_launcher_file("no/such/file.py")
+    assert target_kind(str(ROW_SOFTMAX)) == "triton"
+    assert target_kind(str(EXAMPLES / "softmax.py")) == "module"
+    assert target_kind("no/such/file.py") == "module"
 
 
 def test_the_launches_are_recorded_as_they_were_about_to_run() -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from kernelopt_bot.launchers import capture_launches, load_launcher
-from kernelopt_bot.source_patch import PatchError, autotune_patch, with_config_first
+from kernelopt_bot.source_patch import PatchError, SourceEdit, unified_diff, with_config_first
 from tests.helpers import ROOT
 
 ROW_SOFTMAX = ROOT / "tests" / "launchers" / "row_softmax.py"
@@ -26,7 +26,9 @@ def test_the_patch_applies_and_the_kernel_then_tries_the_new_config_first(tmp_pa
     target.write_text(ROW_SOFTMAX.read_text())
     assert _git(repo, "init", "-q").returncode == 0
     config = {"ROWS": 8, "num_warps": 2, "num_stages": 1}
-    patch = autotune_patch(target, "row_softmax_kernel", config, root=repo)
+    text = target.read_text()
+    new = SourceEdit("kernels/row_softmax.py", "autotune", "row_softmax_kernel", config).apply(text)
+    patch = unified_diff(target, text, new, repo)
     assert patch.startswith("--- a/kernels/row_softmax.py\n+++ b/kernels/row_softmax.py\n")
     added = [line for line in patch.splitlines() if line.startswith("+") and not line.startswith("+++")]
     assert added == ["+        triton.Config({'ROWS': 8}, num_warps=2, num_stages=1),"]  # the list's own indent
@@ -57,3 +59,71 @@ def test_an_inline_list_and_another_spelling_are_kept() -> None:
 def test_a_source_that_cannot_take_it_says_why(source: str, message: str) -> None:
     with pytest.raises(PatchError, match=message):
         with_config_first(source, "k", {"B": 1})
+
+
+# -- a plain kernel's launch options, guarded by the shape they were verified on --------------
+
+LAUNCH_SITE = '''def launch(x):
+    n_rows, n_cols = x.shape
+    BLOCK = 128
+    my_kernel[(n_rows,)](x, out, x.stride(0), n_cols, BLOCK=BLOCK, num_warps=num_warps)
+    return out
+'''
+
+
+def test_an_existing_launch_option_becomes_conditional_on_the_shape() -> None:
+    from kernelopt_bot.source_patch import with_launch_options
+
+    new = with_launch_options(LAUNCH_SITE, 4, "my_kernel", {"num_warps": 8}, arg_names=["x", "out", "stride", "n", "BLOCK"],
+                              values={"stride": 64, "n": 64, "BLOCK": 128}, grid=(32,), note="num_warps=8 for this shape")
+    assert new.splitlines()[3] == "    # kernelopt: num_warps=8 for this shape"
+    assert new.splitlines()[4] == ("    my_kernel[(n_rows,)](x, out, x.stride(0), n_cols, BLOCK=BLOCK, "
+                                   "num_warps=(8 if (n_rows, n_cols, BLOCK) == (32, 64, 128) else num_warps))")
+
+
+def test_a_missing_launch_option_is_added_with_tritons_default_otherwise() -> None:
+    from kernelopt_bot.source_patch import with_launch_options
+
+    source = LAUNCH_SITE.replace(", num_warps=num_warps", "")
+    new = with_launch_options(source, 4, "my_kernel", {"num_stages": 2}, arg_names=["x", "out", "stride", "n", "BLOCK"],
+                              values={"n": 64, "BLOCK": 128}, grid=(32,), note="n")
+    assert "BLOCK=BLOCK, num_stages=(2 if (n_rows, n_cols, BLOCK) == (32, 64, 128) else 3))" in new
+
+
+def test_a_launch_with_no_plain_name_for_its_shape_is_not_patched() -> None:
+    from kernelopt_bot.source_patch import with_launch_options
+
+    source = "def launch(x):\n    k[(x.shape[0],)](x, x.shape[1])\n"
+    with pytest.raises(PatchError, match="no shape as a plain name"):
+        with_launch_options(source, 2, "k", {"num_warps": 8}, arg_names=["x", "n"], values={"n": 5}, grid=(3,),
+                            note="n")
+    with pytest.raises(PatchError, match="no launch k2"):
+        with_launch_options(source, 2, "k2", {"num_warps": 8}, arg_names=["x", "n"], values={}, grid=(3,), note="n")
+
+
+# -- a Helion kernel's pinned config ---------------------------------------------------------
+
+@pytest.mark.parametrize("decorator, expected", [
+    ("@helion.kernel", "@helion.kernel(config=helion.Config(block_sizes=[32], num_warps=8))"),
+    ("@helion.kernel()", "@helion.kernel(config=helion.Config(block_sizes=[32], num_warps=8))"),
+    ("@helion.kernel(static_shapes=True)",
+     "@helion.kernel(static_shapes=True, config=helion.Config(block_sizes=[32], num_warps=8))"),
+    ("@helion.kernel(config=helion.Config(block_sizes=[16]), static_shapes=True)",
+     "@helion.kernel(config=helion.Config(block_sizes=[32], num_warps=8), static_shapes=True)"),
+    ("@helion.kernel(configs=[helion.Config(block_sizes=[16])])",
+     "@helion.kernel(configs=[helion.Config(block_sizes=[32], num_warps=8), helion.Config(block_sizes=[16])])"),
+])
+def test_the_config_is_pinned_in_the_decorator_as_it_is_written(decorator: str, expected: str) -> None:
+    from kernelopt_bot.source_patch import with_helion_config
+
+    source = f"import helion\n\n\n{decorator}\ndef k(x):\n    return x\n"
+    new = with_helion_config(source, "k", {"block_sizes": [32], "num_warps": 8}, note="verified")
+    assert new.splitlines()[3:5] == ["# kernelopt: verified", expected]
+
+
+def test_a_file_importing_config_from_helion_gets_config_spelled_so() -> None:
+    from kernelopt_bot.source_patch import with_helion_config
+
+    source = "from helion import Config, kernel\n\n\n@kernel\ndef k(x):\n    return x\n"
+    new = with_helion_config(source, "k", {"block_sizes": [8]}, note="v")
+    assert "@kernel(config=Config(block_sizes=[8]))" in new

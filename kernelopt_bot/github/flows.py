@@ -43,6 +43,7 @@ from kernelopt_bot.github.proposal import (
     pack_file,
     pr_branch,
     proposal_files,
+    source_changes,
 )
 from kernelopt_bot.github.render import (
     PROPOSAL_MARKER,
@@ -53,6 +54,7 @@ from kernelopt_bot.github.render import (
     result_row,
 )
 from kernelopt_bot.github.runner import JobOutcome, PipelineRunner, load_outcomes, make_jobs, run_jobs
+from kernelopt_bot.source_patch import unified_text
 
 PR_ACTIONS = ("opened", "synchronize", "reopened", "ready_for_review")
 
@@ -186,15 +188,23 @@ def publish_pr_results(ctx: BotContext, pull: PullInfo, head_sha: str, outcomes:
                     carried[pack_file(t.name)] = text
 
     proposal_ref: ProposalRef | None
-    base = _proposal_base(gw, pull, head_sha) if (packs or carried) else None
-    if (packs or carried) and base is None:
+    edited = any(o.result.source_edits for o in outcomes if not o.failed)
+    base = _proposal_base(gw, pull, head_sha) if (packs or carried or edited) else None
+    sources: dict[str, str] = {}
+    source_notes: list[str] = []
+    if base is not None and edited:
+        sources, source_notes = source_changes(outcomes, cfg, lambda path: gw.read_file(path, ref=base[0]))
+        notes = [*(notes or []), *source_notes]
+    if (packs or carried or edited) and base is None:
         proposal_ref = ProposalRef("skipped", note=f"No follow-up PR: the base branch {pull.base_ref} was not found; "
-                                   "the packs are in this workflow run's artifacts.")
-    elif packs or carried:
+                                   "the packs and patches are in this workflow run's artifacts.")
+    elif packs or carried or sources:
         assert base is not None
         parent, into = base
-        files = {**carried, **proposal_files(packs)}
-        verified_rows = [r for r, o in zip(rows, outcomes, strict=True) if o.job.name in packs]
+        files: dict[str, str | None] = {**carried, **proposal_files(packs), **sources}
+        edited_names = {o.job.name for o in outcomes if not o.failed and o.result.source_edits}
+        verified_rows = [r for r, o in zip(rows, outcomes, strict=True)
+                         if o.job.name in packs or (sources and o.job.name in edited_names)]
         names = sorted(set(packs) | {Path(p).stem for p in carried})
         if carried:
             from kernelopt_bot.github.proposal import README_PATH, readme
@@ -204,15 +214,19 @@ def publish_pr_results(ctx: BotContext, pull: PullInfo, head_sha: str, outcomes:
         title = f"kernelopt: verified kernels for #{pull.number}"
         if best is not None:
             title += f" ({best['speedup']:.2f}x on {best['name']})"
+        source_diff = "".join(unified_text(path, gw.read_file(path, ref=parent) or "", text)
+                              for path, text in sorted(sources.items()))
         body = render("pr_body.md.j2", **base_context(
             verified_rows, pr_number=pull.number, head_sha=head_sha, base_branch=into,
-            files=sorted(files), activation=activation_lines(names),
-            reproduce=_reproduce([o for o in outcomes if o.job.name in packs])))
+            files=sorted(files), activation=activation_lines(names) if names else "",
+            source_diff=source_diff, source_notes=source_notes,
+            reproduce=_reproduce([o for o in outcomes if o.job.name in packs or o.job.name in edited_names])))
         proposal = Proposal(
             branch=branch, base=into, parent_sha=parent, files=files, title=title, body=body,
-            commit_message=f"kernelopt: packs for #{pull.number} at {head_sha[:12]}\n\n"
-                           + "\n".join(f"- {p}" for p in sorted(files)),
-            draft=cfg.publish.draft, labels=list(cfg.publish.labels), reviewers=list(cfg.publish.reviewers))
+            commit_message=f"kernelopt: {'packs' if not sources else 'kernel configs' if not names else 'packs and kernel configs'}"
+                           f" for #{pull.number} at {head_sha[:12]}\n\n" + "\n".join(f"- {p}" for p in sorted(files)),
+            draft=cfg.publish.draft, labels=list(cfg.publish.labels), reviewers=list(cfg.publish.reviewers),
+            sources=frozenset(sources))
         proposal_ref = gw.publish_proposal(proposal, max_open=cfg.publish.max_open_proposals)
     elif failures:
         proposal_ref = ProposalRef("kept", note=f"Follow-up PR left as it was: nothing verified, but {len(failures)} "

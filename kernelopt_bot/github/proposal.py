@@ -7,17 +7,25 @@ and one PR create-or-edit, in that order.
 
 Files: one pack per target (all of its dtypes merged; entries are keyed by kernel hash, so they
 never collide) at ``kernelopt/packs/<target>.json``, and ``kernelopt/README.md`` with the
-activation lines.
+activation lines. A kernel target (a Triton launcher or a Helion kernel) changes its own source
+instead: the verified edits, rebuilt from the checked fields of its result
+(:class:`~kernelopt_bot.source_patch.SourceEdit`), made to the files as they are at the proposal's
+parent; only files the trusted config names for that target (its entry, its ``paths`` globs),
+Python files outside ``.github/``, can be changed so.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+import posixpath
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kernelopt_bot.config import KerneloptConfig
+from kernelopt_bot.github.affected import glob_match
 from kernelopt_bot.github.runner import JobOutcome
+from kernelopt_bot.source_patch import PatchError, SourceEdit
 from kernelopt_bot.stitch.pack import KernelPack, PackError
 
 PACKS_DIR = "kernelopt/packs"
@@ -54,14 +62,19 @@ class Proposal:
     draft: bool = True
     labels: list[str] = field(default_factory=list)
     reviewers: list[str] = field(default_factory=list)
+    # Kernel source files the trusted config lets this proposal change (see source_changes)
+    sources: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
-        # A proposal adds the bot's own files and nothing else: no path outside kernelopt/ can be
-        # written into the repository through it, whatever a results folder claimed.
+        # A proposal adds the bot's own files and the kernel sources the config names, nothing
+        # else, whatever a results folder claimed.
         for path in self.files:
             parts = path.split("/")
-            if not path.startswith("kernelopt/") or ".." in parts or "" in parts or "\\" in path:
-                raise ValueError(f"a proposal may only write under kernelopt/, not {path!r}")
+            if ".." in parts or "" in parts or "\\" in path:
+                raise ValueError(f"a proposal may not write {path!r}")
+            if not path.startswith("kernelopt/") and not (path in self.sources and source_path_ok(path)):
+                raise ValueError(f"a proposal may only write under kernelopt/ and the kernel sources the "
+                                 f"config names, not {path!r}")
         if not self.branch.startswith("kernelopt/"):
             raise ValueError(f"a proposal branch must be under kernelopt/, not {self.branch!r}")
 
@@ -72,6 +85,51 @@ class Proposal:
             "title": self.title, "draft": self.draft, "labels": self.labels, "reviewers": self.reviewers,
             "commit_message": self.commit_message,
         }
+
+
+def source_path_ok(path: str) -> bool:
+    """A path a kernel target's edit may change at all: a Python file in the repository, not
+    under ``.github/`` (workflows) nor the bot's own folder."""
+    parts = path.split("/")
+    return (path.endswith(".py") and not path.startswith((".github/", "kernelopt/", "/"))
+            and ".." not in parts and "" not in parts)
+
+
+def source_changes(outcomes: Iterable[JobOutcome], cfg: KerneloptConfig,
+                   read: Callable[[str], str | None]) -> tuple[dict[str, str], list[str]]:
+    """The new contents of the kernel source files the outcomes' verified edits change, each
+    file read once through ``read`` (at the proposal's parent) and every edit to it made in
+    order; and, in words, the edits that could not be made (a file the config does not name for
+    the target, a file missing, a source that no longer has the launch)."""
+    files: dict[str, str] = {}
+    problems: list[str] = []
+    for outcome in outcomes:
+        target = cfg.target(outcome.job.name)
+        if outcome.failed or target is None or not outcome.result.source_edits:
+            continue
+        folder = posixpath.dirname(target.entry)
+        for raw in outcome.result.source_edits:
+            edit = SourceEdit.from_json(raw)
+            if edit.kernel not in outcome.result.accepted_kernels:  # only what passed all four gates
+                problems.append(f"{target.name}: {edit.kernel} is not reported as accepted; its config was not written")
+                continue
+            path = posixpath.normpath(posixpath.join(folder, edit.file))
+            allowed = path == target.entry or any(glob_match(path, g) for g in target.paths)
+            if not (allowed and source_path_ok(path)):
+                problems.append(f"{target.name}: {path} is not the target's entry nor matched by its paths; "
+                                f"{edit.kernel}'s config was not written")
+                continue
+            text = files.get(path)
+            if text is None:
+                text = read(path)
+            if text is None:
+                problems.append(f"{target.name}: {path} was not found; {edit.kernel}'s config was not written")
+                continue
+            try:
+                files[path] = edit.apply(text)
+            except PatchError as exc:
+                problems.append(f"{target.name}: {edit.kernel}'s config could not be written into {path}: {exc}")
+    return files, problems
 
 
 def load_pack(outcome: JobOutcome) -> KernelPack | None:

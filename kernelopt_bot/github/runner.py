@@ -44,6 +44,7 @@ class TargetJob:
     gamma: float = DEFAULT_GAMMA
     llm: dict[str, Any] | None = None
     compile: dict[str, Any] = field(default_factory=dict)  # CompileSettings.to_json(): how the model is compiled
+    kind: str | None = None  # the config's stated kind of target (module, triton, helion), if any
 
     @property
     def slug(self) -> str:
@@ -76,6 +77,15 @@ class DefaultRunner:
         entry = target_cfg.entry
         if entry.endswith(".py"):
             entry = str(self.repo_root / entry)
+        if target_cfg.kind is not None:
+            from kernelopt_bot.target_kinds import target_kind
+
+            found = target_kind(entry)
+            if found != target_cfg.kind:
+                failed = _failed(target_cfg, f"{target_cfg.entry} is a {found} target, not the "
+                                             f"{target_cfg.kind} target the config says")
+                failed.error_kind = "bad input"
+                return failed
         # The command to reproduce is for a maintainer's checkout: the entry as the config names
         # it, relative to the repository root, not this runner's absolute path.
         return run_pipeline(entry, device=target_cfg.device, dtype=target_cfg.dtype, out_dir=out_dir,
@@ -97,7 +107,8 @@ def make_jobs(cfg: KerneloptConfig, targets: Iterable[TargetConfig], *, budget: 
             jobs.append(TargetJob(name=t.name, entry=t.entry, dtype=dtype,
                                   device=None if t.device == "auto" else t.device, budget=budget_dict,
                                   gamma=gamma if gamma is not None else cfg.gamma, llm=llm,
-                                  compile={"mode": t.compile_mode, "config": dict(t.inductor_config)}))
+                                  compile={"mode": t.compile_mode, "config": dict(t.inductor_config)},
+                                  kind=t.kind))
     return jobs
 
 

@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from kernelopt_bot.config import DTYPES, MODULE_ENTRY_RE, NAME_RE, KerneloptConfig
 from kernelopt_bot.result import RESULT_SCHEMA, KernelOutcome, Recommendation, RunResult
+from kernelopt_bot.source_patch import PatchError, SourceEdit
 from kernelopt_bot.stitch.pack import Guard, KernelPack, LaunchConfig, PackEntry, PackError
 from kernelopt_bot.verify.static import BLOCK_CONSTEXPRS, MAX_TILE_NUMEL
 
@@ -49,7 +50,8 @@ KEY_RE = re.compile(r"^[0-9a-f]{64}$")
 KERNEL_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,199}$")
 DEVICE_RE = re.compile(r"^[A-Za-z0-9:_?-]{1,32}$")
 # What the search writes as a kernel's verdict (search/orchestrator.py), with free detail after.
-KERNEL_STATUS_RE = re.compile(r"^(accepted|cached|not searched|no proposal|no candidate accepted|rejected by)"
+KERNEL_STATUS_RE = re.compile(r"^(accepted|cached|not searched|no proposal|no candidate accepted|rejected by"
+                              r"|passed gates 1-3)"
                               r"(\b[^\n]{0,160})?$")
 META_KEYS = {"schema", "measured", "verified_kernels"}
 
@@ -148,6 +150,7 @@ class ResultDoc(_Strict):
     error_kind: Literal["", "bad input"] = ""
     llm_status: Literal["not configured", "used", "not called", "unavailable"] = "not configured"
     llm_error: str | None = Field(default=None, max_length=500)
+    source_edits: list[dict[str, Any]] = Field(default_factory=list, max_length=64)
 
     model_config = ConfigDict(extra="ignore", strict=True, allow_inf_nan=False, frozen=True,
                               populate_by_name=True)
@@ -172,6 +175,15 @@ class ResultDoc(_Strict):
         if not DEVICE_RE.match(v):
             raise ValueError("not a device name")
         return v
+
+    @field_validator("source_edits")
+    @classmethod
+    def _edits(cls, v: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        # Rebuilt from checked fields: the publish stage makes the change itself (SourceEdit.apply)
+        try:
+            return [SourceEdit.from_json(e).to_json() for e in v]
+        except PatchError as exc:
+            raise ValueError(str(exc)) from None
 
     @field_validator("hardware", "versions", "usage", "phases")
     @classmethod
@@ -231,6 +243,7 @@ def validate_result(text: str, *, name: str, dtype: str) -> RunResult:
         pack_entries=doc.pack_entries, seconds=doc.seconds, usage=dict(doc.usage),
         phases={k: float(v) for k, v in doc.phases.items() if isinstance(v, int | float) and not isinstance(v, bool)},
         error_kind=doc.error_kind, llm_status=doc.llm_status, llm_error=doc.llm_error,
+        source_edits=[dict(e) for e in doc.source_edits],
     )
 
 

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from kernelopt_bot.harness.arena import Arena
-from kernelopt_bot.harness.model_worker import Arm
+from kernelopt_bot.harness.model_worker import Arm, ModelWorker, WorkerSpec
 from kernelopt_bot.stitch.pack import KernelPack
 
 SEED_BASE = 1000
@@ -140,6 +140,24 @@ def bench(target: str, pack: KernelPack, *, device: str, dtype: str = "fp32", ro
         with arena.candidate(pack, label="packed") as packed:
             return compare_arms(base, packed, repeat, target=target, device=device, dtype=dtype,
                                 rounds=rounds, reps=reps, timeout_s=timeout_s)
+
+
+def bench_patch(original: str, patched: str, *, device: str, dtype: str = "fp32", rounds: int = 10,
+                reps: int = 20, timeout_s: float = 600.0) -> BenchResult:
+    """A kernel target as it is against a patched copy of it (``patched``: the same file in a
+    folder where the patch was applied), each in its own process, as :func:`compare_arms` times
+    any two arms: interleaved rounds, fresh inputs, L2 flushed, medians, the original against
+    itself for the noise floor."""
+    arms = [ModelWorker(WorkerSpec(label, path, device, dtype))
+            for label, path in (("baseline", original), ("packed", patched), ("baseline-repeat", original))]
+    try:
+        for arm in arms:  # one at a time: nothing else runs while an arm starts
+            arm.wait_ready()
+        return compare_arms(arms[0], arms[1], arms[2], target=original, device=device, dtype=dtype,
+                            rounds=rounds, reps=reps, timeout_s=timeout_s)
+    finally:
+        for arm in arms:
+            arm.close()
 
 
 def compare_arms(base: Arm, packed: Arm, repeat: Arm | None, *, target: str,

@@ -1,5 +1,5 @@
-"""A launcher as an arm of the end-to-end comparison: the same launcher, its autotuned kernel
-forced to one config (the candidate's, or the original's for the baseline and its repeat).
+"""A kernel target as an arm of the end-to-end comparison: the same launcher (or Helion kernel),
+its kernel forced to one config (the candidate's, or the original's for the baseline and its repeat).
 
 Answers ``("outputs", seed)`` and ``("time", seed, reps)`` as a model arm does, so gate 4 for a
 standalone kernel is :func:`~kernelopt_bot.harness.bench.compare_arms` and
@@ -16,15 +16,15 @@ from typing import Any
 from kernelopt_bot.errors import one_line
 from kernelopt_bot.harness.model_worker import ArmRaised, flatten_outputs
 from kernelopt_bot.harness.timing import time_model
-from kernelopt_bot.launchers import LauncherTarget, run_launcher
+from kernelopt_bot.launchers import KernelTarget
 
 
 class LauncherArm:
-    """The launcher with each kernel of ``forced`` running that config."""
+    """The target with each kernel of ``forced`` running that config."""
 
     where = "engine"
 
-    def __init__(self, target: LauncherTarget, forced: dict[str, dict[str, Any]], label: str) -> None:
+    def __init__(self, target: KernelTarget, forced: dict[str, dict[str, Any]], label: str) -> None:
         self.target, self.forced, self.label = target, {k: dict(v) for k, v in forced.items()}, label
         self.info: dict[str, Any] = {"applied": sorted(forced), "skipped": []}
         self.ready = True
@@ -39,12 +39,12 @@ class LauncherArm:
         op, *args = message
         if op == "outputs":
             return self._answer(lambda: [t.clone() for t in flatten_outputs(
-                run_launcher(self.target, args[0], self._forced()), self.target.device)])
+                self.target.run(args[0], self._forced()), self.target.device)])
         if op == "time":
             seed, reps = args
             inputs = self.target.make_inputs(seed)
             return self._answer(lambda: time_model(
-                self.target.device, lambda: run_launcher(self.target, seed, self._forced(), inputs=inputs),
+                self.target.device, lambda: self.target.run(seed, self._forced(), inputs),
                 reps=reps).reply())
         raise ArmRaised(self.label, f"unknown request {op!r}")
 

@@ -92,8 +92,11 @@ def _serve(spec: WorkerSpec, conn: Channel) -> None:
     from kernelopt_bot.harness.timing import time_model
     from kernelopt_bot.stitch import runtime
     from kernelopt_bot.stitch.pack import KernelPack
+    from kernelopt_bot.target_kinds import target_kind
     from kernelopt_bot.targets import load_target
 
+    if target_kind(spec.target) != "module":
+        return _serve_kernel_target(spec, conn)
     # The engine checked the target runs eagerly; an arm does not run it eagerly again (on a large
     # model that is the arm's memory peak, beside the others).
     target = load_target(spec.target, spec.device, spec.dtype, check=False)
@@ -131,6 +134,36 @@ def _serve(spec: WorkerSpec, conn: Channel) -> None:
                 conn.send(("ok", flatten_outputs(compiled(*target.make_inputs(seed)))))
             else:
                 conn.send(("error", f"unknown request {op!r}"))
+
+
+def _serve_kernel_target(spec: WorkerSpec, conn: Channel) -> None:
+    """An arm for a kernel target (a launcher file, a Helion kernel): the file as it is in its
+    folder (an original, or a copy with a patch applied), run as written."""
+    import torch
+
+    from kernelopt_bot.harness.timing import time_model
+    from kernelopt_bot.helion_targets import load_helion
+    from kernelopt_bot.launchers import load_launcher
+    from kernelopt_bot.target_kinds import target_kind
+
+    load = load_launcher if target_kind(spec.target) == "triton" else load_helion
+    target = load(spec.target, spec.device, spec.dtype)
+    target.run(0)
+    conn.send(("ready", {"applied": [], "skipped": [],
+                         "gpu_mb": torch.cuda.max_memory_reserved() / 2**20 if target.device == "cuda" else None}))
+    while True:
+        op, *args = conn.recv()
+        if op == "quit":
+            return
+        if op == "time":
+            seed, reps = args
+            inputs = target.make_inputs(seed)
+            conn.send(("ok", time_model(target.device, functools.partial(target.run, seed, None, inputs),
+                                        reps=reps).reply()))
+        elif op == "outputs":
+            conn.send(("ok", flatten_outputs(target.run(args[0]))))
+        else:
+            conn.send(("error", f"unknown request {op!r}"))
 
 
 def worker_main(conn: Channel, spec: WorkerSpec) -> None:

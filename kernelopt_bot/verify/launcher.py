@@ -21,7 +21,7 @@ import torch
 
 from kernelopt_bot.errors import one_line
 from kernelopt_bot.harness.model_worker import flatten_outputs
-from kernelopt_bot.launchers import LAUNCH_OPTIONS, KernelLaunch, LauncherTarget, run_launcher
+from kernelopt_bot.launchers import LAUNCH_OPTIONS, KernelLaunch, KernelTarget
 from kernelopt_bot.verify.result import GateResult
 from kernelopt_bot.verify.tolerance import compare, relative_error
 
@@ -46,23 +46,23 @@ def check_config_static(launch: KernelLaunch, config: dict[str, Any]) -> GateRes
     return GateResult.ok("static", "config keys and values are the kernel's")
 
 
-def check_config_outputs(target: LauncherTarget, launch: KernelLaunch, config: dict[str, Any],
+def check_config_outputs(target: KernelTarget, kernel: str, config: dict[str, Any],
                          original: dict[str, Any], seeds: tuple[int, ...] = DEFAULT_SEEDS) -> list[GateResult]:
-    """Gates 2 and 3: the launcher with ``config`` against the launcher with ``original`` (the
-    config the kernel ran), seed by seed, and against ``reference`` where the file has one (on
-    the same runs: each seed's two launcher runs serve both gates)."""
+    """Gates 2 and 3: the target with ``kernel`` run with ``config`` against it with ``original``
+    (the config the kernel ran), seed by seed, and against ``reference`` where the file has one
+    (on the same runs: each seed's two runs serve both gates)."""
     worst_rel = 0.0
     model: GateResult | None = None  # gate 3's verdict, once one seed decided it
     if target.reference is None:
-        model = GateResult.not_run("model", "the launcher file has no reference(): compared with the original only")
+        model = GateResult.not_run("model", "the target file has no reference(): compared with the original only")
     for seed in seeds:
         try:
-            ours = flatten_outputs(run_launcher(target, seed, {launch.name: config}))
+            ours = flatten_outputs(target.run(seed, {kernel: config}))
         except Exception as exc:  # noqa: BLE001 - the candidate's run failed: its verdict
-            return [GateResult.fail("correctness", f"the launcher failed with this config (seed {seed}): {one_line(exc)}")]
-        theirs = flatten_outputs(run_launcher(target, seed, {launch.name: original}))
+            return [GateResult.fail("correctness", f"the target failed with this config (seed {seed}): {one_line(exc)}")]
+        theirs = flatten_outputs(target.run(seed, {kernel: original}))
         if len(ours) != len(theirs) or not ours:
-            return [GateResult.fail("correctness", f"the launcher returned {len(ours)} tensor(s) with this config "
+            return [GateResult.fail("correctness", f"the target returned {len(ours)} tensor(s) with this config "
                                                    f"and {len(theirs)} with the original (seed {seed})")]
         for i, (a, b) in enumerate(zip(ours, theirs)):
             verdict = compare(a, b, what=f"output {i}")
@@ -78,7 +78,7 @@ def check_config_outputs(target: LauncherTarget, launch: KernelLaunch, config: d
         "model", f"as accurate as the original against reference() in float64 on {len(seeds)} seeds")]
 
 
-def _against_reference(target: LauncherTarget, seed: int, ours: list[torch.Tensor],
+def _against_reference(target: KernelTarget, seed: int, ours: list[torch.Tensor],
                        theirs: list[torch.Tensor]) -> GateResult | None:
     """Gate 3 on one seed's runs: a verdict when this seed decides it (a failure, or a reference
     that cannot run), None when it passed here."""

@@ -1,0 +1,85 @@
+"""The pipeline for a Helion kernel target (issue 14): the original is the kernel's pinned config
+(or Helion's default), candidates are what Helion's own autotuner picks within the budget (GPU
+only) and the original's neighbours, the gates are the launchers' (:func:`search_kernel`), and a
+verified config is delivered pinned in the decorator (``patch.diff``).
+
+A pinned config is re-verified first: against the default config on fresh inputs (gates 2-3),
+so a pin that has gone wrong for these shapes is reported, and it stays when no candidate beats
+it end to end.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from kernelopt_bot.harness.work_watch import NO_WATCH, WorkWatch
+from kernelopt_bot.helion_targets import (
+    autotuned_config,
+    changes,
+    check_helion_static,
+    load_helion,
+    neighbour_configs,
+    written_config,
+)
+from kernelopt_bot.launcher_run import (
+    KernelSearch,
+    SearchContext,
+    Verified,
+    device_name,
+    measure_together,
+    search_kernel,
+    write_edits,
+)
+from kernelopt_bot.result import RunResult
+from kernelopt_bot.source_patch import SourceEdit
+from kernelopt_bot.verify.launcher import check_config_outputs
+
+# Helion's autotuner runs only with this much of the wall budget left, and takes at most half.
+AUTOTUNE_MIN_LEFT_S = 60.0
+
+
+def run_helion_target(spec: str, device: str | None, dtype: str, *, gamma: float, rounds: int,
+                      candidates_per_kernel: int, result: RunResult, out_dir: Path,
+                      log: Callable[[str], None], work_watch: WorkWatch = NO_WATCH,
+                      ends_at: float | None = None, untimed_patch: bool = False) -> Path | None:
+    """The whole run on a Helion kernel file; fills ``result`` and returns the patch's path
+    (None when nothing was verified). Arguments as :func:`~kernelopt_bot.launcher_run.run_launcher_target`."""
+    log("loading the Helion kernel")
+    target = load_helion(spec, device, dtype)
+    result.device = target.device
+    original = target.original_config()
+    if target.pinned is not None:
+        log(f"re-verifying the pinned config of {target.kernel_name} against Helion's default config")
+        checks = check_config_outputs(target, target.kernel_name, original, target.default_config())
+        for gate in checks:
+            log(f"  {gate.name}: {'passed' if gate.passed else 'FAILED' if gate.passed is False else 'not run'}: "
+                f"{gate.reason}")
+    candidates = neighbour_configs(target, original)
+    left = None if ends_at is None else ends_at - time.time()
+    if target.device == "cuda" and (left is None or left > AUTOTUNE_MIN_LEFT_S):
+        budget = 60.0 if left is None else left / 2
+        log(f"running Helion's autotuner (effort quick, at most {budget:.0f} s)")
+        best = autotuned_config(target, budget, log)
+        if best is not None and best != original:
+            candidates = [best, *(c for c in candidates if c != best)]
+    context = SearchContext(target, gamma, rounds, candidates_per_kernel, log, work_watch, ends_at, untimed_patch)
+    search = KernelSearch(target.kernel_name, "helion", original, candidates,
+                          lambda config: check_helion_static(target, config),
+                          lambda config: changes(original, config))
+    verified: Verified = {}
+    search_kernel(context, search, result, verified)
+    if not verified:
+        if target.pinned is not None:
+            result.kernels[-1].detail = "; ".join(filter(None, [result.kernels[-1].detail,
+                                                                "the pinned config stays: no candidate beat it"]))
+        return None
+    config, verdict = verified[target.kernel_name]
+    if target.device == "cuda":
+        measure_together(target, {target.kernel_name: (original, config)}, rounds, result)
+    speed = f"{verdict.speedup:.3f}x end to end" if verdict.speedup is not None else "gates 1-3 only, not timed"
+    note = f"config verified for get_inputs()'s shapes on {device_name(target.device)} ({speed})"
+    file = Path(target.file)
+    edit = SourceEdit(file.name, "helion", target.kernel_name, written_config(target, config), note)
+    return write_edits([(file, edit)], file.parent, out_dir, result, log)
