@@ -36,8 +36,10 @@ from kernelopt_bot.result import RunResult
 from kernelopt_bot.source_patch import SourceEdit
 from kernelopt_bot.verify.launcher import check_config_outputs
 
-# Helion's autotuner runs only with this much of the wall budget left, and takes at most half.
+# Helion's autotuner runs only with this much of the wall budget left, and takes at most half of
+# it, at most AUTOTUNE_MAX_S (its quick effort; the rest is for our own search and the gates).
 AUTOTUNE_MIN_LEFT_S = 60.0
+AUTOTUNE_MAX_S = 40.0
 
 
 def run_helion_target(spec: str, device: str | None, dtype: str, *, gamma: float, rounds: int,
@@ -59,7 +61,7 @@ def run_helion_target(spec: str, device: str | None, dtype: str, *, gamma: float
     candidates = neighbour_configs(target, original)
     left = None if ends_at is None else ends_at - time.time()
     if target.device == "cuda" and (left is None or left > AUTOTUNE_MIN_LEFT_S):
-        budget = 60.0 if left is None else left / 2
+        budget = AUTOTUNE_MAX_S if left is None else min(AUTOTUNE_MAX_S, left / 2)
         log(f"running Helion's autotuner (effort quick, at most {budget:.0f} s)")
         best = autotuned_config(target, budget, log)
         if best is not None and best != original:

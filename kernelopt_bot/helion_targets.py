@@ -49,13 +49,18 @@ class HelionTarget:
     file: str = ""
     pinned: dict[str, Any] | None = None  # the decorator's config=..., as written
     _compiled: dict[str, Any] = field(default_factory=dict, repr=False)
+    _bound: Any = field(default=None, repr=False)
 
     def make_inputs(self, seed: int = 0) -> tuple[Any, ...]:
         return self.input_factory(seed)
 
     def bound(self, inputs: tuple[Any, ...] | None = None) -> Any:
-        """The kernel bound to inputs of this target's shapes (Helion caches one per signature)."""
-        return self.kernel.bind(self.make_inputs(0) if inputs is None else inputs)
+        """The kernel bound to inputs of this target's shapes (every seed's have the same)."""
+        if inputs is not None:
+            return self.kernel.bind(inputs)  # Helion keeps one per signature
+        if self._bound is None:
+            self._bound = self.kernel.bind(self.make_inputs(0))
+        return self._bound
 
     def original_config(self) -> dict[str, Any]:
         """The pinned config (normalized), or Helion's default where none is pinned."""
