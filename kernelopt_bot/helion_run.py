@@ -18,7 +18,6 @@ from kernelopt_bot.harness.work_watch import NO_WATCH, WorkWatch
 from kernelopt_bot.helion_targets import (
     autotuned_config,
     changes,
-    check_helion_static,
     load_helion,
     neighbour_configs,
     written_config,
@@ -34,7 +33,7 @@ from kernelopt_bot.launcher_run import (
 )
 from kernelopt_bot.result import RunResult
 from kernelopt_bot.source_patch import SourceEdit
-from kernelopt_bot.verify.launcher import check_config_outputs
+from kernelopt_bot.verify.launcher import check_config_outputs, check_helion_static
 
 # Helion's autotuner runs only with this much of the wall budget left, and takes at most half of
 # it, at most AUTOTUNE_MAX_S (its quick effort; the rest is for our own search and the gates).

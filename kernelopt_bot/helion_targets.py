@@ -26,7 +26,6 @@ from kernelopt_bot.device import prepare_device, resolve_device
 from kernelopt_bot.errors import TargetError, one_line
 from kernelopt_bot.target_kinds import helion_kernels_in
 from kernelopt_bot.targets import _call_user, _drawn, _import_file, _move_input, resolve_dtype
-from kernelopt_bot.verify.result import GateResult
 
 # Neighbours of a config: these keys are stepped (sizes doubled and halved, stages by one).
 _DOUBLED = ("block_sizes", "num_warps")
@@ -180,20 +179,6 @@ def neighbour_configs(target: HelionTarget, original: dict[str, Any]) -> list[di
                 if new >= 1:
                     add({**original, key: new})
     return out
-
-
-def check_helion_static(target: HelionTarget, config: dict[str, Any]) -> GateResult:
-    """Gate 1 for a Helion config: inside the kernel's config space, and Helion generates its
-    Triton code."""
-    import helion
-
-    try:
-        bound = target.bound()
-        made = normalized(bound, config)
-        bound.to_triton_code(helion.Config(**made))
-    except Exception as exc:  # noqa: BLE001 - Helion's own refusal is the verdict
-        return GateResult.fail("static", f"Helion does not take this config: {one_line(exc)}")
-    return GateResult.ok("static", "a config of the kernel's space; Helion generates its code")
 
 
 def autotuned_config(target: HelionTarget, budget_s: float, log: Callable[[str], None]) -> dict[str, Any] | None:

@@ -1,8 +1,11 @@
-"""Gates 1-3 for a launch config of a standalone Triton kernel (issue 14): a config is the user's
-own kernel run another way, so the gates compare it with the config that kernel ran.
+"""Gates 1-3 for a config of a kernel target (issue 14): a standalone Triton kernel's launch config
+or a Helion kernel's config is the user's own kernel run another way, so the gates compare it with
+the config that kernel ran.
 
-* static: every key is one of the kernel's parameters or a launch option, with a sane value
-  (``num_warps`` a power of two up to 32, ``num_stages`` 1-8, block sizes positive integers);
+* static: for a Triton kernel, every key is one of the kernel's parameters or a launch option,
+  with a sane value (``num_warps`` a power of two up to 32, ``num_stages`` 1-8, block sizes
+  positive integers); for a Helion kernel, Helion's own check against the kernel's config space
+  and its code generation;
 * correctness, end to end on the launcher: on fresh inputs of several seeds the launcher with the
   candidate config returns what it returns with the original config (the tolerances of
   :func:`~kernelopt_bot.verify.tolerance.compare`), so a config that drops or repeats rows fails;
@@ -21,6 +24,7 @@ import torch
 
 from kernelopt_bot.errors import one_line
 from kernelopt_bot.harness.model_worker import flatten_outputs
+from kernelopt_bot.helion_targets import HelionTarget, normalized
 from kernelopt_bot.launchers import LAUNCH_OPTIONS, KernelLaunch, KernelTarget
 from kernelopt_bot.verify.result import GateResult
 from kernelopt_bot.verify.tolerance import compare, relative_error
@@ -44,6 +48,20 @@ def check_config_static(launch: KernelLaunch, config: dict[str, Any]) -> GateRes
         if key not in LAUNCH_OPTIONS and not (isinstance(value, int) and not isinstance(value, bool) and value > 0):
             return GateResult.fail("static", f"{key}={value!r} must be a positive integer")
     return GateResult.ok("static", "config keys and values are the kernel's")
+
+
+def check_helion_static(target: HelionTarget, config: dict[str, Any]) -> GateResult:
+    """Gate 1 for a Helion config: inside the kernel's config space, and Helion generates its
+    Triton code."""
+    import helion
+
+    try:
+        bound = target.bound()
+        made = normalized(bound, config)
+        bound.to_triton_code(helion.Config(**made))
+    except Exception as exc:  # noqa: BLE001 - Helion's own refusal is the verdict
+        return GateResult.fail("static", f"Helion does not take this config: {one_line(exc)}")
+    return GateResult.ok("static", "a config of the kernel's space; Helion generates its code")
 
 
 def check_config_outputs(target: KernelTarget, kernel: str, config: dict[str, Any],
