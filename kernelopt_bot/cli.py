@@ -538,7 +538,8 @@ def _print_result(console: Any, result: Any, out: Path) -> None:
             console.print(f"host-inclusive latency of a call: {result.latency_ms['baseline']:.4f} ms -> "
                           f"{result.latency_ms['optimized']:.4f} ms")
     else:
-        console.print("end to end: not measured (no CUDA device)")
+        console.print("end to end: not measured (no CUDA device)" if result.device != "cuda"
+                      else "end to end: nothing verified, so nothing was measured against the original")
     for rec in result.recommendations:
         _print_recommendation(console, rec)
     written = "patch.diff" if getattr(result, "patch_path", None) else "pack.json"

@@ -19,7 +19,7 @@ case "$example" in
     mkdir -p "$repo/kernels"
     cp "$here/benchmarks/kernels/$example.py" "$repo/kernels/$example.py"
     if [ "$kind" = liger ]; then
-      kind=triton changed="kernels/${example}_ops.py"
+      kind=triton changed="kernels/$(grep -o 'liger_[a-z_]*_ops' "$here/benchmarks/kernels/$example.py" | head -1).py"
       python3 "$here/scripts/vendor_liger.py" "$repo/kernels" > /dev/null
     else
       changed="kernels/$example.py"

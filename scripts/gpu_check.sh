@@ -140,25 +140,34 @@ part_noise() {  # the harness's noise floor (baseline against baseline, and an e
 }
 
 part_kernels() {  # kernel targets (issue 14): optimize each of KERNEL_TARGETS (benchmarks/kernels/, the liger
-  # ones on a vendored copy of liger-kernel's ops) at the default budget, then re-measure each patch applied
-  # to a clean copy of the folder (kernelopt bench --patch), and the PR flow on a kernel file (dry run)
-  local W="$R/kernels" t rc=0
-  mkdir -p "$W/out"
+  # ones on a vendored copy of liger-kernel's ops, made in a work folder outside $R: none of liger's code comes
+  # back) at the default budget, re-measure each patch applied to a clean copy of the folder (kernelopt bench
+  # --patch), then the PR flow on the first target that got a patch (or KERNEL_PR), in a dry run
+  local W=/tmp/kernels-work t rc=0 pr="${KERNEL_PR:-}" alt
+  mkdir -p "$W/out" "$R/kernels"
   python3 scripts/vendor_liger.py "$W" && cp benchmarks/kernels/*.py "$W/" || return 1
+  if ! python3 -c "import helion" 2> "$R/kernels/helion_import.log"; then  # an older Helion for this torch
+    for alt in .whl/helion-alt/*.whl; do
+      rm -rf /tmp/site-helion && python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site-helion "$alt" \
+        && PYTHONPATH="/tmp/site-helion:$PYTHONPATH" python3 -c "import helion" 2>> "$R/kernels/helion_import.log" \
+        && { export PYTHONPATH="/tmp/site-helion:$PYTHONPATH"; echo "helion from $(basename "$alt")" | tee -a "$summary"; break; }
+    done
+  fi
   for t in ${KERNEL_TARGETS:-liger_rms_norm liger_layer_norm liger_swiglu liger_geglu helion_rms_norm helion_softmax}; do
     (cd "$W" && python3 -m kernelopt_bot.cli optimize "$t.py" --dtype "${KERNEL_DTYPE:-bf16}" --out "out/$t" \
       > "out_$t.log" 2>&1) || rc=1
-    tail -4 "$W/out_$t.log"
+    grep -E "configs timed|: (accepted|rejected|passed)|error" "$W/out_$t.log" | tail -5
     if [ -f "$W/out/$t/patch.diff" ]; then
       (cd "$W" && python3 -m kernelopt_bot.cli bench "$t.py" --patch "out/$t/patch.diff" --dtype "${KERNEL_DTYPE:-bf16}" \
         --json > "bench_$t.json" 2> "bench_$t.log") || rc=1
+      [ -n "$pr" ] || pr="$t"
     fi
   done
-  python3 scripts/kernel_table.py "$W" | tee -a "$summary"
-  if [ -n "${KERNEL_PR:-liger_swiglu}" ]; then
-    EXAMPLE="${KERNEL_PR:-liger_swiglu}" DTYPE="${KERNEL_DTYPE:-bf16}" bash scripts/example_pr_dry_run.sh "$R/kpr" cuda \
-      > "$R/kprdry.log" 2>&1 || rc=1
-    tail -8 "$R/kprdry.log"
+  cp -r "$W/out" "$W"/out_*.log "$R/kernels/"; cp "$W"/bench_* "$R/kernels/" 2> /dev/null
+  python3 scripts/kernel_table.py "$R/kernels" | tee -a "$summary"
+  if [ -n "$pr" ]; then
+    EXAMPLE="$pr" DTYPE="${KERNEL_DTYPE:-bf16}" bash scripts/example_pr_dry_run.sh "$R/kpr" cuda > "$R/kprdry.log" 2>&1 || rc=1
+    echo "PR flow on $pr:" | tee -a "$summary"; tail -8 "$R/kprdry.log"
   fi
   return $rc
 }
@@ -179,6 +188,7 @@ done
 for f in "$R"/kpr/dry/pr_body.md "$R"/kpr/dry/publish.json; do
   [ -f "$f" ] && cp "$f" "$OUT/kprdry_$(basename "$f")"
 done
+rm -rf "$R"/kpr/dry/files  # the proposal's files: a vendored third-party kernel stays out of what comes back
 for d in suite one_gpu all_gpus; do
   [ -f "$R/$d/suite.md" ] && { echo "--- $d"; cat "$R/$d/suite.md"; python3 scripts/phase_table.py "$R/$d"; } >> "$summary"
 done
