@@ -366,8 +366,9 @@ def _launch_edit(launch: KernelLaunch, config: dict[str, Any], verdict: Verdict,
     values = {k: v for k, v in {**dict(zip(launch.arg_names, launch.args)), **launch.constexprs}.items()
               if isinstance(v, int) and not isinstance(v, bool)}
     path = Path(launch.call_file)
+    grid = [] if launch.grid_function else list(launch.grid)  # a grid function's value is no tuple to compare
     return path, SourceEdit(_relative(path, root), "launch", launch.name, changed, note, launch.call_line,
-                            list(launch.arg_names), values, list(launch.grid))
+                            list(launch.arg_names), values, grid)
 
 
 def _relative(path: Path, root: Path) -> str:

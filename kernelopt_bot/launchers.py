@@ -109,6 +109,7 @@ class KernelLaunch:
     chosen: dict[str, Any] | None = None  # the config it ran with (a plain kernel: its launch options)
     call_file: str | None = None  # where the launch is written (the ``kernel[grid](...)`` call)
     call_line: int | None = None
+    grid_function: bool = False  # the launch's grid was a function of the constexprs, not a tuple
 
     @property
     def autotuned(self) -> bool:
@@ -294,7 +295,7 @@ def _launch_record(jit: Any, args: tuple[Any, ...], grid: Any, kwargs: dict[str,
     call_file, call_line = _call_site()
     return KernelLaunch(getattr(fn, "__name__", str(fn)), file, line, source, arg_names,
                         tuple(snapshot(a) for a in args), shape, constexprs, options, configs, chosen,
-                        call_file, call_line)
+                        call_file, call_line, callable(grid))
 
 
 def _call_site() -> tuple[str | None, int | None]:

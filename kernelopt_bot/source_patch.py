@@ -258,19 +258,23 @@ def with_helion_config(text: str, kernel: str, config: dict[str, Any], *, note: 
 
 
 def _shape_guard(call: ast.Call, arg_names: list[str], values: dict[str, Any],
-                 grid: tuple[int, ...]) -> list[tuple[str, int]]:
+                 grid: tuple[int, ...]) -> list[tuple[str, int | tuple[int, ...]]]:
     """The call's integer arguments written as plain names, with the values they had: the
-    grid's entries, then the kernel's positional and keyword arguments; each name once."""
-    found: dict[str, int] = {}
+    grid's entries (or the grid, where the call names a grid tuple), then the kernel's positional
+    and keyword arguments; each name once. A grid given as a function (a lambda of the
+    constexprs) is left out: its value is no plain number."""
+    found: dict[str, int | tuple[int, ...]] = {}
 
     def take(node: ast.expr, value: Any) -> None:
         if isinstance(node, ast.Name) and isinstance(value, int) and not isinstance(value, bool):
             found.setdefault(node.id, value)
 
     index = call.func.slice if isinstance(call.func, ast.Subscript) else None
-    entries = index.elts if isinstance(index, ast.Tuple) else [index] if index is not None else []
-    for node, value in zip(entries, grid):
-        take(node, value)
+    if isinstance(index, ast.Tuple):  # kernel[(n_rows,)](...): each entry's name
+        for node, value in zip(index.elts, grid):
+            take(node, value)
+    elif isinstance(index, ast.Name) and grid:  # grid = (n_rows,); kernel[grid](...): the tuple itself
+        found.setdefault(index.id, tuple(grid))
     for node, name in zip(call.args, arg_names):
         take(node, values.get(name))
     for kw in call.keywords:

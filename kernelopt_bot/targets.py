@@ -129,11 +129,15 @@ def _import_file(path: Path) -> Any:
 
 
 def _load_benchmark_file(path: Path, device: str, dtype: torch.dtype) -> Target:
+    from kernelopt_bot.target_kinds import target_kind
+
+    kind = target_kind(str(path))
+    if kind != "module":
+        what = "a launcher of Triton kernels (launch(), no Model)" if kind == "triton" else "a Helion kernel file"
+        raise TargetError(f"{path}: {what}: `kernelopt optimize`, `kernelopt inspect` and `kernelopt bench --patch` "
+                          f"take it; this command takes PyTorch modules")
     module = _import_file(path)
     missing = [n for n in ("Model", "get_inputs", "get_init_inputs") if not hasattr(module, n)]
-    if "Model" in missing and callable(getattr(module, "launch", None)):
-        raise TargetError(f"{path}: a standalone Triton kernel target (it defines launch(), no Model): "
-                          f"`kernelopt optimize` and `kernelopt inspect` take it; this command takes PyTorch modules")
     if missing:
         raise TargetError(f"{path}: missing {', '.join(missing)} (a target file defines Model, get_inputs(), get_init_inputs())")
     for fn_name in ("get_inputs", "get_init_inputs"):

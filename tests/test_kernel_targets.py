@@ -198,3 +198,29 @@ def test_inspect_shows_a_helion_kernels_config() -> None:
     doc = json.loads(run.stdout)
     assert doc["kind"] == "helion" and doc["kernel"] == "rms_norm" and doc["pinned"] == {"block_sizes": [16], "num_warps": 4}
     assert doc["config"]["block_sizes"] == [16] and doc["neighbours"] >= 3
+
+
+def test_a_patched_launch_whose_grid_is_a_variable_takes_the_verified_options(tmp_path: Path) -> None:
+    """liger's layer norm launches ``kernel[grid](...)`` with ``grid = (n_rows,)``: after the patch the
+    launch at the verified shape runs with the verified options (a guard comparing the grid's
+    first entry with the tuple would never hold)."""
+    repo = _repo(tmp_path, {"liger_layer_norm.py": _liger_file("layer_norm"),
+                            "ln_target.py": CORPUS / "liger_layer_norm_launcher.py"})
+    before = _run_in(repo, "import json\nfrom kernelopt_bot.launchers import capture_launches, load_launcher\n"
+                           "(l,) = capture_launches(load_launcher('ln_target.py', 'cpu', 'fp32'))\n"
+                           "print(json.dumps(l.options))\n")
+    assert before.returncode == 0, before.stderr[-2000:]
+    run = _kernelopt(repo, "optimize", "ln_target.py", "--untimed-patch", "--budget", "candidates_per_kernel=1")
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    out = repo / "kernelopt-out" / "ln_target"
+    assert "(grid, n_cols, BLOCK_SIZE) == ((6,), 64, 64)" in (out / "patch.diff").read_text()
+    _apply(repo, out / "patch.diff")
+    after = _run_in(repo, "import json\nfrom kernelopt_bot.launchers import capture_launches, load_launcher\n"
+                          "(l,) = capture_launches(load_launcher('ln_target.py', 'cpu', 'fp32'))\n"
+                          "print(json.dumps(l.options))\n")
+    assert after.returncode == 0, after.stderr[-2000:]
+    detail = json.loads((out / "result.json").read_text())["kernels"][0]["detail"]
+    changed = dict(part.split("=") for part in detail.removeprefix("config ").split(", "))
+    options = json.loads(after.stdout.strip().splitlines()[-1])
+    assert options != json.loads(before.stdout.strip().splitlines()[-1])
+    assert all(options.get(k, {"num_stages": 3}.get(k)) == int(v) for k, v in changed.items())

@@ -85,7 +85,9 @@ def test_a_command_for_modules_says_what_a_launcher_is_for(tmp_path: Path) -> No
     pack = tmp_path / "empty.json"
     pack.write_text('{"format": "kernelopt-pack", "version": 1, "entries": []}')
     run = run_cli("bench", str(ROW_SOFTMAX), "--pack", str(pack))
-    assert run.returncode == 2 and "`kernelopt optimize` and `kernelopt inspect` take it" in run.stdout + run.stderr
+    assert run.returncode == 2 and "its result is a patch; give --patch" in run.stdout + run.stderr
+    run = run_cli("modes", str(ROW_SOFTMAX))
+    assert run.returncode == 2 and "`kernelopt bench --patch` take it; this command takes PyTorch modules" in run.stderr
 
 
 @pytest.mark.parametrize(("body", "message"), [

@@ -127,3 +127,22 @@ def test_a_file_importing_config_from_helion_gets_config_spelled_so() -> None:
     source = "from helion import Config, kernel\n\n\n@kernel\ndef k(x):\n    return x\n"
     new = with_helion_config(source, "k", {"block_sizes": [8]}, note="v")
     assert "@kernel(config=Config(block_sizes=[8]))" in new
+
+
+def test_a_grid_named_by_a_variable_is_compared_as_the_tuple_it_holds() -> None:
+    """``grid = (n_rows,)``, ``kernel[grid](...)`` (liger-kernel's layer norm): the guard compares the
+    tuple, not its first entry (a guard that could never hold would leave the launch unchanged)."""
+    from kernelopt_bot.source_patch import with_launch_options
+
+    source = ("def launch(x, n_rows, n_cols):\n    grid = (n_rows,)\n"
+              "    k[grid](x, n_cols, BLOCK=64, num_warps=4)\n")
+    new = with_launch_options(source, 3, "k", {"num_warps": 1}, arg_names=["x", "n"], values={"n": 256, "BLOCK": 64},
+                              grid=(512,), note="n")
+    assert "num_warps=(1 if (grid, n_cols) == ((512,), 256) else 4)" in new  # BLOCK=64 is no name: not guarded
+    condition = new.split("num_warps=(1 if ")[1].split(" else")[0]
+    assert eval(condition, {"grid": (512,), "n_cols": 256}) is True
+    assert eval(condition, {"grid": (511,), "n_cols": 256}) is False
+    # A grid that was a function (its value no tuple the name holds) is left out of the guard.
+    new = with_launch_options(source, 3, "k", {"num_warps": 1}, arg_names=["x", "n"], values={"n": 256}, grid=(),
+                              note="n")
+    assert "num_warps=(1 if n_cols == 256 else 4)" in new

@@ -176,6 +176,8 @@ def base_context(rows: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
         "proposal_marker": PROPOSAL_MARKER,
         "sweep_marker": SWEEP_MARKER,
         "notes": [],
+        "source_diff": "",  # a kernel target's change to its own source, as a diff (pr_body)
+        "source_notes": [],
     }
     ctx.update(extra)
     return ctx

@@ -45,7 +45,7 @@ class LauncherArm:
             inputs = self.target.make_inputs(seed)
             return self._answer(lambda: time_model(
                 self.target.device, lambda: self.target.run(seed, self._forced(), inputs),
-                reps=reps).reply())
+                reps=reps, hide_host=True).reply())
         raise ArmRaised(self.label, f"unknown request {op!r}")
 
     def _answer(self, work: Callable[[], Any]) -> Any:

@@ -159,7 +159,7 @@ def _serve_kernel_target(spec: WorkerSpec, conn: Channel) -> None:
             seed, reps = args
             inputs = target.make_inputs(seed)
             conn.send(("ok", time_model(target.device, functools.partial(target.run, seed, None, inputs),
-                                        reps=reps).reply()))
+                                        reps=reps, hide_host=True).reply()))
         elif op == "outputs":
             conn.send(("ok", flatten_outputs(target.run(args[0]))))
         else:

@@ -69,17 +69,25 @@ def flusher() -> L2Flusher:
 
 
 def time_cuda(fn: Callable[[], Any], *, reps: int = 50, warmup: int = 3,
-              before_each: Callable[[], Any] | None = None) -> Timing:
+              before_each: Callable[[], Any] | None = None, hide_host: bool = False) -> Timing:
     """Time ``fn`` on the current CUDA device: per-call events, L2 flushed before each call.
 
     ``before_each`` runs outside the timed region (e.g. restoring in-place arguments).
+    ``hide_host``: the GPU waits (a sleep kernel) while the host queues each call, so the events
+    see only the device's work: for a call whose Python costs as much as its kernels (a kernel
+    target's launcher, a Helion kernel's wrapper), the host's share is the same in every arm and
+    otherwise only noise.
     """
     flush = flusher()
+    host_s = 0.0
     for _ in range(warmup):
         if before_each is not None:
             before_each()
+        queued = time.perf_counter()
         fn()
+        host_s = time.perf_counter() - queued
     torch.cuda.synchronize()
+    cover = _sleep_cycles(min(MAX_HOST_COVER_S, 1.5 * host_s + 20e-6)) if hide_host else 0
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     with no_collection():
@@ -87,12 +95,33 @@ def time_cuda(fn: Callable[[], Any], *, reps: int = 50, warmup: int = 3,
             if before_each is not None:
                 before_each()
             flush()
+            if cover:
+                torch.cuda._sleep(cover)
             start.record()
             fn()
             end.record()
         torch.cuda.synchronize()
     samples = [s.elapsed_time(e) for s, e in zip(starts, ends)]
     return Timing(statistics.median(samples), samples)
+
+
+MAX_HOST_COVER_S = 0.02  # the longest a sleep kernel covers a call's host work
+_CYCLES_PER_S: dict[int, float] = {}
+
+
+def _sleep_cycles(seconds: float) -> int:
+    """GPU clock cycles of ``torch.cuda._sleep`` that last ``seconds`` on this device (measured once)."""
+    index = torch.cuda.current_device()
+    if index not in _CYCLES_PER_S:
+        probe = 2_000_000
+        torch.cuda._sleep(probe)  # warm
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        torch.cuda._sleep(probe)
+        end.record()
+        torch.cuda.synchronize()
+        _CYCLES_PER_S[index] = probe / max(start.elapsed_time(end) / 1000.0, 1e-6)
+    return int(seconds * _CYCLES_PER_S[index])
 
 
 @contextmanager
@@ -122,13 +151,14 @@ def time_on(device: str, fn: Callable[[], Any], **kwargs: Any) -> Timing:
     return Timing.not_measured()
 
 
-def time_model(device: str, fn: Callable[[], Any], *, reps: int = 20, warmup: int = 2) -> Timing:
+def time_model(device: str, fn: Callable[[], Any], *, reps: int = 20, warmup: int = 2,
+               hide_host: bool = False) -> Timing:
     """A whole model's call, timed two ways: GPU time (CUDA events, calls queued back to back after
     an L2 flush, as for a kernel) and host-inclusive latency (wall clock from the call to the end
     of its GPU work, synchronized before and after each call). On a launch-bound model the two
     differ: the GPU time hides the host's launch overhead behind the flush, the latency does not,
-    and that overhead is what CUDA graphs remove."""
-    timing = time_on(device, fn, reps=reps, warmup=warmup)
+    and that overhead is what CUDA graphs remove. ``hide_host``: see :func:`time_cuda`."""
+    timing = time_on(device, fn, reps=reps, warmup=warmup, **({"hide_host": True} if hide_host else {}))
     if not timing.measured:
         return timing
     flush = flusher()
