@@ -458,6 +458,8 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
             base = cascade.arena.baseline_info()
             result.processes["model_gpu_mb"] = None if not base.get("gpu_mb") else round(base["gpu_mb"], 1)
     finally:
+        for search in llm_search:  # one LLM client a run, closed with it
+            search.close()
         result.processes["device_peak_mb"] = None if watch.peak_mb is None else round(watch.peak_mb, 1)
         result.usage = budget.snapshot()
         store.finish_run(run_id, result)

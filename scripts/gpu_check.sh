@@ -157,13 +157,14 @@ part_kernels() {  # kernel targets (issue 14): optimize each of KERNEL_TARGETS (
     (cd "$W" && python3 -m kernelopt_bot.cli optimize "$t.py" --dtype "${KERNEL_DTYPE:-bf16}" --out "out/$t" \
       > "out_$t.log" 2>&1) || rc=1
     grep -E "configs timed|: (accepted|rejected|passed)|error" "$W/out_$t.log" | tail -5
+    mkdir -p "$R/kernels/out" && cp -r "$W/out/$t" "$R/kernels/out/" && cp "$W/out_$t.log" "$R/kernels/"  # kept if a later step runs out of time
     if [ -f "$W/out/$t/patch.diff" ]; then
       (cd "$W" && python3 -m kernelopt_bot.cli bench "$t.py" --patch "out/$t/patch.diff" --dtype "${KERNEL_DTYPE:-bf16}" \
         --json > "bench_$t.json" 2> "bench_$t.log") || rc=1
+      cp "$W/bench_$t.json" "$W/bench_$t.log" "$R/kernels/"
       [ -n "$pr" ] || pr="$t"
     fi
   done
-  cp -r "$W/out" "$W"/out_*.log "$R/kernels/"; cp "$W"/bench_* "$R/kernels/" 2> /dev/null
   python3 scripts/kernel_table.py "$R/kernels" | tee -a "$summary"
   if [ -n "$pr" ]; then
     EXAMPLE="$pr" DTYPE="${KERNEL_DTYPE:-bf16}" bash scripts/example_pr_dry_run.sh "$R/kpr" cuda > "$R/kprdry.log" 2>&1 || rc=1

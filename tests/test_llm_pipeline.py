@@ -15,6 +15,8 @@ from tests.llm_server import LLMTestServer, Step, reply
 from tests.redteam import cheats
 
 GELU = str(EXAMPLES / "gelu.py")
+# The profiler's summary, asked once a run before the first plan
+PROFILED = reply("One pointwise GELU kernel takes all of the model's time; it is memory-bound.")
 
 
 @pytest.fixture()
@@ -27,6 +29,7 @@ def test_llm_candidate_goes_through_the_gates(tmp_path: Path, no_retries: None) 
     source = cheats.commute_first_product(captured("gelu.py").artifact.kernels[0].source)
     with LLMTestServer() as server:
         server.script(
+            PROFILED,
             reply(json.dumps({"strategy": "other", "rationale": "reorder the product"}), prompt_tokens=900,
                   completion_tokens=40),
             reply(f"Here is the kernel:\n```python\n{source}\n```\n", prompt_tokens=1500, completion_tokens=600),
@@ -64,7 +67,7 @@ def _plan_then_coded(*sources: str) -> list[Step]:
     """The planner's reply, then for each source the coder's (or repairer's) reply and the
     summarizer's note on its verdict."""
     summary = reply(json.dumps({"strategy": "other", "outcome": "x", "note": "y"}))
-    replies: list[Step] = [reply(json.dumps({"strategy": "other", "rationale": "try"}))]
+    replies: list[Step] = [PROFILED, reply(json.dumps({"strategy": "other", "rationale": "try"}))]
     for source in sources:
         replies += [reply(f"```python\n{source}\n```"), summary]
     return replies
@@ -78,11 +81,16 @@ def test_repair_loop_sees_each_gate_and_respects_the_candidate_budget(tmp_path: 
     good = cheats.commute_first_product(original)
     with LLMTestServer() as server:
         server.script(*_plan_then_coded(static_fail, wrong, good))
+        messages: list[str] = []
         result = run_pipeline(GELU, out_dir=tmp_path / "out", store_path=tmp_path / "db",
                               budget={"candidates_per_kernel": 0, "candidates": 3},
-                              llm={"base_url": server.base_url, "model": "test-model"})
+                              llm={"base_url": server.base_url, "model": "test-model"}, log=messages.append)
         prompts = [r.text_of("user") for r in server.chat_requests]
     assert result.status == "ok", result.error
+    log = "\n".join(messages)
+    for agent in ("profiler", "planner", "coder", "repairer", "summarizer"):  # all five agents, one client
+        assert f"llm {agent}: " in log, agent
+    assert "One pointwise GELU kernel takes all" in prompts[1]  # the profiler's summary reached the planner
     with Store(tmp_path / "db") as store:
         llm = [c for c in store.candidates(store.runs()[0]["id"]) if c["agent"] == "llm"]
     statuses = [c["verdict"]["status"] for c in llm]
@@ -105,4 +113,4 @@ def test_candidate_budget_stops_the_agents_before_the_request(tmp_path: Path, no
         left = server.pending
     assert result.status == "ok", result.error
     assert result.usage["used"]["candidates"] == 2
-    assert sent == 5 and left == 1  # the third write was refused before it was sent
+    assert sent == 6 and left == 1  # the third write was refused before it was sent

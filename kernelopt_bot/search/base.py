@@ -19,7 +19,8 @@ from kernelopt_bot.search.rewrites import Rewrite
 @dataclass
 class SearchContext:
     """What a strategy may use: the kernel, its profile row, its recorded launch config, memory,
-    and the strategy rewrites the compiler could generate for it (:mod:`.rewrites`)."""
+    the strategy rewrites the compiler could generate for it (:mod:`.rewrites`), and the whole
+    model's profile."""
 
     kernel: TritonKernel
     profile: KernelProfile | None
@@ -27,6 +28,7 @@ class SearchContext:
     device: str
     memory: list[dict[str, Any]] = field(default_factory=list)
     rewrites: list[Rewrite] = field(default_factory=list)
+    model_profile: list[KernelProfile] = field(default_factory=list)  # every kernel's row, for where the time goes
 
 
 class SearchStrategy(ABC):

@@ -136,7 +136,7 @@ class Orchestrator:
         recording = self.capture.recording(kernel.graph, kernel.name)
         memory = self.store.recall(kernel.kind, self.env.gpu) if self.store is not None else []
         ctx = SearchContext(kernel, row, recording.config, self.device, memory,
-                            self.rewrites.get((kernel.graph, kernel.name), []))
+                            self.rewrites.get((kernel.graph, kernel.name), []), list(self.profile.kernels))
         self.log(f"searching {kernel.qualified_name} ({kernel.kind})")
         tried: list[tuple[Proposal, Verdict]] = []
         proposals: list[Proposal] = []

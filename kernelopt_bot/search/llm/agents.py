@@ -201,13 +201,16 @@ class PlannerAgent(Agent):
     name = "planner"
     template = "planner.j2"
 
-    def plan(self, kernel: TritonKernel, profile_row: dict[str, Any], memory: list[dict[str, Any]]) -> Plan:
-        """One strategy for ``kernel``; a launch-config plan with ``fallback=True`` on a bad reply."""
+    def plan(self, kernel: TritonKernel, profile_row: dict[str, Any], memory: list[dict[str, Any]],
+             model_summary: str | None = None) -> Plan:
+        """One strategy for ``kernel``; a launch-config plan with ``fallback=True`` on a bad reply.
+        ``model_summary``: the profiler's account of where the whole model's time goes."""
         keys = [c for c in kernel.constexprs if c in _BLOCK_NAMES] + list(_CONFIG_EXTRA_KEYS)
         example = "{" + ", ".join(f'"{k}": {4 if k == "num_warps" else 1 if k == "num_stages" else 128}'
                                   for k in keys) + "}"
         reply = self.ask(kernel=kernel, row=_profile_row(profile_row or {}), memory=memory_view(memory),
-                         strategies=STRATEGIES, config_keys=keys, config_example=example)
+                         strategies=STRATEGIES, config_keys=keys, config_example=example,
+                         model_summary=model_summary)
         data = extract_json(reply.text)
         strategy = _strategy(data.get("strategy")) if data else None
         if data is None or strategy is None:
