@@ -154,7 +154,7 @@ def inspect(target: str, device: str | None, dtype: str, as_json: bool) -> None:
         _inspect_helion(target, device, dtype, as_json)
         return
     from kernelopt_bot.compile.capture import capture
-    from kernelopt_bot.profile import profile
+    from kernelopt_bot.profiling import profile
     from kernelopt_bot.targets import load_target
 
     with _progress() as progress:

@@ -72,7 +72,7 @@ class HelionTarget:
         return dict(self.bound().config_spec.default_config())
 
     def run(self, seed: int = 0, forced: dict[str, dict[str, Any]] | None = None,
-            inputs: tuple[Any, ...] | None = None) -> Any:
+            inputs: tuple[Any, ...] | None = None, sync: bool = True) -> Any:
         """The kernel on inputs of ``seed`` (or ``inputs``) with the config ``forced`` names for
         it, else its original config."""
         inputs = self.make_inputs(seed) if inputs is None else inputs
@@ -88,7 +88,10 @@ class HelionTarget:
     def compiled(self, config: dict[str, Any], inputs: tuple[Any, ...]) -> Any:
         import helion
 
-        key = json.dumps(config, sort_keys=True, default=str)
+        # Helion specializes a compiled kernel to the inputs' signature as well as the config
+        signature = [(tuple(x.shape), str(x.dtype), tuple(x.stride())) if isinstance(x, torch.Tensor) else repr(x)
+                     for x in inputs]
+        key = json.dumps([config, signature], sort_keys=True, default=str)
         if key not in self._compiled:
             self._compiled[key] = self.bound(inputs).compile_config(helion.Config(**config), allow_print=False)
         return self._compiled[key]

@@ -37,8 +37,8 @@ from kernelopt_bot.launchers import (
 )
 from kernelopt_bot.result import KernelOutcome, RunResult
 from kernelopt_bot.search.tuner import MIN_KERNEL_GAIN
-from kernelopt_bot.source_patch import PatchError, SourceEdit, unified_diff
-from kernelopt_bot.verify.launcher import check_config_outputs, check_config_static
+from kernelopt_bot.source_patch import DEFAULT_OPTIONS, PatchError, SourceEdit, launch_keywords, unified_diff
+from kernelopt_bot.verify.launcher import InfrastructureFailure, check_config_outputs, check_config_static
 from kernelopt_bot.verify.perf import judge
 from kernelopt_bot.verify.result import GateResult, Verdict
 
@@ -53,8 +53,9 @@ UNTIMED = "passed gates 1-3 (not timed: no GPU)"
 
 
 def candidate_configs(launch: KernelLaunch) -> list[dict[str, Any]]:
-    """The autotune list's other entries, then the chosen config's neighbours; for a plain
-    kernel, its warps and stages around the launcher's, nearest first; each once."""
+    """For an autotuned kernel the chosen config's neighbours that its list lacks (an entry
+    already there cannot be delivered: putting it first does not make Triton's benchmark pick
+    it); for a plain kernel, its warps and stages around the launcher's, nearest first; each once."""
     chosen = launch.chosen or {}
     out: list[dict[str, Any]] = []
 
@@ -63,6 +64,7 @@ def candidate_configs(launch: KernelLaunch) -> list[dict[str, Any]]:
             out.append(config)
 
     if not launch.autotuned:
+        settable = _settable_options(launch)
         warps, stages = chosen.get("num_warps", 4), chosen.get("num_stages", 3)
 
         def distance(config: dict[str, Any]) -> tuple[float, ...]:
@@ -71,10 +73,10 @@ def candidate_configs(launch: KernelLaunch) -> list[dict[str, Any]]:
 
         grid = [{"num_warps": w, "num_stages": st} for w in PLAIN_WARPS for st in PLAIN_STAGES]
         for config in sorted(grid, key=distance):
-            add(config)
+            if all(k in settable or chosen.get(k) == v for k, v in config.items()):
+                add(config)
         return out
-    for config in launch.autotune_configs or []:
-        add(dict(config))
+    listed = [dict(c) for c in launch.autotune_configs or []]
     for key, value in chosen.items():
         if key in ("num_ctas", "maxnreg") or not isinstance(value, int) or isinstance(value, bool):
             continue
@@ -82,7 +84,9 @@ def candidate_configs(launch: KernelLaunch) -> list[dict[str, Any]]:
         for new in steps:
             if new >= 1 and (key != "num_warps" or new <= 32):
                 add({**chosen, key: new})
-    return out
+    # An entry already in the list cannot be delivered (putting it first does not make Triton's
+    # own benchmark pick it): only configs the list lacks are candidates.
+    return [c for c in out if c not in listed]
 
 
 @dataclass
@@ -260,7 +264,11 @@ def _verify(context: SearchContext, search: KernelSearch, config: dict[str, Any]
     static = search.static(config)
     verdict.gates.append(static)
     if static.passed:
-        verdict.gates.extend(check_config_outputs(context.target, search.name, config, search.original))
+        try:
+            verdict.gates.extend(check_config_outputs(context.target, search.name, config, search.original))
+        except InfrastructureFailure as exc:
+            verdict.infrastructure = str(exc)
+            return verdict
     if all(g.passed is not False for g in verdict.gates):
         verdict.gates.append(_performance(context.target, {search.name: config}, {search.name: search.original},
                                           search.name, context.gamma, context.rounds))
@@ -326,6 +334,7 @@ def write_edits(edits: list[tuple[Path, SourceEdit]], root: Path, out_dir: Path,
     pieces, kept = [], []
     for path, edit in edits:
         try:
+            SourceEdit.from_json(edit.to_json())  # what the bot's publish stage will accept of it
             text = path.read_text()
             pieces.append(unified_diff(path, text, edit.apply(text), _root_for(path, root)))
             kept.append(edit.to_json())
@@ -369,6 +378,18 @@ def _launch_edit(launch: KernelLaunch, config: dict[str, Any], verdict: Verdict,
     grid = [] if launch.grid_function else list(launch.grid)  # a grid function's value is no tuple to compare
     return path, SourceEdit(_relative(path, root), "launch", launch.name, changed, note, launch.call_line,
                             list(launch.arg_names), values, grid)
+
+
+def _settable_options(launch: KernelLaunch) -> set[str]:
+    """The launch options a patch can give the launch new values for: any, unless the call also
+    passes ``**kwargs`` (then those it names), none where the launch's source is unknown."""
+    if launch.call_file is None or launch.call_line is None:
+        return set()
+    try:
+        named, spread = launch_keywords(Path(launch.call_file).read_text(), launch.call_line, launch.name)
+    except (PatchError, OSError, ValueError):
+        return set()
+    return {k for k in DEFAULT_OPTIONS if k in named} if spread else set(DEFAULT_OPTIONS)
 
 
 def _relative(path: Path, root: Path) -> str:

@@ -44,7 +44,8 @@ class KernelTarget(Protocol):
     def make_inputs(self, seed: int = 0) -> tuple[Any, ...]: ...
 
     def run(self, seed: int = 0, forced: dict[str, dict[str, Any]] | None = None,
-            inputs: tuple[Any, ...] | None = None) -> Any: ...
+            inputs: tuple[Any, ...] | None = None, sync: bool = True) -> Any:
+        """``sync=False``: return with the GPU work queued (a timed call is synchronized by the timer)."""
 
 
 @dataclass
@@ -63,8 +64,8 @@ class LauncherTarget:
         return self.input_factory(seed)
 
     def run(self, seed: int = 0, forced: dict[str, dict[str, Any]] | None = None,
-            inputs: tuple[Any, ...] | None = None) -> Any:
-        return run_launcher(self, seed, forced, inputs=inputs)
+            inputs: tuple[Any, ...] | None = None, sync: bool = True) -> Any:
+        return run_launcher(self, seed, forced, inputs=inputs, sync=sync)
 
 
 def load_launcher(spec: str, device: str | None = None, dtype: str | torch.dtype = "fp32") -> LauncherTarget:
@@ -135,7 +136,8 @@ def capture_launches(target: LauncherTarget, seed: int = 0,
 
 
 def run_launcher(target: LauncherTarget, seed: int = 0, forced: dict[str, dict[str, Any]] | None = None,
-                 sink: list[KernelLaunch] | None = None, inputs: tuple[Any, ...] | None = None) -> Any:
+                 sink: list[KernelLaunch] | None = None, inputs: tuple[Any, ...] | None = None,
+                 sync: bool = True) -> Any:
     """The launcher's result on inputs of ``seed`` (or ``inputs``), each autotuned kernel named
     in ``forced`` running exactly that config (its ``@triton.autotune`` list replaced for the
     call; a plain ``@triton.jit`` kernel named there launched with those options: what a candidate
@@ -149,7 +151,7 @@ def run_launcher(target: LauncherTarget, seed: int = 0, forced: dict[str, dict[s
             raise
         except Exception as exc:
             raise TargetError(f"{target.spec}: launch(*get_inputs()) failed: {one_line(exc)}") from exc
-    if torch.cuda.is_available() and target.device == "cuda":
+    if sync and torch.cuda.is_available() and target.device == "cuda":
         torch.cuda.synchronize()
     return out
 
@@ -189,7 +191,13 @@ def _with_values(jit: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
 
 
 def _config_dict(config: Any) -> dict[str, Any]:
-    return dict(config.all_kwargs()) if hasattr(config, "all_kwargs") else dict(vars(config))
+    """A ``triton.Config`` as its constexprs and the launch options we search: other options a
+    Triton version adds with their defaults (``num_consumer_groups``, ...) are left out, so
+    they are not taken for parameters the kernel lacks."""
+    if not hasattr(config, "all_kwargs"):
+        return dict(vars(config))
+    own = getattr(config, "kwargs", {}) or {}
+    return {k: v for k, v in config.all_kwargs().items() if k in own or k in LAUNCH_OPTIONS}
 
 
 @contextlib.contextmanager
@@ -303,7 +311,7 @@ def _call_site() -> tuple[str | None, int | None]:
     launcher (or the library it calls) wrote ``kernel[grid](...)``."""
     import triton
 
-    skip = (os.path.dirname(triton.__file__), os.path.dirname(os.path.abspath(__file__)))
+    skip = (os.path.dirname(triton.__file__) + os.sep, os.path.dirname(os.path.abspath(__file__)) + os.sep)
     frame = sys._getframe(1)
     while frame is not None:
         where = os.path.abspath(frame.f_code.co_filename)

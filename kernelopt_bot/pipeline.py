@@ -376,7 +376,7 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
     from kernelopt_bot.harness.compile_pool import start_pool
     from kernelopt_bot.harness.device_watch import DeviceMemoryWatch
     from kernelopt_bot.harness.kernel_service import compile_threads
-    from kernelopt_bot.profile import profile
+    from kernelopt_bot.profiling import profile
     from kernelopt_bot.search.orchestrator import Orchestrator, SearchLimits
     from kernelopt_bot.search.tuner import OfflineTuner
     from kernelopt_bot.stitch.runtime import running_environment

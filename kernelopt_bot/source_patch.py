@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelopt_bot.errors import KerneloptError
-from kernelopt_bot.target_kinds import helion_kernels_in
+from kernelopt_bot.target_kinds import helion_decorator, helion_kernels_in
 
 LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
 # What a compiled launch runs with when the call names no option (Triton's CUDA defaults).
@@ -37,7 +37,7 @@ class PatchError(KerneloptError):
 EDIT_KINDS = ("autotune", "launch", "helion")
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,99}$")
 _WORD = re.compile(r"^[A-Za-z0-9_.-]{0,40}$")  # a Helion config's string values: 'pointer', 'flat', ''
-_NOTE = re.compile(r"^[ -~]{0,300}$")  # one line of printable ASCII: it becomes a comment line
+_NOTE = re.compile(r"^[ -\[\]-~]{0,300}$")  # one line of printable ASCII but "\\": it becomes a comment line
 _PATH = re.compile(r"^[A-Za-z0-9_./-]{1,300}\.py$")
 MAX_EDIT_INT = 1 << 40
 
@@ -62,13 +62,19 @@ class SourceEdit:
     grid: list[int] = field(default_factory=list)
 
     def apply(self, text: str) -> str:
-        """``text`` (the file's content) with this edit made."""
-        if self.kind == "autotune":
-            return with_config_first(text, self.kernel, self.config)
-        if self.kind == "launch":
-            return with_launch_options(text, self.line, self.kernel, self.config, arg_names=self.arg_names,
-                                       values=self.values, grid=tuple(self.grid), note=self.note)
-        return with_helion_config(text, self.kernel, self.config, note=self.note)
+        """``text`` (the file's content) with this edit made; a :class:`PatchError` when the file
+        cannot take it, whatever went wrong."""
+        try:
+            if self.kind == "autotune":
+                return with_config_first(text, self.kernel, self.config)
+            if self.kind == "launch":
+                return with_launch_options(text, self.line, self.kernel, self.config, arg_names=self.arg_names,
+                                           values=self.values, grid=tuple(self.grid), note=self.note)
+            return with_helion_config(text, self.kernel, self.config, note=self.note)
+        except PatchError:
+            raise
+        except Exception as exc:  # a source we did not foresee: no edit, and why
+            raise PatchError(f"{type(exc).__name__}: {exc}") from exc
 
     def to_json(self) -> dict[str, Any]:
         return {"file": self.file, "kind": self.kind, "kernel": self.kernel, "config": self.config,
@@ -114,8 +120,10 @@ class SourceEdit:
         for key, value in config.items():
             if not isinstance(key, str) or not _IDENT.match(key):
                 raise PatchError("source edit: config keys must be identifiers")
-            if kind != "helion" and not (_is_int(value) and 0 < value <= MAX_EDIT_INT):
+            if kind == "launch" and not (_is_int(value) and 0 < value <= MAX_EDIT_INT):
                 raise PatchError(f"source edit: config {key} must be a positive integer")
+            if kind == "autotune" and not (isinstance(value, bool) or (_is_int(value) and 0 <= value <= MAX_EDIT_INT)):
+                raise PatchError(f"source edit: config {key} must be an integer or a boolean")
             if kind == "launch" and key not in LAUNCH_OPTIONS:
                 raise PatchError(f"source edit: a launch edit sets launch options only, not {key}")
             if kind == "helion" and not _helion_value(value, 2):
@@ -156,25 +164,17 @@ def with_launch_options(text: str, line: int, kernel: str, options: dict[str, An
                         values: dict[str, Any], grid: tuple[int, ...], note: str) -> str:
     """``text`` with the ``kernel[grid](...)`` call spanning ``line`` launching with ``options``
     when the shape is the one in ``values`` (the kernel's arguments by parameter name) and
-    ``grid``, as before otherwise; a comment line ``# kernelopt: <note>`` above the statement."""
-    tree = _parsed(text)
-    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Subscript)
-             and _last_name(n.func.value) == kernel and n.lineno <= line <= (n.end_lineno or n.lineno)]
-    if not calls:
-        raise PatchError(f"no launch {kernel}[...](...) at line {line}")
-    call = min(calls, key=lambda n: (n.end_lineno or n.lineno) - n.lineno)
+    ``grid``, as before otherwise; a comment line ``# kernelopt: <note>`` above the statement.
+    ``kernel`` must be a ``@triton.jit`` function of the file or a name it imports: a call of
+    anything else is not a launch to change."""
+    source = _Source(text)
+    call = _launch_call(source.tree, line, kernel)
     guard = _shape_guard(call, arg_names, values, grid)
     if not guard:
         raise PatchError(f"the launch of {kernel} at line {line} passes no shape as a plain name "
                          f"(nothing to guard the verified options with)")
     names, numbers = ", ".join(n for n, _ in guard), ", ".join(repr(v) for _, v in guard)
     condition = f"{names} == {numbers}" if len(guard) == 1 else f"({names}) == ({numbers})"
-    starts = _line_starts(text)
-
-    def offset(lineno: int, col: int) -> int:
-        return starts[lineno - 1] + _char_offset(text[starts[lineno - 1]:].split("\n", 1)[0], col)
-
-    edits: list[tuple[int, int, str]] = []
     keywords = {k.arg: k for k in call.keywords if k.arg}
     missing = []
     for key, value in options.items():
@@ -182,87 +182,193 @@ def with_launch_options(text: str, line: int, kernel: str, options: dict[str, An
         if kw is None:
             missing.append(f"{key}=({value!r} if {condition} else {DEFAULT_OPTIONS.get(key)!r})")
             continue
-        start = offset(kw.value.lineno, kw.value.col_offset)
-        end = offset(kw.value.end_lineno or kw.value.lineno, kw.value.end_col_offset or 0)
-        edits.append((start, end, f"({value!r} if {condition} else {text[start:end]})"))
+        start, end = source.start(kw.value), source.end(kw.value)
+        source.replace(start, end, f"({value!r} if {condition} else {text[start:end]})")
     if missing:
-        close = offset(call.end_lineno or call.lineno, call.end_col_offset or 0) - 1  # the call's ")"
-        line_start = text.rfind("\n", 0, close) + 1
-        last = ([*call.args, *(k.value for k in call.keywords)] or [call.func])[-1]
-        if text[line_start:close].strip() == "" and text[:line_start].rstrip().endswith(","):
-            # one argument a line, a trailing comma, ")" alone: ours go on lines of their own
-            last_line = text[starts[last.lineno - 1]:].split("\n", 1)[0]
-            indent = last_line[: len(last_line) - len(last_line.lstrip())]
-            edits.append((line_start, line_start, "".join(f"{indent}{m},\n" for m in missing)))
-        else:
-            added = ", ".join(missing)
-            edits.append((close, close, f" {added}," if text[:close].rstrip().endswith(",") else f", {added}"))
-    statement = min((n for n in ast.walk(tree) if isinstance(n, ast.stmt)
+        if any(k.arg is None for k in call.keywords):
+            # **kwargs may carry the option too: adding it could pass it twice
+            raise PatchError(f"the launch of {kernel} passes **kwargs; {', '.join(options)} cannot be added beside them")
+        source.add_arguments(call, missing)
+    statement = min((n for n in ast.walk(source.tree) if isinstance(n, ast.stmt)
                      and n.lineno <= call.lineno and (n.end_lineno or n.lineno) >= (call.end_lineno or call.lineno)),
                     key=lambda n: (n.end_lineno or n.lineno) - n.lineno)
-    first = text[starts[statement.lineno - 1]:].split("\n", 1)[0]
-    indent = first[: len(first) - len(first.lstrip())]
-    edits.append((starts[statement.lineno - 1], starts[statement.lineno - 1], f"{indent}# kernelopt: {note}\n"))
-    new = text
-    for start, end, replacement in sorted(edits, key=lambda e: (e[0], e[1]), reverse=True):
-        new = new[:start] + replacement + new[end:]
-    _parsed(new)  # a patch that breaks the file is a bug here, never the user's problem
-    return new
+    source.comment_before(statement.lineno, f"kernelopt: {note}")
+    return source.result()
+
+
+def launch_keywords(text: str, line: int, kernel: str) -> tuple[set[str], bool]:
+    """The keyword arguments the launch of ``kernel`` at ``line`` names, and whether it also
+    passes ``**kwargs`` (then only those it names can be given new values: see
+    :func:`with_launch_options`)."""
+    call = _launch_call(_parsed(text), line, kernel)
+    return {k.arg for k in call.keywords if k.arg}, any(k.arg is None for k in call.keywords)
+
+
+def _launch_call(tree: ast.Module, line: int, kernel: str) -> ast.Call:
+    """The innermost ``kernel[grid](...)`` call spanning ``line``; ``kernel`` must be a
+    ``@triton.jit`` function of the file or a name it imports."""
+    if not _is_triton_kernel(tree, kernel):
+        raise PatchError(f"{kernel} is neither a @triton.jit function of the file nor a name it imports")
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Subscript)
+             and _last_name(n.func.value) == kernel and n.lineno <= line <= (n.end_lineno or n.lineno)]
+    if not calls:
+        raise PatchError(f"no launch {kernel}[...](...) at line {line}")
+    return min(calls, key=lambda n: (n.end_lineno or n.lineno) - n.lineno)
 
 
 def with_helion_config(text: str, kernel: str, config: dict[str, Any], *, note: str) -> str:
     """``text`` with ``config`` pinned in ``kernel``'s ``@helion.kernel`` decorator: the value of
     its ``config=`` replaced, first in its ``configs=[...]``, or ``config=`` added (a bare
     ``@helion.kernel`` gets the call); a comment line ``# kernelopt: <note>`` above the decorator.
-    Spelled ``helion.Config`` or ``Config`` as the file spells it."""
-    tree = _parsed(text)
-    fn = next((n for n in helion_kernels_in(tree) if n.name == kernel), None)
+    ``Config`` spelled with the names the file imports (``helion.Config``, or ``Config`` / its
+    alias imported from helion); a file with neither is not changed."""
+    source = _Source(text)
+    fn = next((n for n in helion_kernels_in(source.tree) if n.name == kernel), None)
     if fn is None:
         raise PatchError(f"no @helion.kernel function {kernel!r} in the source")
-    decorator = next(d for d in fn.decorator_list
-                     if _last_name(d.func if isinstance(d, ast.Call) else d) == "kernel")
-    spelled = "Config" if re.search(r"^from helion import .*\bConfig\b", text, re.M) else "helion.Config"
-    entry = f"{spelled}({', '.join(f'{k}={v!r}' for k, v in config.items())})"
-    starts = _line_starts(text)
-
-    def offset(node: ast.AST, end: bool = False) -> int:
-        lineno = (node.end_lineno if end else node.lineno) or node.lineno  # type: ignore[attr-defined]
-        col = (node.end_col_offset if end else node.col_offset) or 0  # type: ignore[attr-defined]
-        return starts[lineno - 1] + _char_offset(text[starts[lineno - 1]:].split("\n", 1)[0], col)
-
-    edits: list[tuple[int, int, str]] = []
+    decorator = next(d for d in fn.decorator_list if helion_decorator(source.tree, d))
+    entry = f"{_helion_config_name(source.tree)}({', '.join(f'{k}={v!r}' for k, v in config.items())})"
     if not isinstance(decorator, ast.Call):
-        edits.append((offset(decorator, end=True), offset(decorator, end=True), f"(config={entry})"))
+        source.replace(source.end(decorator), source.end(decorator), f"(config={entry})")
     else:
         keywords = {k.arg: k for k in decorator.keywords if k.arg}
         if "config" in keywords:
             value = keywords["config"].value
-            edits.append((offset(value), offset(value, end=True), entry))
+            source.replace(source.start(value), source.end(value), entry)
         elif "configs" in keywords and isinstance(keywords["configs"].value, ast.List) and keywords["configs"].value.elts:
             first = keywords["configs"].value.elts[0]
-            edits.append((offset(first), offset(first), f"{entry}, "))
+            source.replace(source.start(first), source.start(first), f"{entry}, ")
         else:
-            close = offset(decorator, end=True) - 1
-            inside = text[offset(decorator.func, end=True) + 1:close].strip()
-            edits.append((close, close, f"config={entry}" if not inside else
-                          (f" config={entry}" if inside.endswith(",") else f", config={entry}")))
-    line_start = starts[decorator.lineno - 1]
-    first_line = text[line_start:].split("\n", 1)[0]
-    indent = first_line[: len(first_line) - len(first_line.lstrip())]
-    edits.append((line_start, line_start, f"{indent}# kernelopt: {note}\n"))
-    new = text
-    for start, end, replacement in sorted(edits, key=lambda e: (e[0], e[1]), reverse=True):
-        new = new[:start] + replacement + new[end:]
-    _parsed(new)
-    return new
+            source.add_arguments(decorator, [f"config={entry}"])
+    source.comment_before(decorator.lineno, f"kernelopt: {note}")
+    return source.result()
+
+
+def with_config_first(text: str, kernel: str, config: dict[str, Any]) -> str:
+    """``text`` with ``config`` inserted before the first entry of ``kernel``'s autotune list."""
+    source = _Source(text)
+    fn = next((n for n in source.tree.body if isinstance(n, ast.FunctionDef) and n.name == kernel), None)
+    if fn is None:
+        raise PatchError(f"no top-level function {kernel!r} in the source")
+    configs = _autotune_configs(fn)
+    if configs is None:
+        raise PatchError(f"{kernel} has no @triton.autotune(configs=[...]) list to put a config in")
+    if not configs.elts:
+        raise PatchError(f"{kernel}'s autotune list is empty: nothing shows how its configs are written")
+    first = configs.elts[0]
+    spelled = ast.get_source_segment(text, first.func) if isinstance(first, ast.Call) else None
+    entry = _config_text(spelled or "triton.Config", config)
+    at = source.start(first)
+    before = text[text.rfind("\n", 0, at) + 1:at]
+    # the first entry starts its own line: so does ours
+    source.replace(at, at, f"{entry},{source.newline}{before}" if before.strip() == "" else f"{entry}, ")
+    return source.result()
+
+
+class _Source:
+    """A file's text and syntax tree, ``ast`` positions as string offsets, and edits made
+    together (right to left, so none moves another's place); :meth:`result` checks that the
+    file still parses and still has the encoding it had."""
+
+    def __init__(self, text: str) -> None:
+        if "\r" in text.replace("\r\n", ""):
+            raise PatchError("the source has lone carriage returns as line ends")
+        self.text = text
+        self.tree = _parsed(text)
+        self.starts = _line_starts(text)
+        self.newline = "\r\n" if "\r\n" in text else "\n"
+        self._edits: list[tuple[int, int, str]] = []
+
+    def offset(self, lineno: int, col: int) -> int:
+        start = self.starts[lineno - 1]
+        return start + _char_offset(self.text[start:].split("\n", 1)[0], col)
+
+    def start(self, node: ast.AST) -> int:
+        return self.offset(node.lineno, node.col_offset)  # type: ignore[attr-defined]
+
+    def end(self, node: ast.AST) -> int:
+        return self.offset(node.end_lineno or node.lineno, node.end_col_offset or 0)  # type: ignore[attr-defined]
+
+    def replace(self, start: int, end: int, new: str) -> None:
+        self._edits.append((start, end, new))
+
+    def comment_before(self, lineno: int, comment: str) -> None:
+        """A comment line before line ``lineno``, indented as that line is."""
+        start = self.starts[lineno - 1]
+        line = self.text[start:].split("\n", 1)[0]
+        indent = line[: len(line) - len(line.lstrip())]
+        self.replace(start, start, f"{indent}# {comment}{self.newline}")
+
+    def add_arguments(self, call: ast.Call, arguments: list[str]) -> None:
+        """``arguments`` after the call's last one: on lines of their own where the call puts one
+        argument a line and ``)`` alone on its line, else inline; comments kept where they are."""
+        close = self.end(call) - 1  # the call's ")"
+        nodes = [*call.args, *(k.value for k in call.keywords)]
+        if not nodes:  # ``f()``: nothing before ours
+            self.replace(close, close, ", ".join(arguments))
+            return
+        last_end = self.end(nodes[-1])
+        between = re.sub(r"#[^\n]*", "", self.text[last_end:close])  # what follows the last argument
+        close_line = self.text.rfind("\n", 0, close) + 1
+        if self.text[close_line:close].strip() == "" and close_line > last_end:
+            last_line = self.text[self.starts[nodes[-1].lineno - 1]:].split("\n", 1)[0]  # type: ignore[attr-defined]
+            indent = last_line[: len(last_line) - len(last_line.lstrip())]
+            if "," not in between:
+                self.replace(last_end, last_end, ",")
+            self.replace(close_line, close_line, "".join(f"{indent}{a},{self.newline}" for a in arguments))
+        else:
+            self.replace(last_end, last_end, ", " + ", ".join(arguments))
+
+    def result(self) -> str:
+        new = self.text
+        for start, end, replacement in sorted(self._edits, key=lambda e: (e[0], e[1]), reverse=True):
+            new = new[:start] + replacement + new[end:]
+        _parsed(new)  # a patch that breaks the file is a bug here, never the user's problem
+        if _encoding(new) != _encoding(self.text):  # a comment line must not become a coding line
+            raise PatchError("the edit would change how Python decodes the file")
+        return new
+
+
+def _encoding(text: str) -> str:
+    import io
+    import tokenize
+
+    try:
+        return tokenize.detect_encoding(io.BytesIO(text.encode("utf-8")).readline)[0]
+    except SyntaxError as exc:
+        raise PatchError(f"the source's encoding line is not valid: {exc}") from exc
+
+
+def _is_triton_kernel(tree: ast.Module, name: str) -> bool:
+    """``name`` is a top-level function decorated ``@triton.jit``/``@jit`` (under any autotune or
+    heuristics decorators), or a name the file imports (its kernel lives in another module)."""
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name == name:
+            return any(_last_name(d.func if isinstance(d, ast.Call) else d) == "jit" for d in node.decorator_list)
+        if isinstance(node, ast.ImportFrom) and any((a.asname or a.name) == name for a in node.names):
+            return True
+    return False
+
+
+def _helion_config_name(tree: ast.Module) -> str:
+    """How the file can name ``helion.Config``: its ``import helion`` or ``from helion import Config``."""
+    for node in tree.body:
+        if isinstance(node, ast.Import) and any(a.name == "helion" and a.asname is None for a in node.names):
+            return "helion.Config"
+        if isinstance(node, ast.ImportFrom) and node.module == "helion":
+            for alias in node.names:
+                if alias.name == "Config":
+                    return alias.asname or "Config"
+    raise PatchError("the file imports neither helion nor Config from it: the config could not be named")
 
 
 def _shape_guard(call: ast.Call, arg_names: list[str], values: dict[str, Any],
                  grid: tuple[int, ...]) -> list[tuple[str, int | tuple[int, ...]]]:
     """The call's integer arguments written as plain names, with the values they had: the
-    grid's entries (or the grid, where the call names a grid tuple), then the kernel's positional
-    and keyword arguments; each name once. A grid given as a function (a lambda of the
-    constexprs) is left out: its value is no plain number."""
+    grid's entries (or the grid, where the call names a grid variable: compared as a tuple), then
+    the kernel's positional arguments (up to the first ``*args``) and keyword arguments; each
+    name once. A grid given as a function (a lambda of the constexprs) is left out: its value is
+    no plain number."""
     found: dict[str, int | tuple[int, ...]] = {}
 
     def take(node: ast.expr, value: Any) -> None:
@@ -273,9 +379,11 @@ def _shape_guard(call: ast.Call, arg_names: list[str], values: dict[str, Any],
     if isinstance(index, ast.Tuple):  # kernel[(n_rows,)](...): each entry's name
         for node, value in zip(index.elts, grid):
             take(node, value)
-    elif isinstance(index, ast.Name) and grid:  # grid = (n_rows,); kernel[grid](...): the tuple itself
-        found.setdefault(index.id, tuple(grid))
+    elif isinstance(index, ast.Name) and grid:  # grid = (n_rows,) or [n_rows]; kernel[grid](...)
+        found.setdefault(f"tuple({index.id})", tuple(grid))
     for node, name in zip(call.args, arg_names):
+        if isinstance(node, ast.Starred):  # past it, positions no longer match parameters
+            break
         take(node, values.get(name))
     for kw in call.keywords:
         if kw.arg and kw.arg not in LAUNCH_OPTIONS:
@@ -288,6 +396,8 @@ def _parsed(text: str) -> ast.Module:
         return ast.parse(text)
     except SyntaxError as exc:
         raise PatchError(f"the source does not parse (line {exc.lineno}): {exc.msg}") from exc
+    except ValueError as exc:  # a NUL byte, say
+        raise PatchError(f"the source cannot be parsed: {exc}") from exc
 
 
 def _last_name(node: ast.expr) -> str:
@@ -298,29 +408,6 @@ def _last_name(node: ast.expr) -> str:
 def _line_starts(text: str) -> list[int]:
     """Where each line starts, lines split as ``ast`` numbers them (at newlines)."""
     return [0, *(i + 1 for i, ch in enumerate(text) if ch == "\n")]
-
-
-def with_config_first(text: str, kernel: str, config: dict[str, Any]) -> str:
-    """``text`` with ``config`` inserted before the first entry of ``kernel``'s autotune list."""
-    tree = _parsed(text)
-    fn = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == kernel), None)
-    if fn is None:
-        raise PatchError(f"no top-level function {kernel!r} in the source")
-    configs = _autotune_configs(fn)
-    if configs is None:
-        raise PatchError(f"{kernel} has no @triton.autotune(configs=[...]) list to put a config in")
-    if not configs.elts:
-        raise PatchError(f"{kernel}'s autotune list is empty: nothing shows how its configs are written")
-    first = configs.elts[0]
-    lines = text.splitlines(keepends=True)
-    spelled = ast.get_source_segment(text, first.func) if isinstance(first, ast.Call) else None
-    entry = _config_text(spelled or "triton.Config", config)
-    line = lines[first.lineno - 1]
-    col = _char_offset(line, first.col_offset)
-    own_line = line[:col].strip() == ""  # the first entry starts its own line: so does ours
-    insert = f"{entry},\n{line[:col]}" if own_line else f"{entry}, "
-    lines[first.lineno - 1] = line[:col] + insert + line[col:]
-    return "".join(lines)
 
 
 def _autotune_configs(fn: ast.FunctionDef) -> ast.List | None:

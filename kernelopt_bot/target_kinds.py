@@ -21,19 +21,18 @@ LAUNCHER = "launch"
 
 def helion_kernels_in(tree: ast.Module) -> list[ast.FunctionDef]:
     """The top-level functions decorated ``@helion.kernel`` (or ``@kernel`` imported from helion)."""
+    return [node for node in tree.body if isinstance(node, ast.FunctionDef)
+            and any(helion_decorator(tree, d) for d in node.decorator_list)]
+
+
+def helion_decorator(tree: ast.Module, decorator: ast.expr) -> bool:
+    """``decorator`` is ``helion.kernel`` or ``helion.kernel(...)`` (or the name, or alias, under
+    which the file imports ``kernel`` from helion)."""
     from_helion = {alias.asname or alias.name for node in tree.body if isinstance(node, ast.ImportFrom)
                    and node.module == "helion" for alias in node.names if alias.name == "kernel"}
-    found = []
-    for node in tree.body:
-        if not isinstance(node, ast.FunctionDef):
-            continue
-        for decorator in node.decorator_list:
-            func = decorator.func if isinstance(decorator, ast.Call) else decorator
-            if (isinstance(func, ast.Attribute) and func.attr == "kernel" and getattr(func.value, "id", "") == "helion") \
-                    or (isinstance(func, ast.Name) and func.id in from_helion):
-                found.append(node)
-                break
-    return found
+    func = decorator.func if isinstance(decorator, ast.Call) else decorator
+    return ((isinstance(func, ast.Attribute) and func.attr == "kernel" and getattr(func.value, "id", "") == "helion")
+            or (isinstance(func, ast.Name) and func.id in from_helion))
 
 
 def target_kind(spec: str) -> TargetKind:

@@ -18,7 +18,7 @@ sys.path.insert(0, str(ROOT))
 from kernelopt_bot.candidate import Candidate  # noqa: E402
 from kernelopt_bot.compile.capture import capture  # noqa: E402
 from kernelopt_bot.harness.kernel import KernelHarness  # noqa: E402
-from kernelopt_bot.profile import profile  # noqa: E402
+from kernelopt_bot.profiling import profile  # noqa: E402
 from kernelopt_bot.search.space import sample  # noqa: E402
 from kernelopt_bot.targets import load_target  # noqa: E402
 from kernelopt_bot.verify.cascade import Cascade, VerifyOptions  # noqa: E402

@@ -18,7 +18,7 @@ sys.path.insert(0, str(ROOT))
 
 from kernelopt_bot.compile.capture import capture, versions  # noqa: E402
 from kernelopt_bot.harness.bench import bench  # noqa: E402
-from kernelopt_bot.profile import profile  # noqa: E402
+from kernelopt_bot.profiling import profile  # noqa: E402
 from kernelopt_bot.stitch.pack import KernelPack  # noqa: E402
 from kernelopt_bot.targets import load_target  # noqa: E402
 

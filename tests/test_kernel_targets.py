@@ -213,7 +213,7 @@ def test_a_patched_launch_whose_grid_is_a_variable_takes_the_verified_options(tm
     run = _kernelopt(repo, "optimize", "ln_target.py", "--untimed-patch", "--budget", "candidates_per_kernel=1")
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     out = repo / "kernelopt-out" / "ln_target"
-    assert "(grid, n_cols, BLOCK_SIZE) == ((6,), 64, 64)" in (out / "patch.diff").read_text()
+    assert "(tuple(grid), n_cols, BLOCK_SIZE) == ((6,), 64, 64)" in (out / "patch.diff").read_text()
     _apply(repo, out / "patch.diff")
     after = _run_in(repo, "import json\nfrom kernelopt_bot.launchers import capture_launches, load_launcher\n"
                           "(l,) = capture_launches(load_launcher('ln_target.py', 'cpu', 'fp32'))\n"

@@ -51,7 +51,7 @@ def test_inspect_lists_a_launchers_kernels_as_a_user_runs_it() -> None:
 
 
 def test_optimize_puts_a_launchers_configs_through_the_gates_and_its_reproduce_line_runs(tmp_path: Path) -> None:
-    """On the CPU: the autotune list's other entries and the chosen config's neighbours pass gates
+    """On the CPU: the chosen config's neighbours that the autotune list lacks pass gates
     1-3 in the interpreter; with no GPU nothing is timed, so nothing is accepted and no patch is
     written (a patch carries only measured speedups)."""
     import shlex
@@ -73,7 +73,9 @@ def test_optimize_puts_a_launchers_configs_through_the_gates_and_its_reproduce_l
     assert kernel["detail"] == "passed gates 1-3; performance not measured"
     assert kernel["strategies"] == {"config": {"gated": 3, "accepted": 0, "chosen": 0}}
     assert result["patch_path"] is None and not (out / "patch.diff").exists()
-    assert "config ROWS=2, num_warps=4" in (out / "run.log").read_text()
+    log = (out / "run.log").read_text()
+    assert "config ROWS=1, num_warps=8" in log  # a neighbour of the chosen config the list lacks
+    assert "config ROWS=2, num_warps=4:" not in log  # already in the list: no deliverable candidate
     argv = shlex.split(result["reproduce"])
     assert argv[:3] == ["kernelopt", "optimize", "row_softmax.py"]
     again = subprocess.run([sys.executable, "-m", "kernelopt_bot.cli", *argv[1:]], cwd=repo, env=user_env(),

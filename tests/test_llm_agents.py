@@ -19,7 +19,7 @@ import time
 import pytest
 
 from kernelopt_bot.compile.artifact import TritonKernel
-from kernelopt_bot.profile import profile
+from kernelopt_bot.profiling import profile
 from kernelopt_bot.search.budget import LLM_RESOURCES
 from kernelopt_bot.search.llm import (
     Budget,

@@ -63,7 +63,10 @@ def test_a_source_that_cannot_take_it_says_why(source: str, message: str) -> Non
 
 # -- a plain kernel's launch options, guarded by the shape they were verified on --------------
 
-LAUNCH_SITE = '''def launch(x):
+LAUNCH_SITE = '''from kernels import my_kernel
+
+
+def launch(x):
     n_rows, n_cols = x.shape
     BLOCK = 128
     my_kernel[(n_rows,)](x, out, x.stride(0), n_cols, BLOCK=BLOCK, num_warps=num_warps)
@@ -74,10 +77,10 @@ LAUNCH_SITE = '''def launch(x):
 def test_an_existing_launch_option_becomes_conditional_on_the_shape() -> None:
     from kernelopt_bot.source_patch import with_launch_options
 
-    new = with_launch_options(LAUNCH_SITE, 4, "my_kernel", {"num_warps": 8}, arg_names=["x", "out", "stride", "n", "BLOCK"],
+    new = with_launch_options(LAUNCH_SITE, 7, "my_kernel", {"num_warps": 8}, arg_names=["x", "out", "stride", "n", "BLOCK"],
                               values={"stride": 64, "n": 64, "BLOCK": 128}, grid=(32,), note="num_warps=8 for this shape")
-    assert new.splitlines()[3] == "    # kernelopt: num_warps=8 for this shape"
-    assert new.splitlines()[4] == ("    my_kernel[(n_rows,)](x, out, x.stride(0), n_cols, BLOCK=BLOCK, "
+    assert new.splitlines()[6] == "    # kernelopt: num_warps=8 for this shape"
+    assert new.splitlines()[7] == ("    my_kernel[(n_rows,)](x, out, x.stride(0), n_cols, BLOCK=BLOCK, "
                                    "num_warps=(8 if (n_rows, n_cols, BLOCK) == (32, 64, 128) else num_warps))")
 
 
@@ -85,7 +88,7 @@ def test_a_missing_launch_option_is_added_with_tritons_default_otherwise() -> No
     from kernelopt_bot.source_patch import with_launch_options
 
     source = LAUNCH_SITE.replace(", num_warps=num_warps", "")
-    new = with_launch_options(source, 4, "my_kernel", {"num_stages": 2}, arg_names=["x", "out", "stride", "n", "BLOCK"],
+    new = with_launch_options(source, 7, "my_kernel", {"num_stages": 2}, arg_names=["x", "out", "stride", "n", "BLOCK"],
                               values={"n": 64, "BLOCK": 128}, grid=(32,), note="n")
     assert "BLOCK=BLOCK, num_stages=(2 if (n_rows, n_cols, BLOCK) == (32, 64, 128) else 3))" in new
 
@@ -93,12 +96,12 @@ def test_a_missing_launch_option_is_added_with_tritons_default_otherwise() -> No
 def test_a_launch_with_no_plain_name_for_its_shape_is_not_patched() -> None:
     from kernelopt_bot.source_patch import with_launch_options
 
-    source = "def launch(x):\n    k[(x.shape[0],)](x, x.shape[1])\n"
+    source = "from kernels import k, k2\n\n\ndef launch(x):\n    k[(x.shape[0],)](x, x.shape[1])\n"
     with pytest.raises(PatchError, match="no shape as a plain name"):
-        with_launch_options(source, 2, "k", {"num_warps": 8}, arg_names=["x", "n"], values={"n": 5}, grid=(3,),
+        with_launch_options(source, 5, "k", {"num_warps": 8}, arg_names=["x", "n"], values={"n": 5}, grid=(3,),
                             note="n")
     with pytest.raises(PatchError, match="no launch k2"):
-        with_launch_options(source, 2, "k2", {"num_warps": 8}, arg_names=["x", "n"], values={}, grid=(3,), note="n")
+        with_launch_options(source, 5, "k2", {"num_warps": 8}, arg_names=["x", "n"], values={}, grid=(3,), note="n")
 
 
 # -- a Helion kernel's pinned config ---------------------------------------------------------
@@ -134,15 +137,86 @@ def test_a_grid_named_by_a_variable_is_compared_as_the_tuple_it_holds() -> None:
     tuple, not its first entry (a guard that could never hold would leave the launch unchanged)."""
     from kernelopt_bot.source_patch import with_launch_options
 
-    source = ("def launch(x, n_rows, n_cols):\n    grid = (n_rows,)\n"
+    source = ("from kernels import k\n\n\ndef launch(x, n_rows, n_cols):\n    grid = (n_rows,)\n"
               "    k[grid](x, n_cols, BLOCK=64, num_warps=4)\n")
-    new = with_launch_options(source, 3, "k", {"num_warps": 1}, arg_names=["x", "n"], values={"n": 256, "BLOCK": 64},
+    new = with_launch_options(source, 6, "k", {"num_warps": 1}, arg_names=["x", "n"], values={"n": 256, "BLOCK": 64},
                               grid=(512,), note="n")
-    assert "num_warps=(1 if (grid, n_cols) == ((512,), 256) else 4)" in new  # BLOCK=64 is no name: not guarded
+    assert "num_warps=(1 if (tuple(grid), n_cols) == ((512,), 256) else 4)" in new  # BLOCK=64 is no name: not guarded
     condition = new.split("num_warps=(1 if ")[1].split(" else")[0]
-    assert eval(condition, {"grid": (512,), "n_cols": 256}) is True
+    assert eval(condition, {"grid": [512], "n_cols": 256}) is True  # a list grid too
     assert eval(condition, {"grid": (511,), "n_cols": 256}) is False
     # A grid that was a function (its value no tuple the name holds) is left out of the guard.
-    new = with_launch_options(source, 3, "k", {"num_warps": 1}, arg_names=["x", "n"], values={"n": 256}, grid=(),
+    new = with_launch_options(source, 6, "k", {"num_warps": 1}, arg_names=["x", "n"], values={"n": 256}, grid=(),
                               note="n")
     assert "num_warps=(1 if n_cols == 256 else 4)" in new
+
+
+# -- what the review of the edits found -------------------------------------------------------
+
+def test_a_note_cannot_turn_a_comment_into_an_encoding_line() -> None:
+    """A run of PR code writes the note: a comment on line 1-2 reading ``coding: ...`` would make
+    Python decode the file another way (and run what the escapes spell)."""
+    source = "# kernels\nk[(n,)](x, n)\nfrom kernels import k\n"  # line 1 a comment: line 2 may declare the encoding
+    edit = SourceEdit("k.py", "launch", "k", {"num_warps": 8}, note="coding: raw_unicode_escape", line=2,
+                      arg_names=["x", "n"], values={"n": 4}, grid=[4])
+    with pytest.raises(PatchError, match="decodes the file"):
+        edit.apply(source)
+    with pytest.raises(PatchError, match="printable"):
+        SourceEdit.from_json({**edit.to_json(), "note": "ok \\u000a print('x')"})
+
+
+def test_a_call_of_something_that_is_no_triton_kernel_is_not_changed() -> None:
+    source = "handlers = {}\n\n\ndef launch(name, n):\n    handlers[name](n)\n"
+    edit = SourceEdit("k.py", "launch", "handlers", {"num_warps": 8}, note="n", line=5, arg_names=["n"],
+                      values={"n": 5}, grid=[])
+    with pytest.raises(PatchError, match=r"neither a @triton\.jit function"):
+        edit.apply(source)
+
+
+def test_crlf_files_keep_their_line_ends_and_comments_after_the_last_argument_stay() -> None:
+    from kernelopt_bot.source_patch import with_launch_options
+
+    source = ("import triton\r\n\r\n\r\n@triton.jit\r\ndef k(x, n):\r\n    pass\r\n\r\n\r\n"
+              "def launch(x, n):\r\n    k[(n,)](\r\n        x,\r\n        n,  # rows\r\n    )\r\n")
+    new = with_launch_options(source, 10, "k", {"num_warps": 2}, arg_names=["x", "n"], values={"n": 8}, grid=(8,),
+                              note="two warps")
+    assert "\n" not in new.replace("\r\n", "")  # no bare newline slipped in
+    assert "        n,  # rows\r\n        num_warps=(2 if n == 8 else 4),\r\n    )" in new
+    assert "    # kernelopt: two warps\r\n    k[(n,)](" in new
+
+
+def test_a_form_feed_in_a_docstring_does_not_shift_the_autotune_edit() -> None:
+    source = ('"""Kernels.\x0cPage two."""\nimport triton\n\n\n'
+              '@triton.autotune(configs=[\n    triton.Config({"B": 64}, num_warps=4),\n], key=["n"])\n'
+              '@triton.jit\ndef k(x, n, B: "tl.constexpr"):\n    pass\n')
+    new = with_config_first(source, "k", {"B": 128, "num_warps": 8})
+    assert "    triton.Config({'B': 128}, num_warps=8),\n    triton.Config({\"B\": 64}, num_warps=4)," in new
+
+
+@pytest.mark.parametrize(("imports", "decorator", "spelled"), [
+    ("from helion import kernel\nimport helion", "@kernel", "helion.Config"),
+    ("from helion import Config as C, kernel as hk", "@hk", "C"),
+])
+def test_helion_config_is_named_as_the_file_imports_it(imports: str, decorator: str, spelled: str) -> None:
+    from kernelopt_bot.source_patch import with_helion_config
+
+    new = with_helion_config(f"{imports}\n\n\n{decorator}\ndef k(x):\n    return x\n", "k", {"block_sizes": [8]},
+                             note="v")
+    assert f"{decorator}(config={spelled}(block_sizes=[8]))" in new
+
+
+def test_a_helion_file_that_cannot_name_config_is_not_changed() -> None:
+    from kernelopt_bot.source_patch import with_helion_config
+
+    with pytest.raises(PatchError, match="imports neither helion nor Config"):
+        with_helion_config("from helion import kernel\n\n\n@kernel\ndef k(x):\n    return x\n", "k",
+                           {"block_sizes": [8]}, note="v")
+
+
+def test_lone_carriage_returns_and_other_surprises_are_patch_errors() -> None:
+    edit = SourceEdit("k.py", "launch", "k", {"num_warps": 8}, note="n", line=2, arg_names=["n"], values={"n": 1},
+                      grid=[1])
+    with pytest.raises(PatchError, match="lone carriage returns"):
+        edit.apply("from kernels import k\rk[(n,)](n)\r")
+    with pytest.raises(PatchError):
+        edit.apply("from kernels import k\nk[(n,)](n, **kw)\n")  # **kwargs may hold the option: refused

@@ -8,7 +8,7 @@ import pytest
 
 from kernelopt_bot.candidate import Candidate
 from kernelopt_bot.compile.artifact import parse_output_code
-from kernelopt_bot.profile import KernelProfile
+from kernelopt_bot.profiling import KernelProfile
 from kernelopt_bot.search.base import SearchContext
 from kernelopt_bot.search.tuner import OfflineTuner, predicted_gain, promising
 

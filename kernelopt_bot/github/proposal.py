@@ -127,7 +127,7 @@ def source_changes(outcomes: Iterable[JobOutcome], cfg: KerneloptConfig,
                 continue
             try:
                 files[path] = edit.apply(text)
-            except PatchError as exc:
+            except (PatchError, ValueError) as exc:
                 problems.append(f"{target.name}: {edit.kernel}'s config could not be written into {path}: {exc}")
     return files, problems
 

@@ -44,7 +44,7 @@ class LauncherArm:
             seed, reps = args
             inputs = self.target.make_inputs(seed)
             return self._answer(lambda: time_model(
-                self.target.device, lambda: self.target.run(seed, self._forced(), inputs),
+                self.target.device, lambda: self.target.run(seed, self._forced(), inputs, sync=False),
                 reps=reps, hide_host=True).reply())
         raise ArmRaised(self.label, f"unknown request {op!r}")
 

@@ -158,7 +158,7 @@ def _serve_kernel_target(spec: WorkerSpec, conn: Channel) -> None:
         if op == "time":
             seed, reps = args
             inputs = target.make_inputs(seed)
-            conn.send(("ok", time_model(target.device, functools.partial(target.run, seed, None, inputs),
+            conn.send(("ok", time_model(target.device, functools.partial(target.run, seed, None, inputs, sync=False),
                                         reps=reps, hide_host=True).reply()))
         elif op == "outputs":
             conn.send(("ok", flatten_outputs(target.run(args[0]))))

@@ -12,7 +12,7 @@ from typing import Any
 
 from kernelopt_bot.candidate import Proposal
 from kernelopt_bot.compile.artifact import TritonKernel
-from kernelopt_bot.profile import KernelProfile
+from kernelopt_bot.profiling import KernelProfile
 from kernelopt_bot.search.rewrites import Rewrite
 
 

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from kernelopt_bot.candidate import Candidate, Proposal, candidate_pack
 from kernelopt_bot.compile.artifact import TritonKernel
 from kernelopt_bot.compile.capture import Capture
-from kernelopt_bot.profile import KernelProfile, Profile
+from kernelopt_bot.profiling import KernelProfile, Profile
 from kernelopt_bot.result import KernelOutcome
 from kernelopt_bot.search.base import SearchContext, SearchStrategy
 from kernelopt_bot.search.budget import Budget, BudgetExceeded

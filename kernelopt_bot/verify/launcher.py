@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from kernelopt_bot.errors import one_line
+from kernelopt_bot.harness.failures import is_out_of_memory
 from kernelopt_bot.harness.model_worker import flatten_outputs
 from kernelopt_bot.helion_targets import HelionTarget, normalized
 from kernelopt_bot.launchers import LAUNCH_OPTIONS, KernelLaunch, KernelTarget
@@ -30,6 +31,10 @@ from kernelopt_bot.verify.result import GateResult
 from kernelopt_bot.verify.tolerance import compare, relative_error
 
 DEFAULT_SEEDS = (0, 1, 2)
+
+
+class InfrastructureFailure(Exception):
+    """Our side failed while a config's gates ran (out of memory): no verdict on the config."""
 ACCURACY_FACTOR = 10.0  # as gate 3 for modules: less accurate in substance means 10x the original's error
 
 
@@ -45,8 +50,8 @@ def check_config_static(launch: KernelLaunch, config: dict[str, Any]) -> GateRes
             return GateResult.fail("static", f"num_warps={value!r} is not a power of two between 1 and 32")
         if key == "num_stages" and not (isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 8):
             return GateResult.fail("static", f"num_stages={value!r} must be an int between 1 and 8")
-        if key not in LAUNCH_OPTIONS and not (isinstance(value, int) and not isinstance(value, bool) and value > 0):
-            return GateResult.fail("static", f"{key}={value!r} must be a positive integer")
+        if key not in LAUNCH_OPTIONS and not (isinstance(value, bool) or (isinstance(value, int) and value > 0)):
+            return GateResult.fail("static", f"{key}={value!r} must be a positive integer or a boolean")
     return GateResult.ok("static", "config keys and values are the kernel's")
 
 
@@ -76,7 +81,9 @@ def check_config_outputs(target: KernelTarget, kernel: str, config: dict[str, An
     for seed in seeds:
         try:
             ours = flatten_outputs(target.run(seed, {kernel: config}))
-        except Exception as exc:  # noqa: BLE001 - the candidate's run failed: its verdict
+        except Exception as exc:  # the candidate's run failed: its verdict, unless it was ours
+            if is_out_of_memory(exc):
+                raise InfrastructureFailure(f"out of memory running the target (seed {seed}): {one_line(exc)}") from exc
             return [GateResult.fail("correctness", f"the target failed with this config (seed {seed}): {one_line(exc)}")]
         theirs = flatten_outputs(target.run(seed, {kernel: original}))
         if len(ours) != len(theirs) or not ours:

@@ -11,7 +11,7 @@ import torch
 from kernelopt_bot.compile.capture import capture
 from kernelopt_bot.harness.bench import bench
 from kernelopt_bot.harness.kernel import KernelHarness
-from kernelopt_bot.profile import profile
+from kernelopt_bot.profiling import profile
 from kernelopt_bot.stitch.pack import KernelPack, LaunchConfig, PackEntry
 from kernelopt_bot.stitch.runtime import running_environment
 from kernelopt_bot.targets import load_target
