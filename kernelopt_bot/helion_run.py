@@ -51,12 +51,19 @@ def run_helion_target(spec: str, device: str | None, dtype: str, *, gamma: float
     target = load_helion(spec, device, dtype)
     result.device = target.device
     original = target.original_config()
+    stale = ""
     if target.pinned is not None:
         log(f"re-verifying the pinned config of {target.kernel_name} against Helion's default config")
         checks = check_config_outputs(target, target.kernel_name, original, target.default_config())
         for gate in checks:
             log(f"  {gate.name}: {'passed' if gate.passed else 'FAILED' if gate.passed is False else 'not run'}: "
                 f"{gate.reason}")
+        if any(g.passed is False for g in checks):
+            # A pin that disagrees with the default config is no reference for the gates: the
+            # default is, and every candidate (the pin among them) is checked against it.
+            stale = f"the pinned config failed against Helion's default config ({checks[-1].reason})"
+            log(f"  warning: {stale}; candidates are compared with the default config instead")
+            original = target.default_config()
     candidates = neighbour_configs(target, original)
     left = None if ends_at is None else ends_at - time.time()
     if target.device == "cuda" and (left is None or left > AUTOTUNE_MIN_LEFT_S):
@@ -71,8 +78,10 @@ def run_helion_target(spec: str, device: str | None, dtype: str, *, gamma: float
                           lambda config: changes(original, config))
     verified: Verified = {}
     search_kernel(context, search, result, verified)
+    if stale:
+        result.kernels[-1].detail = "; ".join(filter(None, [stale, result.kernels[-1].detail]))
     if not verified:
-        if target.pinned is not None:
+        if target.pinned is not None and not stale:
             result.kernels[-1].detail = "; ".join(filter(None, [result.kernels[-1].detail,
                                                                 "the pinned config stays: no candidate beat it"]))
         return None

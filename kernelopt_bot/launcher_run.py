@@ -40,7 +40,7 @@ from kernelopt_bot.search.tuner import MIN_KERNEL_GAIN
 from kernelopt_bot.source_patch import DEFAULT_OPTIONS, PatchError, SourceEdit, launch_keywords, unified_diff
 from kernelopt_bot.verify.launcher import InfrastructureFailure, check_config_outputs, check_config_static
 from kernelopt_bot.verify.perf import judge
-from kernelopt_bot.verify.result import GateResult, Verdict
+from kernelopt_bot.verify.verdict import GateResult, Verdict
 
 PATCH_FILE = "patch.diff"
 PROBE_REPS = 20

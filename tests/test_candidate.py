@@ -29,7 +29,7 @@ import kernelopt_bot.candidate, kernelopt_bot.config
 assert not {{'torch', 'triton'}} & set(sys.modules), 'the bottom module loaded the engine'
 for name in {SEARCH!r}:
     __import__('kernelopt_bot.search.' + name)
-gates = sorted(m for m in sys.modules if m.startswith('kernelopt_bot.verify.') and m != 'kernelopt_bot.verify.result')
+gates = sorted(m for m in sys.modules if m.startswith('kernelopt_bot.verify.') and m != 'kernelopt_bot.verify.verdict')
 assert not gates, 'the search imports the gates: ' + ', '.join(gates)
 import kernelopt_bot.pipeline, kernelopt_bot.verify.cascade
 bot = sorted(m for m in sys.modules if m.startswith('kernelopt_bot.github'))

@@ -9,8 +9,8 @@ from kernelopt_bot.search.orchestrator import Orchestrator
 from kernelopt_bot.stitch.pack import LaunchConfig
 from kernelopt_bot.store import Store
 from kernelopt_bot.verify.cascade import Cascade, VerifyOptions
-from kernelopt_bot.verify.result import GATE_ORDER, GateResult, Verdict
 from kernelopt_bot.verify.sandbox import SandboxLimits
+from kernelopt_bot.verify.verdict import GATE_ORDER, GateResult, Verdict
 from tests.helpers import captured
 
 

@@ -16,8 +16,8 @@ from kernelopt_bot.search.tuner import ORIGIN
 from kernelopt_bot.stitch.pack import LaunchConfig
 from kernelopt_bot.verify.cascade import Cascade, VerifyOptions
 from kernelopt_bot.verify.kernel_gate import judge_in_engine
-from kernelopt_bot.verify.result import Verdict
 from kernelopt_bot.verify.sandbox import SANDBOX_PROCESS
+from kernelopt_bot.verify.verdict import Verdict
 from tests.helpers import bump_constant, captured, first_float_constant, other_tiling
 
 SEEDS = (0, 1)  # two trials: the comparison is between paths, not a search for rare failures

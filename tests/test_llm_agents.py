@@ -40,8 +40,8 @@ from kernelopt_bot.search.llm import (
 )
 from kernelopt_bot.search.llm.agents import Agents
 from kernelopt_bot.stitch.pack import LaunchConfig
-from kernelopt_bot.verify.result import GateResult, Verdict
 from kernelopt_bot.verify.static import check_source
+from kernelopt_bot.verify.verdict import GateResult, Verdict
 from tests.helpers import captured
 from tests.llm_server import LLMTestServer, Step, malformed, rate_limited, reply, server_error, slow
 

@@ -51,7 +51,7 @@ def test_verdicts_with_infinite_errors_can_be_stored(tmp_path) -> None:
     """A candidate whose error is infinite must not break the store (strict JSON)."""
     from kernelopt_bot.result import RunResult
     from kernelopt_bot.store import Store
-    from kernelopt_bot.verify.result import GateResult, Verdict
+    from kernelopt_bot.verify.verdict import GateResult, Verdict
 
     verdict = Verdict("g0:k", "c", [GateResult.fail("model", "NaN", err_candidate_f64=float("inf"),
                                                     errs=[1.0, float("nan")])])

@@ -30,3 +30,17 @@ def test_the_table_reads_phases_variants_candidates_and_options_from_the_runs() 
 def test_a_folder_without_runs_is_an_error(tmp_path: Path) -> None:
     run = _table(str(tmp_path))
     assert run.returncode == 2 and "no result.json" in run.stderr
+
+
+def test_the_kernel_table_reads_the_kernel_target_runs() -> None:
+    """scripts/kernel_table.py on the H200 run that verified liger-kernel's layer norm on short rows
+    (benchmarks/results/h200-2026-12-03/call3): the verified config, gate 4's number and the
+    re-measurement of the patch with its noise floor."""
+    folder = ROOT / "benchmarks" / "results" / "h200-2026-12-03" / "call3" / "r" / "kernels"
+    run = subprocess.run([sys.executable, str(ROOT / "scripts" / "kernel_table.py"), str(folder)],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    rows = {line.split("|")[1].strip(): line for line in run.stdout.splitlines()[2:]}
+    assert "| accepted | config num_warps=1, num_stages=3 | 1.111x | 1.240x |" in rows["liger_layer_norm_short"]
+    assert "| 29.81% |" in rows["liger_layer_norm_short"]
+    assert "| no candidate accepted |" in rows["liger_swiglu"]

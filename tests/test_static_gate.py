@@ -16,8 +16,8 @@ import pytest
 from kernelopt_bot.compile.artifact import TritonKernel
 from kernelopt_bot.device import DeviceLimits
 from kernelopt_bot.stitch.pack import LaunchConfig
-from kernelopt_bot.verify.result import GateResult
 from kernelopt_bot.verify.static import check_config, check_source
+from kernelopt_bot.verify.verdict import GateResult
 
 # --------------------------------------------------------------------------------------------
 # Fixtures and helpers

@@ -15,7 +15,7 @@ import kernelopt_bot.store as store_mod
 from kernelopt_bot.result import KernelOutcome, Recommendation, RunResult
 from kernelopt_bot.stitch.pack import Guard, LaunchConfig, PackEntry
 from kernelopt_bot.store import CacheHit, Store, StoreError, base_version
-from kernelopt_bot.verify.result import GateResult, Verdict
+from kernelopt_bot.verify.verdict import GateResult, Verdict
 
 KEY = "a" * 64
 OTHER_KEY = "b" * 64

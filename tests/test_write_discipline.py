@@ -19,8 +19,8 @@ from kernelopt_bot.verify.correctness import (
     draw,
     trial_plan,
 )
-from kernelopt_bot.verify.result import GateResult
 from kernelopt_bot.verify.tolerance import compare, flushed_to_zero, systematic_bias
+from kernelopt_bot.verify.verdict import GateResult
 from tests.helpers import captured
 from tests.redteam import cheats
 

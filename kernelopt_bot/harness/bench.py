@@ -83,7 +83,7 @@ def _max_abs_diff(a: list[Any], b: list[Any], device: str = "cpu") -> float:
     through a pipe on the CPU, where float64 over a large output takes seconds, and a whole
     output's float64 temporaries on the GPU would take the memory the arms need. Out of memory is
     ours: retried once after freeing, then raised as an
-    :class:`~kernelopt_bot.verify.result.InfrastructureFailure`, never a difference."""
+    :class:`~kernelopt_bot.verify.verdict.InfrastructureFailure`, never a difference."""
     from kernelopt_bot.errors import one_line
     from kernelopt_bot.harness.failures import InfrastructureFailure, is_out_of_memory
     from kernelopt_bot.harness.memory import free_memory, retry_note

@@ -24,7 +24,7 @@ from kernelopt_bot.search.budget import Budget, BudgetExceeded
 from kernelopt_bot.search.llm.agents import Agents, make_agents
 from kernelopt_bot.search.llm.client import LLMUnavailable
 from kernelopt_bot.search.llm.config import LLMSettings
-from kernelopt_bot.verify.result import Verdict
+from kernelopt_bot.verify.verdict import Verdict
 
 
 class LLMSearch:

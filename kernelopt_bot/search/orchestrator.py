@@ -28,7 +28,7 @@ from kernelopt_bot.stitch.export import lookup_key_or_none
 from kernelopt_bot.stitch.pack import Guard, KernelPack, PackEntry
 from kernelopt_bot.stitch.runtime import running_environment
 from kernelopt_bot.store import Store
-from kernelopt_bot.verify.result import Verdict
+from kernelopt_bot.verify.verdict import Verdict
 
 
 class Gates(Protocol):

@@ -42,9 +42,9 @@ from kernelopt_bot.verify.correctness import DEFAULT_SEEDS, DISTRIBUTIONS
 from kernelopt_bot.verify.kernel_gate import judge_in_engine
 from kernelopt_bot.verify.model import DEFAULT_MODEL_SEEDS, check_model
 from kernelopt_bot.verify.perf import check_performance
-from kernelopt_bot.verify.result import GATE_ORDER, GateResult, Verdict
 from kernelopt_bot.verify.sandbox import SandboxLimits, SandboxOutcome, run_sandboxed
 from kernelopt_bot.verify.static import check_config, check_source
+from kernelopt_bot.verify.verdict import GATE_ORDER, GateResult, Verdict
 
 
 @dataclass(frozen=True)

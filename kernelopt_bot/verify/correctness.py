@@ -35,8 +35,8 @@ from typing import Any
 import torch
 
 from kernelopt_bot.compile.artifact import TritonKernel
-from kernelopt_bot.verify.result import GateResult
 from kernelopt_bot.verify.tolerance import compare
+from kernelopt_bot.verify.verdict import GateResult
 
 BASE_DISTRIBUTIONS = ("normal", "uniform", "large", "mixed", "special")
 # Structure along each input's rows (its last dimension, or blocks of the reduction length):

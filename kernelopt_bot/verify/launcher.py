@@ -27,8 +27,8 @@ from kernelopt_bot.harness.failures import is_out_of_memory
 from kernelopt_bot.harness.model_worker import flatten_outputs
 from kernelopt_bot.helion_targets import HelionTarget, normalized
 from kernelopt_bot.launchers import LAUNCH_OPTIONS, KernelLaunch, KernelTarget
-from kernelopt_bot.verify.result import GateResult
 from kernelopt_bot.verify.tolerance import compare, relative_error
+from kernelopt_bot.verify.verdict import GateResult
 
 DEFAULT_SEEDS = (0, 1, 2)
 

@@ -23,7 +23,6 @@ from kernelopt_bot.harness.failures import InfrastructureFailure, is_infrastruct
 from kernelopt_bot.harness.memory import float64_chunks, free_memory
 from kernelopt_bot.harness.model_worker import Arm, WorkerError, flatten_outputs
 from kernelopt_bot.targets import Target
-from kernelopt_bot.verify.result import GateResult
 from kernelopt_bot.verify.tolerance import (
     MODEL_TIGHT_TOLERANCE,
     UNIT_ROUNDOFF,
@@ -31,6 +30,7 @@ from kernelopt_bot.verify.tolerance import (
     relative_error,
     systematic_bias,
 )
+from kernelopt_bot.verify.verdict import GateResult
 
 DEFAULT_MODEL_SEEDS = (101, 102)
 

@@ -22,7 +22,7 @@ from kernelopt_bot.harness.bench import compare_arms
 from kernelopt_bot.harness.failures import InfrastructureFailure, is_infrastructure_text
 from kernelopt_bot.harness.model_worker import Arm, WorkerError
 from kernelopt_bot.harness.timing import NOT_MEASURED
-from kernelopt_bot.verify.result import GateResult
+from kernelopt_bot.verify.verdict import GateResult
 
 # Kernels can beat a plain device copy a little (we saw 106% on an H200); 1.3x the copy roofline is
 # beyond the memory's datasheet peak, so only skipped work gets there.

@@ -14,8 +14,8 @@ import torch
 from kernelopt_bot.candidate import Candidate
 from kernelopt_bot.compile.artifact import TritonKernel
 from kernelopt_bot.verify.cascade import Cascade, VerifyOptions
-from kernelopt_bot.verify.result import GATE_ORDER, Verdict
 from kernelopt_bot.verify.sandbox import SandboxLimits
+from kernelopt_bot.verify.verdict import GATE_ORDER, Verdict
 from tests.helpers import DEVICE as FORCED_DEVICE
 from tests.helpers import captured
 

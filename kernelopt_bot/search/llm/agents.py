@@ -26,7 +26,7 @@ from kernelopt_bot.search.llm.parse import clean_code as _clean_body
 from kernelopt_bot.search.llm.parse import extract_code, extract_json, fenced_blocks, parses
 from kernelopt_bot.search.llm.prompts import PromptTemplates
 from kernelopt_bot.stitch.pack import LaunchConfig
-from kernelopt_bot.verify.result import GateResult
+from kernelopt_bot.verify.verdict import GateResult
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from kernelopt_bot.verify.result import GateResult
+from kernelopt_bot.verify.verdict import GateResult
 
 GATE = "static"
 

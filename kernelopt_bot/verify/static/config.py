@@ -14,9 +14,9 @@ from kernelopt_bot.compile.artifact import TritonKernel
 from kernelopt_bot.device import DeviceLimits
 from kernelopt_bot.stitch.keys import KernelSourceError, find_jit_function, read_decorator
 from kernelopt_bot.stitch.pack import LaunchConfig
-from kernelopt_bot.verify.result import GateResult
 from kernelopt_bot.verify.static.caps import MAX_TILE_NUMEL
 from kernelopt_bot.verify.static.common import GATE, Reject, fail, is_int, is_power_of_two
+from kernelopt_bot.verify.verdict import GateResult
 
 # Launch-config constexprs that size a tile. Older Inductor names the reduction block RBLOCK.
 BLOCK_CONSTEXPRS = ("XBLOCK", "YBLOCK", "ZBLOCK", "R0_BLOCK", "R1_BLOCK", "RBLOCK")

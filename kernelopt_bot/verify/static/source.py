@@ -17,7 +17,6 @@ import ast
 
 from kernelopt_bot.compile.artifact import TritonKernel
 from kernelopt_bot.stitch.keys import KernelSourceError, find_jit_function
-from kernelopt_bot.verify.result import GateResult
 from kernelopt_bot.verify.static.access import (
     check_access,
     check_helper_has_no_memory_access,
@@ -37,6 +36,7 @@ from kernelopt_bot.verify.static.module import (
     is_driver_call,
     read_module,
 )
+from kernelopt_bot.verify.verdict import GateResult
 
 
 def _original_module(original: TritonKernel) -> tuple[Module, ast.FunctionDef]:
