@@ -34,9 +34,9 @@ def test_a_folder_without_runs_is_an_error(tmp_path: Path) -> None:
 
 def test_the_kernel_table_reads_the_kernel_target_runs() -> None:
     """scripts/kernel_table.py on the H200 run that verified liger-kernel's layer norm on short rows
-    (benchmarks/results/h200-2026-12-03/call3): the verified config, gate 4's number and the
+    (benchmarks/results/h200-2026-12-02b/call3): the verified config, gate 4's number and the
     re-measurement of the patch with its noise floor."""
-    folder = ROOT / "benchmarks" / "results" / "h200-2026-12-03" / "call3" / "r" / "kernels"
+    folder = ROOT / "benchmarks" / "results" / "h200-2026-12-02b" / "call3" / "r" / "kernels"
     run = subprocess.run([sys.executable, str(ROOT / "scripts" / "kernel_table.py"), str(folder)],
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
