@@ -811,10 +811,12 @@ def pin(target: str, kernel_name: str, config_json: str | None, source_file: str
 
 from kernelopt_bot.export_cli import export  # noqa: E402 - `kernelopt export`
 from kernelopt_bot.github.cli import bot, sweep  # noqa: E402 - the GitHub front door's commands
+from kernelopt_bot.store_cli import store  # noqa: E402 - `kernelopt store ...`
 
 main.add_command(bot)
 main.add_command(sweep)
 main.add_command(export)
+main.add_command(store)
 
 
 def _help_everywhere(group: click.Group) -> None:

@@ -101,8 +101,10 @@ class Orchestrator:
         outcomes: list[KernelOutcome] = []
         for row in self.profile.ranked():
             outcome = KernelOutcome(row.name, row.kind, row.share, row.time_ms)
+            kernel = self.capture.artifact.kernel(f"g{row.graph}:{row.name}")
+            if self.store is not None and self.run_id is not None:  # the run's profile, kernel by kernel
+                self.store.record_kernel(self.run_id, kernel.key, kernel.name, row.kind, row.share, row.time_ms)
             if (row.graph, row.name) in chosen:
-                kernel = self.capture.artifact.kernel(f"g{row.graph}:{row.name}")
                 self._search_kernel(kernel, row, outcome, pack)
             else:
                 outcome.status = "not searched (below the share threshold or the kernel limit)"
