@@ -625,14 +625,15 @@ def suite(suite_dir: str, out_dir: str, shard: str, device: str | None, dtypes: 
     from kernelopt_bot.compile.settings import CompileSettings
     from kernelopt_bot.errors import BadInputError
     from kernelopt_bot.gpu_pool import cuda_device_count, select_gpus
-    from kernelopt_bot.suite import parse_shard, run_suite
+    from kernelopt_bot.shards import Shard
+    from kernelopt_bot.suite import run_suite
 
     _parse_budget(budget_items)  # validate before starting anything
     if gpus is not None and device == "cpu":
         raise BadInputError("--gpus runs on CUDA devices; not with --device cpu")
     selected: list[int | None] | None = None if gpus is None else list(select_gpus(gpus, cuda_device_count()))
     console = _console()
-    result = run_suite(Path(suite_dir), Path(out_dir), shard=parse_shard(shard), device=device,
+    result = run_suite(Path(suite_dir), Path(out_dir), shard=Shard.parse(shard), device=device,
                        dtypes=dtypes or None, budget=list(budget_items), gamma=gamma, timeout_s=timeout_s,
                        log=lambda m: console.print(escape(m)), gpus=selected, only=only or None,
                        reference=reference,

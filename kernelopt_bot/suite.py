@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import fnmatch
 import json
-import math
 import os
 import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,7 +25,8 @@ from kernelopt_bot.candidate import DEFAULT_GAMMA
 from kernelopt_bot.compile.settings import CompileSettings
 from kernelopt_bot.errors import BadInputError
 from kernelopt_bot.gpu_pool import GpuFailure, GpuPool, JobResult, looks_like_gpu_failure, resolve
-from kernelopt_bot.result import RunResult
+from kernelopt_bot.result import RunResult, geomean
+from kernelopt_bot.shards import ALL, Shard
 
 MANT = "mode=max-autotune-no-cudagraphs"
 TIMED_OUT = "timed out after"
@@ -110,14 +109,6 @@ class SuiteResult:
         return out
 
 
-def geomean(values: Iterable[float | None]) -> float | None:
-    """Geometric mean of the positive, finite values (None when there are none)."""
-    values = [v for v in values if v is not None and v > 0 and math.isfinite(v)]
-    if not values:
-        return None
-    return math.exp(sum(math.log(v) for v in values) / len(values))
-
-
 def _median(values: list[float]) -> float | None:
     values = sorted(values)
     return values[len(values) // 2] if values else None
@@ -154,17 +145,6 @@ def load_problems(root: Path, dtypes: tuple[str, ...] | None = None,
     if not problems:
         raise BadInputError(f"suite {root}: no problems" + (f" match {', '.join(only)}" if only else ""))
     return problems
-
-
-def parse_shard(text: str) -> tuple[int, int]:
-    """``I/N`` (1-based, as ``kernelopt sweep run --shard``) as a 0-based index and a count."""
-    try:
-        index, total = (int(x) for x in text.split("/"))
-    except ValueError as exc:
-        raise BadInputError(f"--shard {text!r}: expected I/N, e.g. 1/4") from exc
-    if total < 1 or not 1 <= index <= total:
-        raise BadInputError(f"--shard {text!r}: need 1 <= I <= N")
-    return index - 1, total
 
 
 def run_problem(root: Path, problem: Problem, out: Path, *, device: str | None, budget: list[str],
@@ -296,7 +276,7 @@ def _pool_result(problem: Problem, job: JobResult) -> ProblemResult:
     return res
 
 
-def run_suite(root: Path, out: Path, *, shard: tuple[int, int] = (0, 1), device: str | None = None,
+def run_suite(root: Path, out: Path, *, shard: Shard = ALL, device: str | None = None,
               dtypes: tuple[str, ...] | None = None, budget: list[str] | None = None, gamma: float = DEFAULT_GAMMA,
               timeout_s: float = 900.0, log: Any = print, gpus: list[int | None] | None = None,
               job_fn: str = PROBLEM_JOB, cores: int | None = None,
@@ -310,8 +290,7 @@ def run_suite(root: Path, out: Path, *, shard: tuple[int, int] = (0, 1), device:
     problem (tests put a fake there so nothing compiles).
     """
     problems = load_problems(root, dtypes, only)
-    index, total = shard
-    mine = problems[index::total]
+    mine = shard.take(problems)
     out.mkdir(parents=True, exist_ok=True)
     from kernelopt_bot.device import resolve_device
 

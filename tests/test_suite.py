@@ -10,15 +10,15 @@ import pytest
 
 from kernelopt_bot.compile.settings import CompileSettings
 from kernelopt_bot.errors import BadInputError
+from kernelopt_bot.result import geomean
+from kernelopt_bot.shards import Shard
 from kernelopt_bot.suite import (
     Problem,
     ProblemResult,
     SuiteResult,
-    geomean,
     load_problems,
     markdown,
     merge,
-    parse_shard,
 )
 from tests.helpers import EXAMPLES, run_cli
 
@@ -72,11 +72,12 @@ def test_geomean_counts_fallbacks_as_one_on_a_gpu() -> None:
 
 def test_bad_suite_input() -> None:
     with pytest.raises(BadInputError):
-        parse_shard("3/2")
+        Shard.parse("3/2")
     with pytest.raises(BadInputError):
-        parse_shard("0/2")
+        Shard.parse("0/2")
     with pytest.raises(BadInputError):
-        parse_shard("x")
+        Shard.parse("x")
+    assert Shard.parse("2/3").take(list("abcdefg")) == ["b", "e"]  # the suite's and the sweep's convention
     with pytest.raises(BadInputError, match="not a directory"):
         load_problems(Path("/nonexistent"))
 

@@ -319,9 +319,11 @@ def sweep_run(config: str, shard: str, out: str, repo_root: str, gpus: str | Non
     """Run one shard's targets into OUT. A failing target is reported and the shard goes on."""
     from kernelopt_bot.github.flows import BotOutcome, Failure
     from kernelopt_bot.github.render import base_context, render, result_row
-    from kernelopt_bot.github.sweep import parse_shard, run_shard
+    from kernelopt_bot.github.sweep import run_shard
+    from kernelopt_bot.shards import Shard
 
-    index, total = parse_shard(shard)
+    parsed = Shard.parse(shard)
+    index, total = parsed.number, parsed.total
     root = Path(repo_root).resolve()
     cfg, config_rel = _config(config, root)
     if gpus is None:

@@ -20,8 +20,7 @@ from typing import Any
 import jinja2
 
 from kernelopt_bot.resources import templates_dir
-from kernelopt_bot.result import RunResult
-from kernelopt_bot.suite import geomean
+from kernelopt_bot.result import RunResult, geomean
 
 REPORT_MARKER = "<!-- kernelopt:report -->"
 PROPOSAL_MARKER = "<!-- kernelopt:proposal -->"

@@ -50,6 +50,7 @@ from kernelopt_bot.github.runner import (
     run_jobs,
 )
 from kernelopt_bot.result import RunResult
+from kernelopt_bot.shards import Shard
 from kernelopt_bot.stitch.pack import KernelPack
 
 HISTORY_SCHEMA = "kernelopt-history/1"
@@ -61,17 +62,6 @@ JOB_TIMEOUT_S = 1800.0  # per job on a GPU worker; a hang past it costs the job,
 
 
 # --- plan and shards ------------------------------------------------------------------------------
-
-
-def parse_shard(text: str) -> tuple[int, int]:
-    try:
-        i_s, n_s = text.split("/", 1)
-        i, n = int(i_s), int(n_s)
-    except ValueError:
-        raise BadInputError(f"--shard {text!r}: expected I/N, e.g. 1/4") from None
-    if n < 1 or not 1 <= i <= n:
-        raise BadInputError(f"--shard {text!r}: need 1 <= I <= N")
-    return i, n
 
 
 def sweep_jobs(cfg: KerneloptConfig) -> list[TargetJob]:
@@ -92,7 +82,7 @@ def plan(cfg: KerneloptConfig, shards: int) -> dict[str, Any]:
 
 
 def shard_jobs(cfg: KerneloptConfig, index: int, total: int) -> list[TargetJob]:
-    return [j for k, j in enumerate(sweep_jobs(cfg)) if k % total == index - 1]
+    return Shard(index, total).take(sweep_jobs(cfg))
 
 
 def run_shard(cfg: KerneloptConfig, runner: PipelineRunner | None, index: int, total: int, out: Path,
