@@ -11,4 +11,8 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -
   typing_extensions==4.16.0 openai==3.57.0 anyio==4.16.0 httpx2==2.16.2 httpcore2==2.16.2 h11==0.16.0 \
   idna==3.20 jiter==0.19.0 sniffio==1.3.1 certifi==2026.10.19.post1 truststore==0.10.5 \
   liger-kernel==0.8.5 helion==1.5.1 filecheck==1.0.6 packaging==26.4 psutil==7.2.2
-ls .whl
+# helion 1.5.1 needs a newer torch than the GPU image's 2.11 (IntelGPUError); gpu_check.sh's kernels part
+# falls back to an older Helion from here when the first does not import
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+  --platform manylinux_2_28_x86_64 -d .whl/helion-alt helion==1.4.0
+ls .whl .whl/helion-alt
