@@ -193,6 +193,7 @@ rm -rf "$R"/kpr/dry/files  # the proposal's files: a vendored third-party kernel
 for d in suite one_gpu all_gpus; do
   [ -f "$R/$d/suite.md" ] && { echo "--- $d"; cat "$R/$d/suite.md"; python3 scripts/phase_table.py "$R/$d"; } >> "$summary"
 done
+find "$R" -name .gitignore -delete  # output folders ignore themselves for users; these results are kept
 (cd "$OUT" && tar czf results.tgz r && rm -rf r)
 cat "$summary"
 exit $status
