@@ -25,7 +25,7 @@ import torch
 from kernelopt_bot.device import prepare_device, resolve_device
 from kernelopt_bot.errors import TargetError, one_line
 from kernelopt_bot.target_kinds import helion_kernels_in
-from kernelopt_bot.targets import _call_user, _drawn, _import_file, _move_input, resolve_dtype
+from kernelopt_bot.targets import _import_file, file_inputs, file_reference, resolve_dtype
 
 # Neighbours of a config: these keys are stepped (sizes doubled and halved, stages by one).
 _DOUBLED = ("block_sizes", "num_warps")
@@ -118,20 +118,10 @@ def load_helion(spec: str, device: str | None = None, dtype: str | torch.dtype =
         raise TargetError(f"{path}: {kernels[0].name} is not a Helion kernel once imported")
     if not callable(getattr(module, "get_inputs", None)):
         raise TargetError(f"{path}: no get_inputs() function (a Helion target defines its kernel and get_inputs())")
-    reference = getattr(module, "reference", None)
-    if reference is not None and not callable(reference):
-        raise TargetError(f"{path}: reference is not a function")
     configs = list(getattr(kernel, "configs", []) or [])
     pinned = dict(configs[0]) if len(configs) == 1 else None
-
-    def make_inputs(seed: int) -> tuple[Any, ...]:
-        raw = _drawn(lambda: _call_user(module.get_inputs, f"{path}: get_inputs()"), dev, seed)
-        if not isinstance(raw, (list, tuple)):
-            raw = [raw]
-        return tuple(_move_input(x, i, dev, dt, str(path)) for i, x in enumerate(raw))
-
-    target = HelionTarget(str(path), path.stem, kernels[0].name, kernel, dev, dt, make_inputs, reference,
-                          str(path.resolve()), pinned)
+    target = HelionTarget(str(path), path.stem, kernels[0].name, kernel, dev, dt, file_inputs(module, path, dev, dt),
+                          file_reference(module, path), str(path.resolve()), pinned)
     try:
         target.original_config()
     except Exception as exc:  # Helion could not take the kernel for these inputs

@@ -206,9 +206,9 @@ def _passed_1_to_3(verdict: Verdict) -> bool:
 def device_name(device: str) -> str:
     """The GPU's name, for the note a patch carries."""
     if device == "cuda":
-        import torch
+        from kernelopt_bot.stitch.runtime import running_environment
 
-        return torch.cuda.get_device_name()
+        return running_environment(device).gpu or device
     return "the CPU interpreter"
 
 

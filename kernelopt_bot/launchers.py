@@ -28,7 +28,7 @@ from kernelopt_bot.device import prepare_device, resolve_device
 from kernelopt_bot.errors import TargetError, one_line
 from kernelopt_bot.source_patch import DEFAULT_OPTIONS, LAUNCH_OPTIONS
 from kernelopt_bot.target_kinds import LAUNCHER
-from kernelopt_bot.targets import _call_user, _drawn, _import_file, _move_input, resolve_dtype
+from kernelopt_bot.targets import _import_file, file_inputs, file_reference, resolve_dtype
 
 
 class KernelTarget(Protocol):
@@ -80,17 +80,8 @@ def load_launcher(spec: str, device: str | None = None, dtype: str | torch.dtype
         raise TargetError(f"{path}: no launch(*inputs) function (a launcher file defines launch() and get_inputs())")
     if not callable(getattr(module, "get_inputs", None)):
         raise TargetError(f"{path}: no get_inputs() function (a launcher file defines launch() and get_inputs())")
-    reference = getattr(module, "reference", None)
-    if reference is not None and not callable(reference):
-        raise TargetError(f"{path}: reference is not a function")
-
-    def make_inputs(seed: int) -> tuple[Any, ...]:
-        raw = _drawn(lambda: _call_user(module.get_inputs, f"{path}: get_inputs()"), dev, seed)
-        if not isinstance(raw, (list, tuple)):
-            raw = [raw]
-        return tuple(_move_input(x, i, dev, dt, str(path)) for i, x in enumerate(raw))
-
-    return LauncherTarget(str(path), path.stem, launch, dev, dt, make_inputs, reference)
+    return LauncherTarget(str(path), path.stem, launch, dev, dt, file_inputs(module, path, dev, dt),
+                          file_reference(module, path))
 
 
 @dataclass

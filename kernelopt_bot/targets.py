@@ -158,13 +158,29 @@ def _load_benchmark_file(path: Path, device: str, dtype: torch.dtype) -> Target:
         raise TargetError(f"{path}: Model(...) did not build a torch.nn.Module")
     model = _place_model(model, device, dtype, str(path))
 
+    return Target(str(path), path.stem, model, device, dtype, file_inputs(module, path, device, dtype),
+                  getattr(module, "TORCH_COMPILE", None))
+
+
+def file_inputs(module: Any, path: Path, device: str, dtype: torch.dtype) -> Callable[[int], tuple[Any, ...]]:
+    """A target file's ``get_inputs()`` as an input factory (a module, a launcher, a Helion
+    kernel file alike): drawn per seed on the device, moved there and cast to ``dtype``."""
+
     def make_inputs(seed: int) -> tuple[Any, ...]:
         raw = _drawn(lambda: _call_user(module.get_inputs, f"{path}: get_inputs()"), device, seed)
         if not isinstance(raw, (list, tuple)):
             raw = [raw]
         return tuple(_move_input(x, i, device, dtype, str(path)) for i, x in enumerate(raw))
 
-    return Target(str(path), path.stem, model, device, dtype, make_inputs, getattr(module, "TORCH_COMPILE", None))
+    return make_inputs
+
+
+def file_reference(module: Any, path: Path) -> Callable[..., Any] | None:
+    """A kernel target file's optional ``reference(*inputs)`` in PyTorch."""
+    reference = getattr(module, "reference", None)
+    if reference is not None and not callable(reference):
+        raise TargetError(f"{path}: reference is not a function")
+    return reference
 
 
 def _load_factory(spec: str, device: str, dtype: torch.dtype) -> Target:

@@ -38,6 +38,7 @@ from kernelopt_bot.github.events import IssueCommentEvent, PullRequestEvent
 from kernelopt_bot.github.gateway import Gateway, ProposalRef, PullInfo
 from kernelopt_bot.github.proposal import (
     Proposal,
+    SourceChanges,
     activation_lines,
     merged_packs,
     pack_file,
@@ -54,7 +55,6 @@ from kernelopt_bot.github.render import (
     result_row,
 )
 from kernelopt_bot.github.runner import JobOutcome, PipelineRunner, load_outcomes, make_jobs, run_jobs
-from kernelopt_bot.source_patch import unified_text
 
 PR_ACTIONS = ("opened", "synchronize", "reopened", "ready_for_review")
 
@@ -190,11 +190,11 @@ def publish_pr_results(ctx: BotContext, pull: PullInfo, head_sha: str, outcomes:
     proposal_ref: ProposalRef | None
     edited = any(o.result.source_edits for o in outcomes if not o.failed)
     base = _proposal_base(gw, pull, head_sha) if (packs or carried or edited) else None
-    sources: dict[str, str] = {}
-    source_notes: list[str] = []
+    changes = SourceChanges()
     if base is not None and edited:
-        sources, source_notes = source_changes(outcomes, cfg, lambda path: gw.read_file(path, ref=base[0]))
-        notes = [*(notes or []), *source_notes]
+        changes = source_changes(outcomes, cfg, lambda path: gw.read_file(path, ref=base[0]))
+        notes = [*(notes or []), *changes.problems]
+    sources = changes.after
     if (packs or carried or edited) and base is None:
         proposal_ref = ProposalRef("skipped", note=f"No follow-up PR: the base branch {pull.base_ref} was not found; "
                                    "the packs and patches are in this workflow run's artifacts.")
@@ -214,12 +214,10 @@ def publish_pr_results(ctx: BotContext, pull: PullInfo, head_sha: str, outcomes:
         title = f"kernelopt: verified kernels for #{pull.number}"
         if best is not None:
             title += f" ({best['speedup']:.2f}x on {best['name']})"
-        source_diff = "".join(unified_text(path, gw.read_file(path, ref=parent) or "", text)
-                              for path, text in sorted(sources.items()))
         body = render("pr_body.md.j2", **base_context(
             verified_rows, pr_number=pull.number, head_sha=head_sha, base_branch=into,
             files=sorted(files), activation=activation_lines(names) if names else "",
-            source_diff=source_diff, source_notes=source_notes,
+            source_diff=changes.diff(), source_notes=changes.problems,
             reproduce=_reproduce([o for o in outcomes if o.job.name in packs or o.job.name in edited_names])))
         proposal = Proposal(
             branch=branch, base=into, parent_sha=parent, files=files, title=title, body=body,

@@ -25,7 +25,7 @@ from typing import Any
 from kernelopt_bot.config import KerneloptConfig
 from kernelopt_bot.github.affected import glob_match
 from kernelopt_bot.github.runner import JobOutcome
-from kernelopt_bot.source_patch import PatchError, SourceEdit
+from kernelopt_bot.source_patch import PatchError, SourceEdit, unified_text
 from kernelopt_bot.stitch.pack import KernelPack, PackError
 
 PACKS_DIR = "kernelopt/packs"
@@ -95,14 +95,28 @@ def source_path_ok(path: str) -> bool:
             and ".." not in parts and "" not in parts)
 
 
+@dataclass
+class SourceChanges:
+    """Kernel source files a proposal changes: their contents before (as read) and after, and
+    in words the edits that could not be made."""
+
+    before: dict[str, str] = field(default_factory=dict)
+    after: dict[str, str] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+
+    def diff(self) -> str:
+        """The change as one unified diff, file by file (for the PR body)."""
+        return "".join(unified_text(path, self.before[path], text) for path, text in sorted(self.after.items()))
+
+
 def source_changes(outcomes: Iterable[JobOutcome], cfg: KerneloptConfig,
-                   read: Callable[[str], str | None]) -> tuple[dict[str, str], list[str]]:
-    """The new contents of the kernel source files the outcomes' verified edits change, each
-    file read once through ``read`` (at the proposal's parent) and every edit to it made in
-    order; and, in words, the edits that could not be made (a file the config does not name for
-    the target, a file missing, a source that no longer has the launch)."""
-    files: dict[str, str] = {}
-    problems: list[str] = []
+                   read: Callable[[str], str | None]) -> SourceChanges:
+    """The kernel source files the outcomes' verified edits change, each file read once through
+    ``read`` (at the proposal's parent) and every edit to it made in order; and the edits that
+    could not be made (a file the config does not name for the target, a file missing, a source
+    that no longer has the launch)."""
+    changes = SourceChanges()
+    files, problems = changes.after, changes.problems
     for outcome in outcomes:
         target = cfg.target(outcome.job.name)
         if outcome.failed or target is None or not outcome.result.source_edits:
@@ -122,14 +136,15 @@ def source_changes(outcomes: Iterable[JobOutcome], cfg: KerneloptConfig,
             text = files.get(path)
             if text is None:
                 text = read(path)
-            if text is None:
-                problems.append(f"{target.name}: {path} was not found; {edit.kernel}'s config was not written")
-                continue
+                if text is None:
+                    problems.append(f"{target.name}: {path} was not found; {edit.kernel}'s config was not written")
+                    continue
+                changes.before[path] = text
             try:
                 files[path] = edit.apply(text)
             except (PatchError, ValueError) as exc:
                 problems.append(f"{target.name}: {edit.kernel}'s config could not be written into {path}: {exc}")
-    return files, problems
+    return changes
 
 
 def load_pack(outcome: JobOutcome) -> KernelPack | None:
