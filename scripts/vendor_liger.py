@@ -13,7 +13,7 @@ import shutil
 import sys
 from pathlib import Path
 
-OPS = ("rms_norm", "layer_norm", "swiglu", "geglu")
+OPS = ("rms_norm", "layer_norm", "swiglu", "geglu", "softmax", "kl_div")
 
 
 def main(folder: str) -> None:
