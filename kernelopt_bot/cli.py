@@ -31,6 +31,10 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 DEVICE = click.option("--device", type=click.Choice(["cpu", "cuda"]), default=None,
                       help="Where the model runs (default: cuda if available, else the CPU interpreter).")
+TRAIN = click.option("--train", is_flag=True,
+                     help="A training step: forward, loss (the file's get_loss(model, outputs), else a weighted sum "
+                          "of the outputs) and backward; backward kernels are searched too and gate 3 checks the "
+                          "loss and every gradient.")
 DTYPE = click.option("--dtype", type=click.Choice(["fp32", "bf16", "fp16"]), default="fp32",
                      show_default=True, help="Precision of the model and its floating-point inputs.")
 
@@ -139,10 +143,11 @@ def _fmt(value: float | None, spec: str = ".3f", missing: str = "not measured") 
 @click.argument("target")
 @DEVICE
 @DTYPE
+@TRAIN
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
 @output_flags
 @handle_errors
-def inspect(target: str, device: str | None, dtype: str, as_json: bool) -> None:
+def inspect(target: str, device: str | None, dtype: str, train: bool, as_json: bool) -> None:
     """Compile TARGET and list its Triton kernels and preserved vendor calls."""
     device = _start(target, device)
     from kernelopt_bot.target_kinds import target_kind
@@ -159,7 +164,7 @@ def inspect(target: str, device: str | None, dtype: str, as_json: bool) -> None:
 
     with _progress() as progress:
         progress.step(f"loading {target}")
-        tgt = load_target(target, device, dtype)
+        tgt = load_target(target, device, dtype, train=train)
         progress.step("compiling and capturing")
         cap = capture(tgt)
         progress.step("profiling")
@@ -171,7 +176,8 @@ def inspect(target: str, device: str | None, dtype: str, as_json: bool) -> None:
             kp = prof.kernel(k.graph, k.name)
             kernels.append({
                 "name": k.name, "graph": k.graph, "qualified_name": k.qualified_name,
-                "kind": k.kind, "sha256": k.sha256, "key": k.key, "source": k.source,
+                "kind": k.kind, "phase": art.graphs[k.graph].phase, "sha256": k.sha256, "key": k.key,
+                "source": k.source,
                 "time_ms": kp.time_ms if kp else None, "share": kp.share if kp else None,
                 "calls": kp.calls if kp else 0, "bytes_moved": kp.bytes_moved if kp else None,
                 "achieved_gbps": kp.achieved_gbps if kp else None,
@@ -316,11 +322,12 @@ INDUCTOR_CONFIG = click.option(
               help="Timed calls per arm per round.")
 @COMPILE_MODE
 @INDUCTOR_CONFIG
+@TRAIN
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a summary.")
 @output_flags
 @handle_errors
 def bench(target: str, pack_path: str | None, patch_path: str | None, device: str | None, dtype: str, rounds: int,
-          reps: int, mode: str | None, config_items: tuple[str, ...], as_json: bool) -> None:
+          reps: int, mode: str | None, config_items: tuple[str, ...], train: bool, as_json: bool) -> None:
     """torch.compile baseline against TARGET with PACK installed, end to end; or a kernel target
     against itself with PATCH applied."""
     from kernelopt_bot.errors import BadInputError
@@ -346,12 +353,12 @@ def bench(target: str, pack_path: str | None, patch_path: str | None, device: st
     pack = _load_pack(str(pack_path))
     with _progress() as progress:
         progress.step(f"loading {target}")
-        tgt = load_target(target, device, dtype)  # bad targets fail here, with exit code 2
+        tgt = load_target(target, device, dtype, train=train)  # bad targets fail here, with exit code 2
         progress.step("compiling the baseline and packed arms" + (f", then {rounds} timed rounds"
                                                                     if device == "cuda" else ""))
         try:
             result = run_bench(target, pack, device=tgt.device, dtype=dtype, rounds=rounds, reps=reps,
-                               mode=mode, config=config)
+                               mode=mode, config=config, train=train)
         except ArmRaised as exc:
             if exc.label != "packed":
                 raise
@@ -471,6 +478,7 @@ def _parse_budget(items: tuple[str, ...]) -> dict[str, Any]:
               envvar="KERNELOPT_ISOLATION",
               help="How the target's code and every candidate are isolated: auto (bwrap, else unshare namespaces, "
                    "else none with a warning), namespace (fail if no namespace tool works), none.")
+@TRAIN
 @click.option("--untimed-patch", is_flag=True,
               help="Kernel targets without a GPU: write patch.diff with the first config that passes gates 1-3, "
                    "marked as not timed (to see the patch a GPU run would deliver).")
@@ -478,7 +486,7 @@ def _parse_budget(items: tuple[str, ...]) -> dict[str, Any]:
 @handle_errors
 def optimize(target: str, out_dir: str | None, device: str | None, dtype: str, budget_items: tuple[str, ...],
              gamma: float, llm_base_url: str | None, llm_model: str | None, store_path: str | None,
-             mode: str | None, config_items: tuple[str, ...], isolation: str, untimed_patch: bool) -> None:
+             mode: str | None, config_items: tuple[str, ...], isolation: str, train: bool, untimed_patch: bool) -> None:
     """Capture, profile, search, verify, pack and benchmark TARGET; write a report.
 
     The target is loaded only in an isolated engine process that holds no secret. Exit code 0
@@ -509,7 +517,7 @@ def optimize(target: str, out_dir: str | None, device: str | None, dtype: str, b
         progress.note(f"isolation: {method}")
         result = run_pipeline(target, device=device, dtype=dtype, out_dir=out, budget=budget, gamma=gamma,
                               llm=llm, store_path=store_path, log=progress.relay, compile_settings=settings,
-                              untimed_patch=untimed_patch)
+                              untimed_patch=untimed_patch, train=train)
     if result.status != "ok" and result.error_kind == "bad input":
         # nothing ran: the one-line reason is the whole answer (report.md and result.json say it too)
         _fail(str(result.error), 2)
@@ -673,11 +681,12 @@ def suite_merge(shard_dirs: tuple[str, ...], out_dir: str) -> None:
 @click.option("--timeout", "timeout_s", default=300.0, show_default=True, type=click.FloatRange(min=1.0),
               help="Wall-clock limit for each sandboxed candidate run (seconds).")
 @click.option("--allow-inline-asm", is_flag=True, help="Let gate 1 accept inline assembly.")
+@TRAIN
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
 @output_flags
 @handle_errors
 def verify(target: str, kernel_name: str, candidate_path: str, device: str | None, dtype: str, gamma: float,
-           f64_factor: float, timeout_s: float, allow_inline_asm: bool, as_json: bool) -> None:
+           f64_factor: float, timeout_s: float, allow_inline_asm: bool, train: bool, as_json: bool) -> None:
     """Run one candidate for one kernel of TARGET through the four gates.
 
     Exit code 0 whenever the cascade ran, whatever the verdict; 2 on bad input.
@@ -699,7 +708,7 @@ def verify(target: str, kernel_name: str, candidate_path: str, device: str | Non
         raise BadInputError(str(exc)) from exc
     with _progress() as progress:
         progress.step(f"loading {target}")
-        tgt = load_target(target, device, dtype)
+        tgt = load_target(target, device, dtype, train=train)
         progress.step("compiling and capturing")
         cap = capture(tgt)
         try:

@@ -66,6 +66,10 @@ class TargetConfig(_Strict):
                                   "launcher of your own kernels or a `helion` kernel (the result is a change to "
                                   "the kernel's source). Inferred from the entry when left out; a run whose entry "
                                   "is not of the stated kind fails with the reason.")
+    mode: Literal["inference", "train"] = Field(
+        default="inference", description="`train`: optimize a training step of a module target (forward, loss "
+                                         "and backward kernels; gate 3 checks the loss and every gradient), as "
+                                         "`kernelopt optimize --train` does.")
     dtypes: list[str] = Field(default_factory=lambda: ["fp32"],
                               description="Precisions to optimize, each a separate run: `fp32`, `bf16`, `fp16`.")
     device: Literal["cuda", "cpu", "auto"] = Field(

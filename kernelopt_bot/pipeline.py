@@ -47,7 +47,8 @@ WALL_MARGIN_S = 10.0
 
 def reproduce_command(target: str, device: str | None, dtype: str, budget: dict[str, Any],
                       gamma: float, llm: dict[str, Any] | None,
-                      compile_settings: CompileSettings | None = None, untimed_patch: bool = False) -> str:
+                      compile_settings: CompileSettings | None = None, untimed_patch: bool = False,
+                      train: bool = False) -> str:
     """The ``kernelopt optimize`` command line that repeats this run, as a user types it: budget
     values in the form ``--budget`` parses (JSON: ``true``/``false``/``null``, numbers)."""
     parts = ["kernelopt", "optimize", target, "--dtype", dtype]
@@ -55,6 +56,8 @@ def reproduce_command(target: str, device: str | None, dtype: str, budget: dict[
         parts += ["--device", device]
     if untimed_patch:
         parts += ["--untimed-patch"]
+    if train:
+        parts += ["--train"]
     if compile_settings is not None:
         parts += compile_settings.cli_args()
     for key, value in budget.items():
@@ -93,7 +96,8 @@ def run_pipeline(target: str, *, device: str | None = None, dtype: str = "fp32",
                  budget: dict[str, Any] | None = None, gamma: float = DEFAULT_GAMMA,
                  llm: dict[str, Any] | None = None, store_path: str | Path | None = None,
                  log: Callable[[str], None] = lambda _m: None, shown_as: str | None = None,
-                 compile_settings: CompileSettings | None = None, untimed_patch: bool = False) -> RunResult:
+                 compile_settings: CompileSettings | None = None, untimed_patch: bool = False,
+                 train: bool = False) -> RunResult:
     """Run the whole pipeline on one target in an isolated engine process and write report.md,
     result.json and pack.json.
 
@@ -108,14 +112,17 @@ def run_pipeline(target: str, *, device: str | None = None, dtype: str = "fp32",
     the command to reproduce the run; default ``target``. ``compile_settings``: how the user
     compiles the model (:mod:`kernelopt_bot.compile.settings`); every compile of the run uses them
     and the baseline is that compile. ``untimed_patch``: a kernel target on a machine without a
-    GPU still gets a patch of the configs that pass gates 1-3, marked as not timed."""
+    GPU still gets a patch of the configs that pass gates 1-3, marked as not timed. ``train``: a
+    module target is optimized as a training step (forward and backward kernels; gate 3 checks
+    the loss and every gradient)."""
     from kernelopt_bot.harness.isolation import choose_isolation, protect_this_process
 
     protect_this_process()
     start = time.time()
     out_dir = Path(out_dir)
     settings = compile_settings or CompileSettings()
-    reproduce = reproduce_command(shown_as or target, device, dtype, budget or {}, gamma, llm, settings, untimed_patch)
+    reproduce = reproduce_command(shown_as or target, device, dtype, budget or {}, gamma, llm, settings, untimed_patch,
+                                  train)
     try:
         plan = RunPlan.parse(budget, gamma)
         isolation = choose_isolation()
@@ -127,7 +134,8 @@ def run_pipeline(target: str, *, device: str | None = None, dtype: str = "fp32",
                "budget": plan.to_json(), "gamma": plan.gamma, "compile": settings.to_json(),
                "started": start,  # the wall budget counts from here: the engine's start is part of the run
                "store_path": None if store_path is None else str(store_path),
-               "reproduce": reproduce, "isolation": isolation.method, "untimed_patch": untimed_patch}
+               "reproduce": reproduce, "isolation": isolation.method, "untimed_patch": untimed_patch,
+               "train": train}
     with _engine_llm(llm, plan, log) as (engine_llm, folders, llm_problem):
         request["llm"], request["llm_problem"] = engine_llm, llm_problem
         return _run_engine(request, isolation, folders, engine_deadline_s(plan.wall_seconds), log, start)
@@ -231,7 +239,8 @@ def engine_main(conn: Channel, request: dict[str, Any]) -> None:
                                     reproduce=request["reproduce"], isolation=request["isolation"],
                                     llm_problem=request.get("llm_problem"), started=request.get("started"),
                                     compile_settings=request.get("compile"), work_watch=work_watch,
-                                    restarts=request.get("restarts"), untimed_patch=bool(request.get("untimed_patch")))
+                                    restarts=request.get("restarts"), untimed_patch=bool(request.get("untimed_patch")),
+                                    train=bool(request.get("train")))
     except BaseException as exc:  # this process's device is unusable: the parent starts another
         poisoned = poisoned_in(exc)
         if poisoned is None:
@@ -249,14 +258,15 @@ def _run_pipeline_here(target: str, *, device: str | None, dtype: str, out_dir: 
                        store_path: str | Path | None, log: Callable[[str], None], reproduce: str,
                        isolation: str, llm_problem: str | None = None, started: float | None = None,
                        compile_settings: dict[str, Any] | None = None, work_watch: WorkWatch = NO_WATCH,
-                       restarts: list[dict[str, Any]] | None = None, untimed_patch: bool = False) -> RunResult:
+                       restarts: list[dict[str, Any]] | None = None, untimed_patch: bool = False,
+                       train: bool = False) -> RunResult:
     """The pipeline in this process (the engine's): never raises for a bad or failing target.
     ``llm_problem``: why the parent could not give the engine the LLM endpoint it was asked for;
     ``started``: when the run began in the parent (``time.time()``), where the wall budget starts;
     ``restarts``: the engines before this one that went down, and in what work (the supervisor's)."""
     start = time.time() if started is None else min(float(started), time.time())
     result = RunResult(target=target, name=target_name(target), device=device or "auto", dtype=dtype,
-                       reproduce=reproduce, isolation=isolation)
+                       reproduce=reproduce, isolation=isolation, train=train)
     if llm_problem:
         result.llm_status, result.llm_error = "unavailable", llm_problem
     pack = KernelPack(target=target, created_by="kernelopt optimize")
@@ -273,6 +283,9 @@ def _run_pipeline_here(target: str, *, device: str | None, dtype: str, out_dir: 
         settings = CompileSettings.from_json(compile_settings)
         result.compile = settings.to_json()
         kind = target_kind(target)
+        if kind != "module" and train:
+            raise BadInputError(f"{target}: --train optimizes a module's training step; a {kind} kernel target "
+                                "runs as its launcher calls it")
         if kind != "module":  # a standalone Triton or Helion kernel: a patch to its source, no pack
             from kernelopt_bot.helion_run import run_helion_target
             from kernelopt_bot.launcher_run import run_launcher_target
@@ -286,7 +299,7 @@ def _run_pipeline_here(target: str, *, device: str | None, dtype: str, out_dir: 
             result.patch_path = None if patch is None else str(patch)
         else:
             pack = _run(target, device, dtype, plan, settings, llm, store_path, result, clock, time.time() - start,
-                        work_watch)
+                        work_watch, train)
     except Exception as exc:  # one target's failure never kills a sweep
         poisoned = poisoned_in(exc)
         if poisoned is not None:  # cleanup on the poisoned device raised over it: the engine must go
@@ -368,7 +381,7 @@ class _PhaseClock:
 def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: CompileSettings,
          llm: dict[str, Any] | None,
          store_path: str | Path | None, result: RunResult, log: Callable[[str], None], elapsed: float,
-         work_watch: WorkWatch = NO_WATCH) -> KernelPack:
+         work_watch: WorkWatch = NO_WATCH, train: bool = False) -> KernelPack:
     import torch
 
     from kernelopt_bot.compile.capture import capture, versions
@@ -388,8 +401,8 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
     # benchmark its time on a GPU (it compiles the packed model once more and times it).
     reserve = FINAL_BENCH_RESERVE_S if resolve_device(device) == "cuda" else 0.0
     budget = plan.budget(elapsed_before=elapsed, reserve_s=reserve)
-    log("loading the target")
-    tgt = load_target(target, device, dtype)
+    log("loading the target" + (" (a training step)" if train else ""))
+    tgt = load_target(target, device, dtype, train=train)
     result.device = tgt.device
     own = target_settings(tgt.torch_compile, target)
     if settings.is_default and own is not None and not own.is_default:
@@ -582,9 +595,11 @@ def _final_bench(cascade: Any, tgt: Any, pack: KernelPack, result: RunResult, ro
     try:
         baseline, repeat = arena.baselines()
     except WorkerError as exc:
-        if not is_out_of_memory(str(exc)):
-            raise
-        _note_not_benchmarked(pack, result, f"out of GPU memory starting the baseline arms: {exc}")
+        # The model compiled and ran in the capture: a baseline arm that does not start (out of
+        # memory, or past the deadline this run's budget gave it) is ours, not the pack's.
+        why = "out of GPU memory starting the baseline arms" if is_out_of_memory(str(exc)) else \
+            "the baseline arms did not start"
+        _note_not_benchmarked(pack, result, f"{why}: {exc}")
         return pack
     if len(pack) == 0:
         if tgt.device == "cuda":
@@ -608,7 +623,7 @@ def _final_bench(cascade: Any, tgt: Any, pack: KernelPack, result: RunResult, ro
             if not model.passed:
                 raise RuntimeError(f"the verified pack failed gate 3 when re-checked: {model.reason}")
             bench = compare_arms(baseline, arm, repeat, target=tgt.spec, device=tgt.device,
-                                 dtype=result.dtype, rounds=rounds)
+                                 dtype=result.dtype, rounds=rounds, split_step=tgt.train)
     except (WorkerError, InfrastructureFailure) as exc:  # ours (a dead arm, out of memory): no verdict
         if len(pack) > 1:
             pack = _keep_best(pack, result, f"the combined pack could not be checked end to end ({exc})")
@@ -616,6 +631,7 @@ def _final_bench(cascade: Any, tgt: Any, pack: KernelPack, result: RunResult, ro
         return pack
     result.baseline_ms, result.optimized_ms = bench.baseline_ms, bench.packed_ms
     result.speedup, result.noise_floor = bench.speedup, bench.noise_floor
+    result.step_split_ms = bench.step_split_ms
     result.latency_ms = {"baseline": bench.baseline_host_ms, "optimized": bench.packed_host_ms,
                          "noise_floor": bench.host_noise_floor}
     pack.measured = {"baseline_ms": bench.baseline_ms, "packed_ms": bench.packed_ms,

@@ -138,21 +138,22 @@ def _profiled_device_times(cap: Capture, iters: int) -> tuple[dict[str, float], 
 
     from kernelopt_bot.harness.timing import time_cuda
 
-    inputs = cap.inputs
-    with torch.no_grad():
-        model_timing = time_cuda(lambda: cap.compiled(*inputs), reps=max(iters, 20))
-        for _ in range(2):
-            cap.compiled(*inputs)
-        torch.cuda.synchronize()
-        per_name: dict[str, float] = defaultdict(float)
-        try:
-            with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
-                for _ in range(iters):
-                    cap.compiled(*inputs)
-                torch.cuda.synchronize()
-            events = list(prof.events())
-        except RuntimeError:  # no CUPTI here: kernel times stay unknown, the model time stands
-            events = []
+    def call() -> Any:  # one model call as the target is used (a training step for a training target)
+        return cap.target.run(cap.compiled, cap.inputs)
+
+    model_timing = time_cuda(call, reps=max(iters, 20))
+    for _ in range(2):
+        call()
+    torch.cuda.synchronize()
+    per_name: dict[str, float] = defaultdict(float)
+    try:
+        with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(iters):
+                call()
+            torch.cuda.synchronize()
+        events = list(prof.events())
+    except RuntimeError:  # no CUPTI here: kernel times stay unknown, the model time stands
+        events = []
     for evt in events:
         if _is_device_event(evt):
             per_name[evt.name] += _device_us(evt) / 1000.0 / iters

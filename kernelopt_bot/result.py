@@ -33,6 +33,7 @@ class KernelOutcome:
     speedup: float | None = None  # end to end, with only this kernel replaced
     replacement: str | None = None  # "config", "source", "config+source" or None
     detail: str = ""
+    phase: str = "forward"  # "backward": a training step's backward kernel
     # Per strategy (a launch config, a source transformation, a strategy rewrite): candidates
     # gated, accepted, and whether the chosen one was of it: {"one_pass_persistent": {"gated": 2,
     # "accepted": 1, "chosen": 1}}. The report adds them up: how often each one won.
@@ -66,6 +67,12 @@ class RunResult:
     # How the model is compiled, baseline and every arm alike: {"mode": ..., "config": {...}}
     # (kernelopt_bot.compile.settings; empty mode and config: the default compile).
     compile: dict[str, Any] = field(default_factory=dict)
+    # A training target: every call measured and compared is one training step (forward, loss,
+    # backward; kernelopt_bot.training), and gate 3 compares the loss and every gradient.
+    train: bool = False
+    # A training step's time split into its forward and its backward, baseline and optimized
+    # (ms, GPU time): {"forward": {"baseline": .., "optimized": ..}, "backward": {...}}.
+    step_split_ms: dict[str, dict[str, float | None]] = field(default_factory=dict)
     # The same end-to-end comparison as host-inclusive latency of one call (wall clock, synchronized
     # per call; launch overhead included): "baseline", "optimized" in ms and "noise_floor".
     latency_ms: dict[str, float | None] = field(default_factory=dict)

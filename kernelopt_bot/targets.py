@@ -9,7 +9,10 @@ Factory: ``package.module:factory`` returns ``(model, inputs)``. If the factory 
 ``device`` and/or ``dtype`` keyword arguments they are passed; the model and inputs it returns
 must already be on the target device.
 
-Targets run for inference: ``model.eval()`` under ``torch.no_grad()``.
+Targets run for inference (``model.eval()`` under ``torch.no_grad()``) unless loaded with
+``train=True``: then each call is one training step (``model.train()``, forward, loss, backward;
+:mod:`kernelopt_bot.training`), with the file's or factory module's ``get_loss(model, outputs)``
+as the loss where it defines one.
 
 Either kind may say how the model is compiled where it runs, with a module-level
 ``TORCH_COMPILE = {"mode": "max-autotune-no-cudagraphs", "options": {"coordinate_descent_tuning":
@@ -35,6 +38,7 @@ import torch
 
 from kernelopt_bot.device import prepare_device, resolve_device
 from kernelopt_bot.errors import TargetError, one_line
+from kernelopt_bot.training import TrainingStep
 
 DTYPES: dict[str, torch.dtype] = {
     "fp32": torch.float32,
@@ -68,14 +72,36 @@ class Target:
     # The module's TORCH_COMPILE as written (checked where the model compiles:
     # compile.settings.target_settings), None where it has none.
     torch_compile: Any = None
+    # None: inference. A training target's calls are whole training steps.
+    training: TrainingStep | None = None
+
+    @property
+    def train(self) -> bool:
+        return self.training is not None
 
     def make_inputs(self, seed: int = 0) -> tuple[Any, ...]:
         """Fresh inputs, reproducible per seed."""
         return self.input_factory(seed)
 
+    def run(self, call: Callable[..., Any], inputs: Sequence[Any], model: torch.nn.Module | None = None, *,
+            part: str = "step") -> Any:
+        """One call of the model as this target is used: ``call`` (the model itself, a compile of
+        it, a float64 copy with ``model`` naming the copy) on ``inputs``, for inference or as one
+        training step. Every arm calls the model through here. ``part="forward"``: a training
+        step's forward half alone (the split of a step's time); an inference call is all forward."""
+        if self.training is None:
+            with torch.no_grad():
+                return call(*inputs)
+        return self.training(self.model if model is None else model, call, inputs, backward=part != "forward")
+
     def eager(self, *inputs: Any) -> Any:
-        with torch.no_grad():
-            return self.model(*inputs)
+        return self.run(self.model, inputs)
+
+    def output_label(self, index: int) -> str:
+        """What the ``index``-th flattened result of a call is: ``output 3``, or for a training
+        step ``gradient of fc.weight`` / ``loss`` (as of the last step this process ran)."""
+        labels = self.training.labels if self.training is not None else []
+        return labels[index] if index < len(labels) else f"output {index}"
 
     @property
     def label(self) -> str:
@@ -83,20 +109,23 @@ class Target:
 
 
 def load_target(spec: str, device: str | None = None, dtype: str | torch.dtype = "fp32", *,
-                check: bool = True) -> Target:
+                check: bool = True, train: bool = False) -> Target:
     """Load a target and (``check``) check it runs eagerly; every failure is a one-line
-    :class:`TargetError`."""
+    :class:`TargetError`. ``train``: each call is a training step (module targets only)."""
     dev = resolve_device(device)
     dt = resolve_dtype(dtype)
     # Before user code runs: it may import parts of Inductor that must see interpreter mode.
     prepare_device(dev)
     path = Path(spec)
     if spec.endswith(".py") or path.is_file():
-        target = _load_benchmark_file(path, dev, dt)
+        target, module = _load_benchmark_file(path, dev, dt)
     elif ":" in spec:
-        target = _load_factory(spec, dev, dt)
+        target, module = _load_factory(spec, dev, dt)
     else:
         raise TargetError(f"target {spec!r} is neither a .py file nor package.module:factory")
+    if train:
+        target.model.train()
+        target.training = TrainingStep(_loss_function(module, spec))
     if check:
         _check_eager(target)
     return target
@@ -128,7 +157,15 @@ def _import_file(path: Path) -> Any:
     return module
 
 
-def _load_benchmark_file(path: Path, device: str, dtype: torch.dtype) -> Target:
+def _loss_function(module: Any, spec: str) -> Any:
+    """The target module's ``get_loss(model, outputs)``, if it defines one."""
+    loss = getattr(module, "get_loss", None)
+    if loss is not None and not callable(loss):
+        raise TargetError(f"{spec}: get_loss is not a function")
+    return loss
+
+
+def _load_benchmark_file(path: Path, device: str, dtype: torch.dtype) -> tuple[Target, Any]:
     from kernelopt_bot.target_kinds import target_kind
 
     kind = target_kind(str(path))
@@ -159,7 +196,7 @@ def _load_benchmark_file(path: Path, device: str, dtype: torch.dtype) -> Target:
     model = _place_model(model, device, dtype, str(path))
 
     return Target(str(path), path.stem, model, device, dtype, file_inputs(module, path, device, dtype),
-                  getattr(module, "TORCH_COMPILE", None))
+                  getattr(module, "TORCH_COMPILE", None)), module
 
 
 def file_inputs(module: Any, path: Path, device: str, dtype: torch.dtype) -> Callable[[int], tuple[Any, ...]]:
@@ -183,7 +220,7 @@ def file_reference(module: Any, path: Path) -> Callable[..., Any] | None:
     return reference
 
 
-def _load_factory(spec: str, device: str, dtype: torch.dtype) -> Target:
+def _load_factory(spec: str, device: str, dtype: torch.dtype) -> tuple[Target, Any]:
     mod_name, _, attr = spec.partition(":")
     if not mod_name or not attr:
         raise TargetError(f"target {spec!r}: expected package.module:factory")
@@ -219,7 +256,7 @@ def _load_factory(spec: str, device: str, dtype: torch.dtype) -> Target:
         gen = torch.Generator(device="cpu").manual_seed(seed)
         return tuple(_redraw(x, gen) for x in example)
 
-    return Target(spec, attr, model, device, dtype, make_inputs, getattr(module, "TORCH_COMPILE", None))
+    return Target(spec, attr, model, device, dtype, make_inputs, getattr(module, "TORCH_COMPILE", None)), module
 
 
 def _accepted_kwargs(fn: Callable[..., Any]) -> set[str]:
@@ -306,5 +343,6 @@ def _check_eager(target: Target) -> None:
     try:
         target.eager(*inputs)
     except Exception as exc:
-        raise TargetError(f"{target.spec}: model fails eagerly: {one_line(exc)}") from exc
+        what = "a training step fails eagerly" if target.train else "model fails eagerly"
+        raise TargetError(f"{target.spec}: {what}: {one_line(exc)}") from exc
 

@@ -16,6 +16,8 @@
 #   bash scripts/gpu_check.sh noise      the harness's noise floor with an empty pack (NOISE_PROBLEMS="level3/x.py:fp32 ...")
 #   bash scripts/gpu_check.sh kernels    kernel targets (liger-kernel, Helion): optimize, re-measure each patch on a clean
 #                                        copy, and the PR flow on a kernel file (KERNEL_TARGETS, KERNEL_DTYPE, KERNEL_PR)
+#   bash scripts/gpu_check.sh train      training steps: `optimize --train` on TRAIN_PROBLEMS ("level/x.py:dtype ..."),
+#                                        step speedup split into forward and backward
 #   bash scripts/gpu_check.sh honest prdry suite      several parts in one call
 # Limits per part in seconds: LIMIT_<PART>=N (default 540). Carried wheels in .whl/ are installed first.
 set -uo pipefail
@@ -139,6 +141,20 @@ part_noise() {  # the harness's noise floor (baseline against baseline, and an e
   return $rc
 }
 
+part_train() {  # training steps (issue 17): `kernelopt optimize --train` at the default budget on each of
+  # TRAIN_PROBLEMS ("level/file.py:dtype"), then the step's speedup and its forward / backward split
+  local rc=0 spec file dtype slug dirs=()
+  for spec in ${TRAIN_PROBLEMS:-level1/layer_norm.py:bf16 level1/cross_entropy.py:bf16 level3/mlp_4layer.py:bf16 level3/prenorm_attention_block.py:bf16}; do
+    file="${spec%%:*}" dtype="${spec##*:}" slug="$(basename "$file" .py)_$dtype"
+    python3 -m kernelopt_bot.cli optimize "benchmarks/$file" --train --dtype "$dtype" --out "$R/train/$slug" \
+      > "$R/train_$slug.log" 2>&1 || rc=1
+    grep -E "configs timed|: (accepted|rejected)|error" "$R/train_$slug.log" | tail -4
+    dirs+=("$R/train/$slug")
+  done
+  python3 scripts/train_table.py "${dirs[@]}" | tee -a "$summary"
+  return $rc
+}
+
 part_kernels() {  # kernel targets (issue 14): optimize each of KERNEL_TARGETS (benchmarks/kernels/, the liger
   # ones on a vendored copy of liger-kernel's ops, made in a work folder outside $R: none of liger's code comes
   # back) at the default budget, re-measure each patch applied to a clean copy of the folder (kernelopt bench
@@ -166,7 +182,7 @@ part_kernels() {  # kernel targets (issue 14): optimize each of KERNEL_TARGETS (
     fi
   done
   python3 scripts/kernel_table.py "$R/kernels" | tee -a "$summary"
-  if [ -n "$pr" ]; then
+  if [ -n "$pr" ] && [ "$pr" != none ]; then  # KERNEL_PR=none: no PR flow
     EXAMPLE="$pr" DTYPE="${KERNEL_DTYPE:-bf16}" bash scripts/example_pr_dry_run.sh "$R/kpr" cuda > "$R/kprdry.log" 2>&1 || rc=1
     echo "PR flow on $pr:" | tee -a "$summary"; tail -8 "$R/kprdry.log"
   fi
@@ -174,10 +190,10 @@ part_kernels() {  # kernel targets (issue 14): optimize each of KERNEL_TARGETS (
 }
 
 export R summary GPU_ONLY_CASES
-export -f run_tests timed_suite part_tests part_engine part_redteam part_isolation part_honest part_speedup part_optimize part_prdry part_suite part_gpus part_noise part_kernels
+export -f run_tests timed_suite part_tests part_engine part_redteam part_isolation part_honest part_speedup part_optimize part_prdry part_suite part_gpus part_noise part_kernels part_train
 for part in "${@:-engine}"; do
   case "$part" in
-    engine|tests|redteam|isolation|honest|speedup|optimize|prdry|suite|gpus|noise|kernels) limited "$part" ;;
+    engine|tests|redteam|isolation|honest|speedup|optimize|prdry|suite|gpus|noise|kernels|train) limited "$part" ;;
     *) echo "unknown part $part" >&2; status=2 ;;
   esac
 done

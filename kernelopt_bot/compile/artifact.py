@@ -13,6 +13,7 @@ search never targets them.
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -116,6 +117,12 @@ class CompiledGraph:
     kernels: list[TritonKernel]
     extern_calls: list[ExternCall]
     path: str | None = None
+
+    @property
+    def phase(self) -> str:
+        """``backward`` for the backward half of a training step (its inputs include the incoming
+        gradients, which Inductor names ``tangents_<n>``), else ``forward``."""
+        return "backward" if re.search(r"\btangents_\d+\b", self.code) else "forward"
 
 
 @dataclass

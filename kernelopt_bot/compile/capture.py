@@ -179,8 +179,8 @@ def capture(target: Target, *, record: bool = True, mode: str | None = None,
     prepare_device(target.device)
     compiled = compile_fresh(target.model, mode=mode, options=options)
     inputs = target.make_inputs(0)
-    with collect_output_modules() as graphs, torch.no_grad():
-        compiled(*inputs)
+    with collect_output_modules() as graphs:  # a training step compiles its backward here too
+        target.run(compiled, inputs)
     artifact = parse_artifact(
         [g.code for g in graphs],
         target=target.spec,
@@ -191,13 +191,13 @@ def capture(target: Target, *, record: bool = True, mode: str | None = None,
     )
     recordings: dict[tuple[int, str], KernelRecording] = {}
     if record:
-        recordings = record_kernel_arguments(compiled, graphs, artifact, inputs)
+        recordings = record_kernel_arguments(lambda: target.run(compiled, inputs), graphs, artifact)
     return Capture(target, artifact, compiled, graphs, recordings, inputs)
 
 
-def record_kernel_arguments(compiled: Callable[..., Any], graphs: list[LoadedGraph],
-                            artifact: Artifact, inputs: tuple[Any, ...]
+def record_kernel_arguments(call: Callable[[], Any], graphs: list[LoadedGraph], artifact: Artifact
                             ) -> dict[tuple[int, str], KernelRecording]:
+    """Each kernel's arguments as ``call`` (one model call, as the target is used) launches it."""
     sink: dict[tuple[int, str], KernelRecording] = {}
     swapped: list[tuple[types.ModuleType, str, Any]] = []
     try:
@@ -208,8 +208,7 @@ def record_kernel_arguments(compiled: Callable[..., Any], graphs: list[LoadedGra
                     continue
                 swapped.append((loaded.module, kernel.name, original))
                 setattr(loaded.module, kernel.name, _Recorder(original, graph.index, kernel.name, sink))
-        with torch.no_grad():
-            compiled(*inputs)
+        call()
         if torch.cuda.is_available():
             torch.cuda.synchronize()
     finally:

@@ -45,6 +45,7 @@ class TargetJob:
     llm: dict[str, Any] | None = None
     compile: dict[str, Any] = field(default_factory=dict)  # CompileSettings.to_json(): how the model is compiled
     kind: str | None = None  # the config's stated kind of target (module, triton, helion), if any
+    train: bool = False  # a training step (the config's mode: train)
 
     @property
     def slug(self) -> str:
@@ -91,7 +92,7 @@ class DefaultRunner:
         return run_pipeline(entry, device=target_cfg.device, dtype=target_cfg.dtype, out_dir=out_dir,
                             budget=dict(target_cfg.budget), gamma=target_cfg.gamma, llm=target_cfg.llm,
                             shown_as=target_cfg.entry,
-                            compile_settings=CompileSettings.from_json(target_cfg.compile))
+                            compile_settings=CompileSettings.from_json(target_cfg.compile), train=target_cfg.train)
 
 
 def make_jobs(cfg: KerneloptConfig, targets: Iterable[TargetConfig], *, budget: int | None = None,
@@ -108,7 +109,7 @@ def make_jobs(cfg: KerneloptConfig, targets: Iterable[TargetConfig], *, budget: 
                                   device=None if t.device == "auto" else t.device, budget=budget_dict,
                                   gamma=gamma if gamma is not None else cfg.gamma, llm=llm,
                                   compile={"mode": t.compile_mode, "config": dict(t.inductor_config)},
-                                  kind=t.kind))
+                                  kind=t.kind, train=t.mode == "train"))
     return jobs
 
 

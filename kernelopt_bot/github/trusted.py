@@ -29,7 +29,7 @@ import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -93,6 +93,7 @@ class KernelDoc(_Strict):
     speedup: Num | None = Field(default=None, gt=0, le=MAX_SPEEDUP)
     replacement: Literal["config", "source", "config+source"] | None = None
     detail: str = Field(default="", max_length=1000)
+    phase: Literal["forward", "backward"] = "forward"
     strategies: dict[str, dict[str, int]] = Field(default_factory=dict)
 
     @field_validator("strategies")
@@ -151,6 +152,10 @@ class ResultDoc(_Strict):
     llm_status: Literal["not configured", "used", "not called", "unavailable"] = "not configured"
     llm_error: str | None = Field(default=None, max_length=500)
     source_edits: list[dict[str, Any]] = Field(default_factory=list, max_length=64)
+    train: bool = False
+    step_split_ms: dict[Literal["forward", "backward"], dict[Literal["baseline", "optimized"],
+                                                            Annotated[Num, Field(ge=-MAX_MS, le=MAX_MS)] | None]] = Field(
+        default_factory=dict)
 
     model_config = ConfigDict(extra="ignore", strict=True, allow_inf_nan=False, frozen=True,
                               populate_by_name=True)
@@ -243,7 +248,8 @@ def validate_result(text: str, *, name: str, dtype: str) -> RunResult:
         pack_entries=doc.pack_entries, seconds=doc.seconds, usage=dict(doc.usage),
         phases={k: float(v) for k, v in doc.phases.items() if isinstance(v, int | float) and not isinstance(v, bool)},
         error_kind=doc.error_kind, llm_status=doc.llm_status, llm_error=doc.llm_error,
-        source_edits=[dict(e) for e in doc.source_edits],
+        source_edits=[dict(e) for e in doc.source_edits], train=doc.train,
+        step_split_ms={phase: dict(times) for phase, times in doc.step_split_ms.items()},
     )
 
 

@@ -36,8 +36,8 @@ class Arena:
     """Baseline arms for ``target`` on ``device``, started on first use and closed with the arena."""
 
     def __init__(self, target: str, device: str, dtype: str, *, timeout_s: float = 600.0,
-                 mode: str | None = None, config: dict[str, Any] | None = None) -> None:
-        self.target, self.device, self.dtype = target, device, dtype
+                 mode: str | None = None, config: dict[str, Any] | None = None, train: bool = False) -> None:
+        self.target, self.device, self.dtype, self.train = target, device, dtype, train
         self.timeout_s = timeout_s
         self.mode, self.config = mode, dict(config or {})
         self._workers: dict[str, ModelWorker] = {}
@@ -50,7 +50,7 @@ class Arena:
         self._baseline_failures: list[WorkerError] = []  # each failed start of a baseline arm
 
     def _spec(self, label: str, **overrides: Any) -> WorkerSpec:
-        fields: dict[str, Any] = {"mode": self.mode, "config": dict(self.config)}
+        fields: dict[str, Any] = {"mode": self.mode, "config": dict(self.config), "train": self.train}
         fields.update(overrides)
         return WorkerSpec(label, self.target, self.device, self.dtype, **fields)
 

@@ -38,6 +38,9 @@ class RoundResult:
     baseline_host_ms: float | None = None
     packed_host_ms: float | None = None
     baseline_repeat_host_ms: float | None = None
+    # A training step's forward half alone (compare_arms(split_step=True)), in the same round
+    baseline_forward_ms: float | None = None
+    packed_forward_ms: float | None = None
 
     @property
     def speedup(self) -> float | None:
@@ -65,6 +68,9 @@ class BenchResult:
     max_abs_diff_after_timing: float | None = None
     reason: str = ""
     noise_from: str = "two baseline processes"
+    # A training step's time split (ms, medians over rounds): {"forward": {"baseline", "optimized"},
+    # "backward": {...}}; the backward is the step less its forward, timed in the same round.
+    step_split_ms: dict[str, dict[str, float | None]] = field(default_factory=dict)
 
     @property
     def measured(self) -> bool:
@@ -130,16 +136,17 @@ def _pair_diff(x: Any, y: Any, device: str = "cpu") -> float:
 
 def bench(target: str, pack: KernelPack, *, device: str, dtype: str = "fp32", rounds: int = 10,
           reps: int = 20, mode: str | None = None, config: dict[str, Any] | None = None,
-          timeout_s: float = 600.0) -> BenchResult:
+          timeout_s: float = 600.0, train: bool = False) -> BenchResult:
     """Interleaved A/B(/A') rounds of baseline and packed model; see the module docstring.
 
-    ``mode`` and ``config`` (Inductor config settings) apply to every arm alike.
+    ``mode`` and ``config`` (Inductor config settings) apply to every arm alike; ``train``: each
+    timed call is a whole training step.
     """
-    with Arena(target, device, dtype, timeout_s=timeout_s, mode=mode, config=config) as arena:
+    with Arena(target, device, dtype, timeout_s=timeout_s, mode=mode, config=config, train=train) as arena:
         base, repeat = arena.baselines()
         with arena.candidate(pack, label="packed") as packed:
             return compare_arms(base, packed, repeat, target=target, device=device, dtype=dtype,
-                                rounds=rounds, reps=reps, timeout_s=timeout_s)
+                                rounds=rounds, reps=reps, timeout_s=timeout_s, split_step=train)
 
 
 def bench_patch(original: str, patched: str, *, device: str, dtype: str = "fp32", rounds: int = 10,
@@ -162,8 +169,10 @@ def bench_patch(original: str, patched: str, *, device: str, dtype: str = "fp32"
 
 def compare_arms(base: Arm, packed: Arm, repeat: Arm | None, *, target: str,
                  device: str, dtype: str, rounds: int = 10, reps: int = 20,
-                 timeout_s: float = 600.0) -> BenchResult:
-    """The measurement itself, on arms that are already compiled (see :class:`~.harness.arena.Arena`)."""
+                 timeout_s: float = 600.0, split_step: bool = False) -> BenchResult:
+    """The measurement itself, on arms that are already compiled (see :class:`~.harness.arena.Arena`).
+    ``split_step``: the arms run training steps; each round also times the baseline's and the packed
+    model's forward half alone, so the step's speedup splits into forward and backward."""
     diff = _max_abs_diff(base.request("outputs", SEED_BASE - 1, timeout_s=timeout_s),
                          packed.request("outputs", SEED_BASE - 1, timeout_s=timeout_s), device)
     result = BenchResult(target, device, dtype, None, None, None, None,
@@ -187,6 +196,12 @@ def compare_arms(base: Arm, packed: Arm, repeat: Arm | None, *, target: str,
         result.rounds.append(RoundResult(
             seed, times["baseline"][0], times["packed"][0], times["baseline-repeat"][0],
             times["baseline"][1], times["packed"][1], times["baseline-repeat"][1]))
+        if split_step:
+            halves = [(base, "baseline"), (packed, "packed")][:: 1 if r % 2 == 0 else -1]
+            forward = {label: (w.request("time", seed, reps, "forward", timeout_s=timeout_s) or (None, None))[0]
+                       for w, label in halves}
+            result.rounds[-1].baseline_forward_ms = forward["baseline"]
+            result.rounds[-1].packed_forward_ms = forward["packed"]
     # Re-check on inputs that were timed: a result cached or left behind by timing shows here.
     last = SEED_BASE + rounds - 1
     result.max_abs_diff_after_timing = _max_abs_diff(base.request("outputs", last, timeout_s=timeout_s),
@@ -205,6 +220,7 @@ def _summarize(result: BenchResult) -> None:
         return
     result.baseline_ms = statistics.median(base)
     result.packed_ms = statistics.median(packed)
+    result.step_split_ms = _step_split(result.rounds)
     result.speedup = result.baseline_ms / result.packed_ms
     result.noise_floor = max((abs(a / b - 1.0) for a, b in pairs), default=None)
     host = [(r.baseline_host_ms, r.packed_host_ms, r.baseline_repeat_host_ms) for r in result.rounds]
@@ -212,3 +228,17 @@ def _summarize(result: BenchResult) -> None:
         result.baseline_host_ms = statistics.median(row[0] for row in host)  # type: ignore[type-var]
         result.packed_host_ms = statistics.median(row[1] for row in host)  # type: ignore[type-var]
         result.host_noise_floor = max(abs(row[0] / row[2] - 1.0) for row in host)  # type: ignore[operator]
+
+
+def _step_split(rounds: list[RoundResult]) -> dict[str, dict[str, float | None]]:
+    """Forward and backward of a training step, baseline and optimized: medians over the rounds
+    that timed both halves (the backward of a round is its step less its forward)."""
+    timed = [r for r in rounds if r.baseline_forward_ms and r.packed_forward_ms and r.baseline_ms and r.packed_ms]
+    if not timed:
+        return {}
+    return {
+        "forward": {"baseline": statistics.median(r.baseline_forward_ms for r in timed),  # type: ignore[misc]
+                    "optimized": statistics.median(r.packed_forward_ms for r in timed)},  # type: ignore[misc]
+        "backward": {"baseline": statistics.median(r.baseline_ms - r.baseline_forward_ms for r in timed),  # type: ignore[operator]
+                     "optimized": statistics.median(r.packed_ms - r.packed_forward_ms for r in timed)},  # type: ignore[operator]
+    }

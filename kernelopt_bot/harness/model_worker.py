@@ -67,6 +67,7 @@ class WorkerSpec:
     pack: dict[str, Any] | None = None
     mode: str | None = None
     config: dict[str, Any] = field(default_factory=dict)
+    train: bool = False  # each call is a training step (targets.Target.run)
 
 
 def flatten_outputs(out: Any, device: str = "cpu") -> list[Any]:
@@ -99,7 +100,7 @@ def _serve(spec: WorkerSpec, conn: Channel) -> None:
         return _serve_kernel_target(spec, conn)
     # The engine checked the target runs eagerly; an arm does not run it eagerly again (on a large
     # model that is the arm's memory peak, beside the others).
-    target = load_target(spec.target, spec.device, spec.dtype, check=False)
+    target = load_target(spec.target, spec.device, spec.dtype, check=False, train=spec.train)
     prepare_device(target.device)
     mode, config = spec.mode, spec.config
     own = target_settings(target.torch_compile, spec.target)
@@ -110,8 +111,7 @@ def _serve(spec: WorkerSpec, conn: Channel) -> None:
     if spec.pack is not None:
         runtime.install(KernelPack.from_json(spec.pack))
     compiled = compile_fresh(target.model, mode=mode)
-    with torch.no_grad():
-        compiled(*target.make_inputs(0))
+    target.run(compiled, target.make_inputs(0))
     conn.send(("ready", {
         "applied": [a.kernel_name for a in runtime.applied()],
         "skipped": [f"{s.kernel_name}: {s.reason}" for s in runtime.skipped()],
@@ -123,17 +123,17 @@ def _serve(spec: WorkerSpec, conn: Channel) -> None:
         op, *args = conn.recv()
         if op == "quit":
             return
-        with torch.no_grad():
-            if op == "time":
-                seed, reps = args
-                inputs = target.make_inputs(seed)
-                timing = time_model(target.device, functools.partial(compiled, *inputs), reps=reps)
-                conn.send(("ok", timing.reply()))
-            elif op == "outputs":
-                (seed,) = args
-                conn.send(("ok", flatten_outputs(compiled(*target.make_inputs(seed)))))
-            else:
-                conn.send(("error", f"unknown request {op!r}"))
+        if op == "time":  # ("time", seed, reps[, "forward"]): a call, or a training step's forward alone
+            seed, reps, *part = args
+            inputs = target.make_inputs(seed)
+            timing = time_model(target.device, functools.partial(target.run, compiled, inputs, part=(part or ["step"])[0]),
+                                reps=reps)
+            conn.send(("ok", timing.reply()))
+        elif op == "outputs":
+            (seed,) = args
+            conn.send(("ok", flatten_outputs(target.run(compiled, target.make_inputs(seed)))))
+        else:
+            conn.send(("error", f"unknown request {op!r}"))
 
 
 def _serve_kernel_target(spec: WorkerSpec, conn: Channel) -> None:

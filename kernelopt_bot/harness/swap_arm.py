@@ -122,21 +122,20 @@ class EngineArm:
 
     def _call(self, seed: int) -> Any:
         target = self.capture.target
-        with torch.no_grad():
-            return self.capture.compiled(*target.make_inputs(seed))
+        return target.run(self.capture.compiled, target.make_inputs(seed))
 
     def _outputs(self, seed: int) -> list[torch.Tensor]:
         # Copies: a later call of the same compiled model must not change what was handed out.
         return [t.clone() for t in flatten_outputs(self._call(seed), self.capture.target.device)]
 
-    def _time(self, seed: int, reps: int) -> tuple[float, float | None] | None:
+    def _time(self, seed: int, reps: int, part: str = "step") -> tuple[float, float | None] | None:
         target = self.capture.target
         inputs = target.make_inputs(seed)
-        with torch.no_grad():
-            return time_model(target.device, functools.partial(self.capture.compiled, *inputs), reps=reps).reply()
+        return time_model(target.device, functools.partial(target.run, self.capture.compiled, inputs, part=part),
+                          reps=reps).reply()
 
     def request(self, *message: Any, timeout_s: float = 600.0) -> Any:
-        """``("outputs", seed)`` or ``("time", seed, reps)``, answered as a model arm answers.
+        """``("outputs", seed)`` or ``("time", seed, reps[, part])``, answered as a model arm answers.
         ``timeout_s`` is accepted for the interface; trusted code in the engine is not killed."""
         op, *args = message
         if op == "outputs":

@@ -100,7 +100,8 @@ class Orchestrator:
         chosen = {(k.graph, k.name) for k in self.worth_searching()}
         outcomes: list[KernelOutcome] = []
         for row in self.profile.ranked():
-            outcome = KernelOutcome(row.name, row.kind, row.share, row.time_ms)
+            outcome = KernelOutcome(row.name, row.kind, row.share, row.time_ms,
+                                    phase=self.capture.artifact.graphs[row.graph].phase)
             kernel = self.capture.artifact.kernel(f"g{row.graph}:{row.name}")
             if self.store is not None and self.run_id is not None:  # the run's profile, kernel by kernel
                 self.store.record_kernel(self.run_id, kernel.key, kernel.name, row.kind, row.share, row.time_ms)

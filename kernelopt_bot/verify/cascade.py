@@ -80,7 +80,7 @@ class Cascade:
         # Every model arm compiles as the user does (the capture did too): the baseline is theirs.
         settings = compile_settings or CompileSettings()
         self.arena = Arena(target.spec, target.device, dtype_name(target.dtype), mode=settings.mode,
-                           config=settings.config)
+                           config=settings.config, train=target.train)
         # Trusted candidates' gate 2 and timing, in this process (the engine): no process started.
         # Each piece of it is watched: work that brings this process down is skipped by the next.
         self.work_watch = work_watch

@@ -52,8 +52,7 @@ def _float64_on(target: Target, inputs: tuple[Any, ...], device: str) -> list[to
     model64 = copy.deepcopy(target.model).to(device=device, dtype=torch.float64)
     args64 = tuple(x.to(device=device, dtype=torch.float64) if isinstance(x, torch.Tensor) and x.is_floating_point()
                    else x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs)
-    with torch.no_grad():
-        return flatten_outputs(model64(*args64), device)
+    return flatten_outputs(target.run(model64, args64, model=model64), device)
 
 
 def _same_nan_pattern(a: torch.Tensor, b: torch.Tensor, device: str) -> bool:
@@ -115,9 +114,9 @@ def _check_seed(target: Target, inputs: tuple[Any, ...], seed: int, packed: list
         return GateResult.fail("model", f"{len(packed)} outputs, eager has {len(eager)}")
     for i, (p, e) in enumerate(zip(packed, eager)):
         if p.dtype != e.dtype or p.shape != e.shape:
-            return GateResult.fail("model", f"output {i}: {p.dtype}{tuple(p.shape)} but eager gives "
+            return GateResult.fail("model", f"{target.output_label(i)}: {p.dtype}{tuple(p.shape)} but eager gives "
                                             f"{e.dtype}{tuple(e.shape)}")
-    if all(compare(p, e, MODEL_TIGHT_TOLERANCE, f"output {i}").ok for i, (p, e) in enumerate(zip(packed, eager))):
+    if all(compare(p, e, MODEL_TIGHT_TOLERANCE, target.output_label(i)).ok for i, (p, e) in enumerate(zip(packed, eager))):
         return None
     numbers["tight"] = False
     base = baseline_outputs()
@@ -131,23 +130,23 @@ def _check_seed(target: Target, inputs: tuple[Any, ...], seed: int, packed: list
     for i, (p, b, r) in enumerate(zip(packed, base, ref64)):
         if not p.is_floating_point():
             if not torch.equal(p.to(target.device), b.to(target.device)):
-                return GateResult.fail("model", f"output {i}: integer results differ from the compiler's")
+                return GateResult.fail("model", f"{target.output_label(i)}: integer results differ from the compiler's")
             continue
         if not _same_nan_pattern(p, b, target.device):
-            return GateResult.fail("model", f"output {i}: NaN where the compiler's model has none (seed {seed})")
+            return GateResult.fail("model", f"{target.output_label(i)}: NaN where the compiler's model has none (seed {seed})")
         err_c, err_b = relative_error(p, r), relative_error(b, r)
         numbers["err_candidate_f64"] = max(err_c, numbers["err_candidate_f64"] or 0.0)
         numbers["err_baseline_f64"] = max(err_b, numbers["err_baseline_f64"] or 0.0)
         if not err_c <= factor * max(err_b, floor):
             return GateResult.fail(
-                "model", f"output {i}: error against float64 {err_c:.3g} > {factor:g} x compiler's "
+                "model", f"{target.output_label(i)}: error against float64 {err_c:.3g} > {factor:g} x compiler's "
                          f"{max(err_b, floor):.3g} (seed {seed}): less accurate in substance", **numbers)
         bias_c, bias_b = systematic_bias(p, r, p.dtype), systematic_bias(b, r, p.dtype)
         allowed = max(BIAS_BASELINE_FACTOR * abs(bias_b.signed), bias_c.bound)
         numbers["bias_candidate_f64"], numbers["bias_baseline_f64"] = bias_c.signed, bias_b.signed
         if abs(bias_c.signed) > allowed:
             return GateResult.fail(
-                "model", f"output {i}: systematic error against float64: mean signed relative error "
+                "model", f"{target.output_label(i)}: systematic error against float64: mean signed relative error "
                          f"{bias_c.signed:+.3g}, allowed {allowed:.3g} (compiler's {bias_b.signed:+.3g}; "
                          f"seed {seed})", **numbers)
     return None

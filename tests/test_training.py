@@ -1,0 +1,185 @@
+"""Training targets (issue 17): a call is a whole training step, so backward kernels are captured,
+searched, checked and timed like forward ones, and gate 3 compares the loss and every gradient.
+
+CPU (the Triton interpreter) at tiny shapes; the H200's step-time speedups and their forward /
+backward split come from ``scripts/gpu_check.sh train``.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernelopt_bot.candidate import Candidate
+from kernelopt_bot.compile.capture import capture
+from kernelopt_bot.harness.model_worker import flatten_outputs
+from kernelopt_bot.result import RunResult
+from kernelopt_bot.targets import load_target
+from kernelopt_bot.training import TrainingStep
+from kernelopt_bot.verify.cascade import Cascade, VerifyOptions
+from tests.helpers import EXAMPLES, ROOT, run_cli
+from tests.redteam import cheats
+
+TRAIN_TARGETS = Path(__file__).resolve().parent / "train_targets"
+LINEAR = TRAIN_TARGETS / "linear_bias.py"
+
+
+def test_a_training_step_returns_every_gradient_named() -> None:
+    target = load_target(str(EXAMPLES / "mlp.py"), "cpu", "fp32", train=True)
+    x = target.make_inputs(0)[0]
+    step = target.eager(x)
+    names = [n for n, _ in target.model.named_parameters()]
+    assert target.training is not None
+    assert target.training.labels == [f"gradient of {n}" for n in names] + ["gradient of input 0", "loss", "output 0"]
+    flat = flatten_outputs(step)
+    assert len(flat) == len(target.training.labels)
+    # the same gradients autograd gives for the same loss, computed here by hand
+    model = target.model
+    for p in model.parameters():
+        p.grad = None
+    leaf = x.detach().requires_grad_()
+    out = model(leaf)
+    TrainingStep().default_loss(out).backward()
+    expected = [p.grad for p in model.parameters()] + [leaf.grad]
+    for got, want in zip(flat, expected):
+        torch.testing.assert_close(got, want)
+    assert target.model.training  # model.train(): a training step, not eval
+
+
+def test_the_default_loss_does_not_make_a_softmax_gradient_vanish() -> None:
+    """A plain sum of a softmax's outputs is constant: its gradient is exactly zero and a wrong
+    backward kernel would compare equal. The default loss's weights avoid that."""
+    x = torch.randn(4, 10, requires_grad=True)
+    TrainingStep().default_loss(torch.softmax(x, -1)).backward()
+    assert x.grad is not None and x.grad.abs().max() > 1e-3
+
+
+def test_a_files_own_loss_is_used() -> None:
+    target = load_target(str(TRAIN_TARGETS / "norm_with_loss.py"), "cpu", "fp32", train=True)
+    x = target.make_inputs(0)[0]
+    loss = flatten_outputs(target.eager(x))[target.training.labels.index("loss")]  # type: ignore[union-attr]
+    with torch.no_grad():
+        torch.testing.assert_close(loss, target.model(x).float().pow(2).mean())
+
+
+def test_capture_records_the_backward_kernels() -> None:
+    cap = capture(load_target(str(EXAMPLES / "mlp.py"), "cpu", "fp32", train=True))
+    phases = {cap.artifact.graphs[k.graph].phase for k in cap.artifact.kernels}
+    assert phases == {"forward", "backward"}
+    backward = [k for k in cap.artifact.kernels if cap.artifact.graphs[k.graph].phase == "backward"]
+    for kernel in backward:  # each backward kernel can be run alone from its recorded arguments
+        assert cap.recording(kernel.graph, kernel.name).args
+    inference = capture(load_target(str(EXAMPLES / "mlp.py"), "cpu", "fp32"))
+    assert {inference.artifact.graphs[k.graph].phase for k in inference.artifact.kernels} == {"forward"}
+
+
+def test_inspect_train_lists_backward_kernels() -> None:
+    proc = run_cli("inspect", str(LINEAR), "--train", "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert [k["phase"] for k in doc["kernels"]] == ["backward"]  # the forward is addmm alone
+    assert "extern_kernels.addmm" in [c["op"] for c in doc["extern_calls"]]
+
+
+def test_a_candidate_right_in_the_forward_but_wrong_in_a_gradient_is_rejected_by_gate_3() -> None:
+    """A backward kernel (the bias gradient's row sum) rounding through fp16 where fp16 is normal:
+    within gate 2's elementwise tolerance on the kernel alone, less accurate than the compiler's
+    against float64 in that one gradient. The forward kernels are not touched."""
+    cap = capture(load_target(str(LINEAR), "cpu", "fp32", train=True))
+    (kernel,) = cap.artifact.kernels
+    assert cap.artifact.graphs[kernel.graph].phase == "backward"
+    source = cheats.map_store(kernel.source,
+                              "tl.where(tl.abs({v}) < 1e-4, {v}, {v}.to(tl.float16).to(tl.float32))")
+    with Cascade(cap, VerifyOptions(rounds=1, reps=5)) as cascade:
+        verdict = cascade.verify(kernel, Candidate("source", source=source))
+        honest = cascade.verify(kernel, Candidate("source", source=kernel.source + "\n# the same kernel\n"))
+    assert verdict.infrastructure is None, verdict.infrastructure
+    assert verdict.gate("static").passed and verdict.gate("correctness").passed, verdict.gates
+    assert verdict.rejected_by == "model", [g.to_json() for g in verdict.gates]
+    assert "gradient of fc.bias" in verdict.gate("model").reason
+    assert honest.gate("model").passed, honest.gate("model").reason
+
+
+def test_optimize_train_searches_a_backward_kernel_end_to_end(tmp_path: Path) -> None:
+    """``kernelopt optimize --train`` as a user runs it; the command is the run's own Reproduce line."""
+    out = tmp_path / "out"
+    args = ["optimize", str(LINEAR), "--dtype", "fp32", "--train", "--budget", "candidates=1", "--out", str(out)]
+    proc = run_cli(*args)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = RunResult.load(out / "result.json")
+    assert result.status == "ok" and result.train
+    (kernel,) = result.kernels
+    assert kernel.phase == "backward" and kernel.candidates == 1
+    assert kernel.detail == "1 passed gates 1-3; performance not measured", (kernel.status, kernel.detail)
+    assert shlex.split(result.reproduce) == ["kernelopt", *args[:-2]], result.reproduce  # --out is not part of it
+    report = (out / "report.md").read_text()
+    assert "training step" in report and "(backward)" in report
+
+
+def test_train_is_for_module_targets(tmp_path: Path) -> None:
+    launcher = ROOT / "tests" / "kernel_targets" / "liger_swiglu_launcher.py"
+    proc = run_cli("optimize", str(launcher), "--train", "--out", str(tmp_path / "o"))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "--train optimizes a module's training step" in proc.stdout + proc.stderr
+
+
+def test_a_broken_training_step_is_bad_input(tmp_path: Path) -> None:
+    bad = tmp_path / "bad_loss.py"
+    bad.write_text((TRAIN_TARGETS / "norm_with_loss.py").read_text().replace(
+        "return outputs.float().pow(2).mean()", "return outputs.float().pow(2)"))  # not one element
+    proc = run_cli("inspect", str(bad), "--train")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "a training step fails eagerly" in proc.stderr and "one-element tensor" in proc.stderr
+
+
+@pytest.mark.parametrize("split", [{}, {"forward": {"baseline": 1.0, "optimized": 0.9},
+                                        "backward": {"baseline": 2.0, "optimized": 1.6}}])
+def test_report_shows_the_step_split(split: dict) -> None:
+    from kernelopt_bot.report import render_report
+
+    result = RunResult(target="m.py", name="m", device="cuda", dtype="bf16", train=True, baseline_ms=3.0,
+                       optimized_ms=2.5, speedup=1.2, noise_floor=0.01, step_split_ms=split)
+    text = render_report(result)
+    assert "training step" in text
+    if split:
+        assert "| backward of the training step, `torch.compile (default)` -> with pack | 2.0000 -> 1.6000 (1.250x) |" \
+            in text, text
+    else:
+        assert "of the training step" not in text
+
+
+def test_a_pack_entry_for_a_backward_kernel_applies_in_a_fresh_training_step(tmp_path: Path) -> None:
+    """Packs apply to backward kernels alike: the runtime hook sees the backward's output module.
+    The entry changes the bias gradient's sum (times 3), so applying it shows in that gradient only."""
+    from kernelopt_bot.candidate import candidate_pack
+    from kernelopt_bot.compile.capture import compile_fresh
+    from kernelopt_bot.stitch import runtime
+
+    target = load_target(str(LINEAR), "cpu", "fp32", train=True)
+    cap = capture(target)
+    (kernel,) = cap.artifact.kernels
+    tripled = cheats.map_store(kernel.source, "{v} * 3.0")
+    pack = candidate_pack(cap, kernel, Candidate("source", source=tripled))
+    inputs = target.make_inputs(5)
+    expected = flatten_outputs(target.eager(*inputs))
+    runtime.clear_log()
+    with runtime.installed(pack):
+        got = flatten_outputs(target.run(compile_fresh(target.model), inputs))
+        applied = [a.kernel_name for a in runtime.applied()]
+    assert applied == [kernel.name]
+    labels = target.training.labels  # type: ignore[union-attr]
+    bias = labels.index("gradient of fc.bias")
+    torch.testing.assert_close(got[bias], 3.0 * expected[bias])
+    for i, (g, e) in enumerate(zip(got, expected)):
+        if i != bias:
+            torch.testing.assert_close(g, e, msg=labels[i])
+    # the same pack through `kernelopt bench --train`, as a user runs it
+    pack.save(tmp_path / "pack.json")
+    proc = run_cli("bench", str(LINEAR), "--train", "--pack", str(tmp_path / "pack.json"), "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    bench = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert bench["applied"] == [kernel.name] and bench["max_abs_diff"] > 0  # the tripled gradient differs
