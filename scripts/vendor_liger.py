@@ -13,7 +13,7 @@ import shutil
 import sys
 from pathlib import Path
 
-OPS = ("rms_norm", "layer_norm", "swiglu", "geglu", "softmax", "kl_div")
+OPS = ("rms_norm", "layer_norm", "swiglu", "geglu", "softmax", "kl_div", "fused_add_rms_norm")
 
 
 def main(folder: str) -> None:
