@@ -425,7 +425,7 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
         rewrites = _strategy_rewrites(cap, settings, log)
         llm_search, llm_problem = _llm_search(llm, log)
         store = Store(store_path) if store_path is not None else Store()
-        run_id = store.start_run(target, tgt.device, dtype, result.hardware, result.versions, plan.to_json())
+        run_id = store.runs.start(target, tgt.device, dtype, result.hardware, result.versions, plan.to_json())
     except BaseException:
         if pool is not None:
             pool.close()
@@ -475,7 +475,7 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
             search.close()
         result.processes["device_peak_mb"] = None if watch.peak_mb is None else round(watch.peak_mb, 1)
         result.usage = budget.snapshot()
-        store.finish_run(run_id, result)
+        store.runs.finish(run_id, result)
         store.close()
     return pack
 

@@ -74,7 +74,7 @@ def runs(store_path: str | None, target: str | None, limit: int, as_json: bool) 
     """The latest runs, newest first."""
     try:
         with _open(store_path) as db:
-            found = db.runs(target=target, limit=limit)
+            found = db.runs.recent(target=target, limit=limit)
     except KerneloptError as exc:
         _fail(exc)
     if as_json:
@@ -101,15 +101,16 @@ def show(store_path: str | None, run_id: int | None, latest_target: str | None, 
             raise BadInputError("give a RUN_ID or --latest TARGET")
         with _open(store_path) as db:
             if latest_target is not None:
-                result = db.latest_result(latest_target, device, dtype)
+                result = db.runs.latest_result(latest_target, device, dtype)
                 if result is None:
                     raise BadInputError(f"no finished run of {latest_target} on {device} in {dtype}")
                 doc: dict[str, Any] = {"latest": result.to_json()}
             else:
-                known = {r["id"] for r in db.runs(limit=1_000_000)}
+                known = {r["id"] for r in db.runs.recent(limit=1_000_000)}
                 if run_id not in known:
                     raise BadInputError(f"no run {run_id} in the store")
-                doc = {"run": run_id, "kernels": db.kernels(run_id), "candidates": db.candidates(run_id)}
+                doc = {"run": run_id, "kernels": db.runs.kernels(run_id),
+                       "candidates": db.runs.candidates(run_id)}
     except KerneloptError as exc:
         _fail(exc)
     if as_json:
@@ -135,7 +136,7 @@ def cache(store_path: str | None, kernel_key: str | None, as_json: bool) -> None
     """The verified-kernel cache's history, newest first: what was verified or given up on, where."""
     try:
         with _open(store_path) as db:
-            history = db.cache_history(kernel_key)
+            history = db.cache.history(kernel_key)
     except KerneloptError as exc:
         _fail(exc)
     if as_json:
@@ -158,7 +159,7 @@ def forget(store_path: str | None, kernel_key: str | None, everything: bool) -> 
                 raise BadInputError("give --kernel KEY, or --all to drop every cache row")
             raise BadInputError("give --kernel KEY or --all, not both")
         with _open(store_path) as db:
-            dropped = db.invalidate(kernel_key)
+            dropped = db.cache.invalidate(kernel_key)
     except KerneloptError as exc:
         _fail(exc)
     click.echo(f"dropped {dropped} cache row(s)")
@@ -171,7 +172,7 @@ def export_store(store_path: str | None, out_path: str) -> None:
     """Write the whole store as JSON (runs, candidates, the cache, the agents' memory) to FILE."""
     try:
         with _open(store_path) as db:
-            doc = db.export_json()
+            doc = db.transfer.export_json()
         Path(out_path).write_text(json.dumps(doc, sort_keys=True) + "\n")
     except OSError as exc:
         _fail(BadInputError(f"cannot write {out_path}: {exc.strerror or exc}"))
@@ -193,7 +194,7 @@ def import_store(store_path: str | None, in_path: str) -> None:
         if not isinstance(doc, dict):
             raise BadInputError(f"{in_path}: not a store export")
         with _open(store_path, must_exist=False) as db:
-            changed = db.import_json(doc)
+            changed = db.transfer.import_json(doc)
     except KerneloptError as exc:
         _fail(exc)
     click.echo(f"imported {in_path}: {changed} row(s) added or changed")

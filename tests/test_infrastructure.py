@@ -61,10 +61,10 @@ def test_an_unjudged_candidate_leaves_no_negative_cache_entry(tmp_path) -> None:
     orch._conclude(kernel, [(Proposal(Candidate("c", source="x"), "t"), _unjudged()),
                             (Proposal(Candidate("d", source="y"), "t"), rejected)], outcome, orch_pack(cap))
     assert "not verified (infrastructure: timed out" in outcome.detail
-    assert store.lookup(*orch._cache_key(kernel)) is None  # searched again next time
+    assert store.cache.lookup(*orch._cache_key(kernel)) is None  # searched again next time
     orch._conclude(kernel, [(Proposal(Candidate("d", source="y"), "t"), rejected)], KernelOutcome("k", "x"),
                    orch_pack(cap))
-    assert store.lookup(*orch._cache_key(kernel)) is not None  # a real rejection is remembered
+    assert store.cache.lookup(*orch._cache_key(kernel)) is not None  # a real rejection is remembered
 
 
 def orch_pack(cap):

@@ -42,8 +42,8 @@ def test_llm_candidate_goes_through_the_gates(tmp_path: Path, no_retries: None) 
     assert result.status == "ok", result.error
     assert result.usage["used"]["llm_calls"] >= 3 and result.usage["used"]["tokens"] >= 3000
     with Store(tmp_path / "db") as store:
-        run_id = store.runs()[0]["id"]
-        llm = [c for c in store.candidates(run_id) if c["agent"] == "llm"]
+        run_id = store.runs.recent()[0]["id"]
+        llm = [c for c in store.runs.candidates(run_id) if c["agent"] == "llm"]
     assert len(llm) == 1
     verdict = llm[0]["verdict"]
     gates = {g["name"]: g["passed"] for g in verdict["gates"]}
@@ -92,7 +92,7 @@ def test_repair_loop_sees_each_gate_and_respects_the_candidate_budget(tmp_path: 
         assert f"llm {agent}: " in log, agent
     assert "One pointwise GELU kernel takes all" in prompts[1]  # the profiler's summary reached the planner
     with Store(tmp_path / "db") as store:
-        llm = [c for c in store.candidates(store.runs()[0]["id"]) if c["agent"] == "llm"]
+        llm = [c for c in store.runs.candidates(store.runs.recent()[0]["id"]) if c["agent"] == "llm"]
     statuses = [c["verdict"]["status"] for c in llm]
     assert statuses == ["rejected by static", "rejected by correctness", "passed gates 1-3; performance not measured"]
     repair_prompts = [p for p in prompts if "import os" in p or "NaN" in p or "outside rtol" in p]

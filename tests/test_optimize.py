@@ -56,11 +56,11 @@ def test_writes_report_result_and_pack(first_run: tuple[Path, Path]) -> None:
 def test_store_records_runs_and_candidates(first_run: tuple[Path, Path]) -> None:
     _, db = first_run
     with Store(db) as store:
-        runs = store.runs()
+        runs = store.runs.recent()
         assert runs and runs[0]["status"] == "ok"
-        candidates = store.candidates(runs[0]["id"])
+        candidates = store.runs.candidates(runs[0]["id"])
         assert candidates and all("status" in c for c in candidates)
-        assert store.recall("pointwise")
+        assert store.memory.recall("pointwise")
 
 
 def test_verified_cache_is_reused_by_the_next_run(first_run: tuple[Path, Path], tmp_path: Path) -> None:
@@ -72,14 +72,14 @@ def test_verified_cache_is_reused_by_the_next_run(first_run: tuple[Path, Path], 
     entry = PackEntry(kernel.key, kernel.name, config=LaunchConfig({"XBLOCK": 64}, 4, 1), guard=env,
                       measured={"speedup": 1.2})
     with Store(db) as store:
-        store.cache_verified(kernel.key, env.gpu, env.compute_capability, env.torch, env.triton, entry, 1.2, None)
+        store.cache.record_verified(kernel.key, env.gpu, env.compute_capability, env.torch, env.triton, entry, 1.2, None)
     result = run_pipeline(GELU, dtype="fp32", out_dir=tmp_path, store_path=db)
     outcome = result.kernels[0]
     assert outcome.status == "cached (verified)" and outcome.candidates == 0
     pack = KernelPack.load(tmp_path / "pack.json")
     assert kernel.key in pack.entries
     with Store(db) as store:
-        assert store.invalidate(kernel.key) >= 1
+        assert store.cache.invalidate(kernel.key) >= 1
 
 
 def test_budget_zero_searches_nothing(tmp_path: Path) -> None:

@@ -56,10 +56,10 @@ def test_verdicts_with_infinite_errors_can_be_stored(tmp_path) -> None:
     verdict = Verdict("g0:k", "c", [GateResult.fail("model", "NaN", err_candidate_f64=float("inf"),
                                                     errs=[1.0, float("nan")])])
     with Store(tmp_path / "db") as store:
-        run = store.start_run("t", "cuda", "fp32", {}, {}, {})
-        store.record_candidate(run, "k" * 64, "tuner", "c", None, None, verdict, None)
-        stored = store.candidates(run)[0]["verdict"]
-        store.finish_run(run, RunResult("t", "t", "cuda", "fp32"))
+        run = store.runs.start("t", "cuda", "fp32", {}, {}, {})
+        store.runs.record_candidate(run, "k" * 64, "tuner", "c", None, None, verdict, None)
+        stored = store.runs.candidates(run)[0]["verdict"]
+        store.runs.finish(run, RunResult("t", "t", "cuda", "fp32"))
     assert stored["gates"][0]["numbers"] == {"err_candidate_f64": "inf", "errs": [1.0, "nan"]}
 
 

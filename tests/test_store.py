@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-import kernelopt_bot.store as store_mod
+import kernelopt_bot.store.database as database
 from kernelopt_bot.result import KernelOutcome, Recommendation, RunResult
 from kernelopt_bot.stitch.pack import Guard, LaunchConfig, PackEntry
 from kernelopt_bot.store import CacheHit, Store, StoreError, base_version
@@ -76,7 +76,7 @@ def store(tmp_path: Path) -> Store:
 
 
 def new_run(s: Store, target: str = "examples/add.py", device: str = "cuda", dtype: str = "fp32") -> int:
-    return s.start_run(target, device, dtype, HW, VERSIONS, BUDGET)
+    return s.runs.start(target, device, dtype, HW, VERSIONS, BUDGET)
 
 
 def count(path: Path, table: str) -> int:
@@ -110,9 +110,9 @@ def test_open_uses_wal_busy_timeout_and_schema_version(tmp_path: Path) -> None:
         conn = s._connection()
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == 30000
-        assert s.schema_version == store_mod.SCHEMA_VERSION
+        assert s.schema_version == database.SCHEMA_VERSION
     with Store(path) as s:  # reopening an existing store changes nothing
-        assert s.schema_version == store_mod.SCHEMA_VERSION
+        assert s.schema_version == database.SCHEMA_VERSION
 
 
 def test_closed_store_refuses(tmp_path: Path) -> None:
@@ -120,7 +120,7 @@ def test_closed_store_refuses(tmp_path: Path) -> None:
     s.close()
     s.close()  # twice is fine
     with pytest.raises(StoreError, match="closed"):
-        s.runs()
+        s.runs.recent()
 
 
 def test_corrupt_file_is_a_clear_error_and_left_untouched(tmp_path: Path) -> None:
@@ -170,12 +170,12 @@ def test_older_schema_is_migrated(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         ran.append(1)
         conn.execute("ALTER TABLE runs ADD COLUMN note TEXT")
 
-    monkeypatch.setattr(store_mod, "SCHEMA_VERSION", 2)
-    monkeypatch.setattr(store_mod, "MIGRATIONS", {1: v1_to_v2})
+    monkeypatch.setattr(database, "SCHEMA_VERSION", 2)
+    monkeypatch.setattr(database, "MIGRATIONS", {1: v1_to_v2})
     with Store(path) as s:
         assert s.schema_version == 2
-        assert len(s.runs()) == 1
-        assert "note" in s.runs()[0]
+        assert len(s.runs.recent()) == 1
+        assert "note" in s.runs.recent()[0]
     with Store(path):
         pass
     assert ran == [1]  # once, not on every open
@@ -184,8 +184,8 @@ def test_older_schema_is_migrated(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 def test_missing_migration_is_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "k.db"
     Store(path).close()
-    monkeypatch.setattr(store_mod, "SCHEMA_VERSION", 2)
-    monkeypatch.setattr(store_mod, "MIGRATIONS", {})
+    monkeypatch.setattr(database, "SCHEMA_VERSION", 2)
+    monkeypatch.setattr(database, "MIGRATIONS", {})
     with pytest.raises(StoreError, match="no migration"):
         Store(path)
     monkeypatch.undo()
@@ -198,15 +198,15 @@ def test_missing_migration_is_an_error(tmp_path: Path, monkeypatch: pytest.Monke
 
 def test_run_round_trip(store: Store) -> None:
     run_id = new_run(store)
-    row = store.run(run_id)
+    row = store.runs.get(run_id)
     assert row["status"] == "running"
     assert (row["target"], row["device"], row["dtype"]) == ("examples/add.py", "cuda", "fp32")
     assert (row["hardware"], row["versions"], row["budget"]) == (HW, VERSIONS, BUDGET)
     assert row["result"] is None and row["finished_at"] is None
 
     result = make_result()
-    store.finish_run(run_id, result)
-    row = store.run(run_id)
+    store.runs.finish(run_id, result)
+    row = store.runs.get(run_id)
     assert row["status"] == "ok"
     assert row["speedup"] == 1.25 and row["seconds"] == 12.5
     assert row["finished_at"] >= row["started_at"]
@@ -216,56 +216,56 @@ def test_run_round_trip(store: Store) -> None:
 
 def test_unknown_run_is_an_error(store: Store) -> None:
     with pytest.raises(StoreError, match="no run 42"):
-        store.run(42)
+        store.runs.get(42)
     with pytest.raises(StoreError, match="no run 42"):
-        store.finish_run(42, make_result())
+        store.runs.finish(42, make_result())
 
 
 def test_runs_newest_first_filter_and_limit(store: Store) -> None:
     ids = [new_run(store, target=t) for t in ("a.py", "b.py", "a.py", "a.py")]
-    assert [r["id"] for r in store.runs()] == ids[::-1]
-    assert [r["id"] for r in store.runs(target="a.py")] == [ids[3], ids[2], ids[0]]
-    assert [r["id"] for r in store.runs(limit=2)] == [ids[3], ids[2]]
-    assert store.runs(target="none.py") == []
+    assert [r["id"] for r in store.runs.recent()] == ids[::-1]
+    assert [r["id"] for r in store.runs.recent(target="a.py")] == [ids[3], ids[2], ids[0]]
+    assert [r["id"] for r in store.runs.recent(limit=2)] == [ids[3], ids[2]]
+    assert store.runs.recent(target="none.py") == []
 
 
 def test_latest_result_picks_newest(store: Store) -> None:
-    assert store.latest_result("examples/add.py", "cuda", "fp32") is None
+    assert store.runs.latest_result("examples/add.py", "cuda", "fp32") is None
     first, second = new_run(store), new_run(store)
-    store.finish_run(second, make_result(speedup=1.1))
-    store.finish_run(first, make_result(speedup=1.9))  # finished last: the newest result
-    latest = store.latest_result("examples/add.py", "cuda", "fp32")
+    store.runs.finish(second, make_result(speedup=1.1))
+    store.runs.finish(first, make_result(speedup=1.9))  # finished last: the newest result
+    latest = store.runs.latest_result("examples/add.py", "cuda", "fp32")
     assert latest is not None and latest.speedup == 1.9
 
     failed = new_run(store)
-    store.finish_run(failed, make_result(speedup=None, status="failed"))
-    assert store.latest_result("examples/add.py", "cuda", "fp32").speedup == 1.9
-    assert store.latest_result("examples/add.py", "cuda", "fp32", ok_only=False).status == "failed"
+    store.runs.finish(failed, make_result(speedup=None, status="failed"))
+    assert store.runs.latest_result("examples/add.py", "cuda", "fp32").speedup == 1.9
+    assert store.runs.latest_result("examples/add.py", "cuda", "fp32", ok_only=False).status == "failed"
 
     unfinished = new_run(store)
     assert unfinished  # started but not finished: not a result
-    assert store.latest_result("examples/add.py", "cuda", "fp32").speedup == 1.9
-    assert store.latest_result("examples/add.py", "cuda", "bf16") is None
-    assert store.latest_result("examples/add.py", "cpu", "fp32") is None
+    assert store.runs.latest_result("examples/add.py", "cuda", "fp32").speedup == 1.9
+    assert store.runs.latest_result("examples/add.py", "cuda", "bf16") is None
+    assert store.runs.latest_result("examples/add.py", "cpu", "fp32") is None
 
 
 def test_bad_input_writes_nothing(store: Store) -> None:
     with pytest.raises(StoreError, match="hardware"):
-        store.start_run("t", "cuda", "fp32", {"x": object()}, {}, {})
+        store.runs.start("t", "cuda", "fp32", {"x": object()}, {}, {})
     with pytest.raises(StoreError, match="target"):
-        store.start_run(None, "cuda", "fp32", {}, {}, {})  # type: ignore[arg-type]
-    assert store.runs() == []
+        store.runs.start(None, "cuda", "fp32", {}, {}, {})  # type: ignore[arg-type]
+    assert store.runs.recent() == []
     run_id = new_run(store)
     with pytest.raises(StoreError, match="speedup"):
-        store.record_candidate(run_id, KEY, "tuner", "c", None, None, {}, "fast")  # type: ignore[arg-type]
+        store.runs.record_candidate(run_id, KEY, "tuner", "c", None, None, {}, "fast")  # type: ignore[arg-type]
     with pytest.raises(StoreError, match="no run"):
-        store.record_candidate(run_id + 1, KEY, "tuner", "c", None, None, {}, None)
+        store.runs.record_candidate(run_id + 1, KEY, "tuner", "c", None, None, {}, None)
     with pytest.raises(StoreError, match="no run"):
-        store.record_kernel(run_id + 1, KEY, "k", "pointwise", None, None)
-    assert store.candidates(run_id) == [] and store.kernels(run_id) == []
+        store.runs.record_kernel(run_id + 1, KEY, "k", "pointwise", None, None)
+    assert store.runs.candidates(run_id) == [] and store.runs.kernels(run_id) == []
     # Not-a-number measurements mean "not measured".
-    store.record_kernel(run_id, KEY, "k", "pointwise", float("nan"), float("inf"))
-    assert store.kernels(run_id)[0]["share"] is None
+    store.runs.record_kernel(run_id, KEY, "k", "pointwise", float("nan"), float("inf"))
+    assert store.runs.kernels(run_id)[0]["share"] is None
 
 
 # -- kernels and candidates ------------------------------------------------------------------------
@@ -273,10 +273,10 @@ def test_bad_input_writes_nothing(store: Store) -> None:
 
 def test_kernels_round_trip_and_update(store: Store) -> None:
     run_id = new_run(store)
-    store.record_kernel(run_id, OTHER_KEY, "triton_red_fused_sum_1", "reduction", 0.3, 0.6)
-    store.record_kernel(run_id, KEY, "triton_poi_fused_add_0", "pointwise", 0.5, 1.0)
-    store.record_kernel(run_id, KEY, "triton_poi_fused_add_0", "pointwise", 0.7, 1.4)
-    rows = store.kernels(run_id)
+    store.runs.record_kernel(run_id, OTHER_KEY, "triton_red_fused_sum_1", "reduction", 0.3, 0.6)
+    store.runs.record_kernel(run_id, KEY, "triton_poi_fused_add_0", "pointwise", 0.5, 1.0)
+    store.runs.record_kernel(run_id, KEY, "triton_poi_fused_add_0", "pointwise", 0.7, 1.4)
+    rows = store.runs.kernels(run_id)
     assert [(r["kernel_key"], r["share"], r["time_ms"]) for r in rows] == [
         (KEY, 0.7, 1.4),
         (OTHER_KEY, 0.3, 0.6),
@@ -294,15 +294,15 @@ def test_kernels_round_trip_and_update(store: Store) -> None:
 def test_candidates_round_trip(store: Store) -> None:
     run_id = new_run(store)
     rejected = make_verdict(accepted=False)
-    c1 = store.record_candidate(
+    c1 = store.runs.record_candidate(
         run_id, KEY, "tuner", "XBLOCK=128", None, {"kwargs": {"XBLOCK": 128}}, rejected.to_json(), None
     )
-    c2 = store.record_candidate(
+    c2 = store.runs.record_candidate(
         run_id, KEY, "coder", "vectorized", "@triton.jit\ndef k(): pass\n", None, make_verdict(True), 1.2,
         tokens=1500, cost_usd=0.02, gpu_seconds=3.5,
     )  # fmt: skip
-    c3 = store.record_candidate(run_id, OTHER_KEY, "tuner", "R=64", None, None, rejected, None)
-    rows = store.candidates(run_id)
+    c3 = store.runs.record_candidate(run_id, OTHER_KEY, "tuner", "R=64", None, None, rejected, None)
+    rows = store.runs.candidates(run_id)
     assert [r["id"] for r in rows] == [c1, c2, c3]
     first, second = rows[0], rows[1]
     assert first["config"] == {"kwargs": {"XBLOCK": 128}} and first["source"] is None
@@ -317,9 +317,9 @@ def test_candidates_round_trip(store: Store) -> None:
         0.02,
         3.5,
     )
-    assert [r["id"] for r in store.candidates(run_id, KEY)] == [c1, c2]
-    assert [r["id"] for r in store.candidates(run_id, OTHER_KEY)] == [c3]
-    assert store.candidates(new_run(store)) == []
+    assert [r["id"] for r in store.runs.candidates(run_id, KEY)] == [c1, c2]
+    assert [r["id"] for r in store.runs.candidates(run_id, OTHER_KEY)] == [c3]
+    assert store.runs.candidates(new_run(store)) == []
 
 
 # -- verified-kernel cache -------------------------------------------------------------------------
@@ -334,8 +334,8 @@ def test_base_version() -> None:
 
 def test_cache_verified_round_trip(store: Store) -> None:
     run_id = new_run(store)
-    store.cache_verified(KEY, *ENV, make_entry(), 1.2, run_id)
-    hit = store.lookup(KEY, *ENV)
+    store.cache.record_verified(KEY, *ENV, make_entry(), 1.2, run_id)
+    hit = store.cache.lookup(KEY, *ENV)
     assert isinstance(hit, CacheHit)
     assert hit.kind == "verified" and hit.verified
     assert hit.entry == make_entry().to_json()
@@ -344,8 +344,8 @@ def test_cache_verified_round_trip(store: Store) -> None:
     assert hit.created_at > 0
     # The local build tag never matters, on either side.
     gpu, cc, _, triton = ENV
-    assert store.lookup(KEY, gpu, cc, "2.11.0", triton) is not None
-    assert store.lookup(KEY, gpu, cc, "2.11.0+cu128", triton) is not None
+    assert store.cache.lookup(KEY, gpu, cc, "2.11.0", triton) is not None
+    assert store.cache.lookup(KEY, gpu, cc, "2.11.0+cu128", triton) is not None
 
 
 @pytest.mark.parametrize(
@@ -354,70 +354,70 @@ def test_cache_verified_round_trip(store: Store) -> None:
 )
 def test_cache_hit_needs_every_key_field(store: Store, field: int, value: Any) -> None:
     key = [KEY, *ENV]
-    store.cache_verified(*key, make_entry(), 1.2, None)
-    assert store.lookup(*key) is not None
+    store.cache.record_verified(*key, make_entry(), 1.2, None)
+    assert store.cache.lookup(*key) is not None
     changed = list(key)
     changed[field] = value
-    assert store.lookup(*changed) is None
+    assert store.cache.lookup(*changed) is None
 
 
 def test_cache_with_unknown_compute_capability(store: Store) -> None:
     gpu, _, torch_v, triton_v = ENV
-    store.cache_verified(KEY, gpu, None, torch_v, triton_v, make_entry().to_json(), None, None)
-    hit = store.lookup(KEY, gpu, None, torch_v, triton_v)
+    store.cache.record_verified(KEY, gpu, None, torch_v, triton_v, make_entry().to_json(), None, None)
+    hit = store.cache.lookup(KEY, gpu, None, torch_v, triton_v)
     assert hit is not None and hit.speedup is None
-    assert store.lookup(KEY, gpu, "9.0", torch_v, triton_v) is None
+    assert store.cache.lookup(KEY, gpu, "9.0", torch_v, triton_v) is None
 
 
 def test_cache_refuses_invalid_entries(store: Store) -> None:
     with pytest.raises(StoreError, match="not"):
-        store.cache_verified(KEY, *ENV, make_entry(OTHER_KEY), 1.2, None)
+        store.cache.record_verified(KEY, *ENV, make_entry(OTHER_KEY), 1.2, None)
     with pytest.raises(StoreError, match="invalid pack entry"):
-        store.cache_verified(KEY, *ENV, {"key": KEY, "kernel_name": "k"}, 1.2, None)
+        store.cache.record_verified(KEY, *ENV, {"key": KEY, "kernel_name": "k"}, 1.2, None)
     with pytest.raises(StoreError, match="no run"):
-        store.cache_verified(KEY, *ENV, make_entry(), 1.2, 99)
-    assert store.lookup(KEY, *ENV) is None and store.cache_history() == []
+        store.cache.record_verified(KEY, *ENV, make_entry(), 1.2, 99)
+    assert store.cache.lookup(KEY, *ENV) is None and store.cache.history() == []
 
 
 def test_latest_verified_wins_and_history_is_kept(store: Store) -> None:
     first, second = new_run(store), new_run(store)
-    store.cache_verified(KEY, *ENV, make_entry(), 1.5, first)
-    store.cache_verified(KEY, *ENV, make_entry(), 1.1, second)
-    hit = store.lookup(KEY, *ENV)
+    store.cache.record_verified(KEY, *ENV, make_entry(), 1.5, first)
+    store.cache.record_verified(KEY, *ENV, make_entry(), 1.1, second)
+    hit = store.cache.lookup(KEY, *ENV)
     assert (hit.speedup, hit.run_id) == (1.1, second)
-    history = store.cache_history(KEY)
+    history = store.cache.history(KEY)
     assert [(h["speedup"], h["run_id"]) for h in history] == [(1.1, second), (1.5, first)]
     assert history[0]["torch"] == "2.11.0" and history[0]["cc"] == "9.0"
 
 
 def test_negative_cache(store: Store) -> None:
     run_id = new_run(store)
-    store.cache_negative(KEY, *ENV, "12 candidates, none passed correctness", run_id)
-    hit = store.lookup(KEY, *ENV)
+    store.cache.record_negative(KEY, *ENV, "12 candidates, none passed correctness", run_id)
+    hit = store.cache.lookup(KEY, *ENV)
     assert hit is not None and hit.kind == "negative" and not hit.verified
     assert (hit.entry, hit.speedup, hit.run_id) == (None, None, run_id)
     assert hit.reason == "12 candidates, none passed correctness"
     assert hit.pack_entry() is None
     # A verified replacement found later replaces the negative ...
-    store.cache_verified(KEY, *ENV, make_entry(), 1.3, run_id)
-    assert store.lookup(KEY, *ENV).kind == "verified"
+    store.cache.record_verified(KEY, *ENV, make_entry(), 1.3, run_id)
+    assert store.cache.lookup(KEY, *ENV).kind == "verified"
     # ... and a later fruitless search does not drop it, but is in the history.
-    store.cache_negative(KEY, *ENV, "nothing better", run_id)
-    assert store.lookup(KEY, *ENV).kind == "verified"
-    assert [h["kind"] for h in store.cache_history(KEY)] == ["negative", "verified", "negative"]
+    store.cache.record_negative(KEY, *ENV, "nothing better", run_id)
+    assert store.cache.lookup(KEY, *ENV).kind == "verified"
+    assert [h["kind"] for h in store.cache.history(KEY)] == ["negative", "verified", "negative"]
 
 
 def test_invalidate(store: Store) -> None:
     _, _, torch_v, triton_v = ENV
-    store.cache_verified(KEY, *ENV, make_entry(), 1.2, None)
-    store.cache_verified(KEY, "NVIDIA A100", "8.0", torch_v, triton_v, make_entry(), 1.1, None)
-    store.cache_negative(OTHER_KEY, *ENV, "none passed", None)
-    assert store.invalidate(KEY) == 2
-    assert store.lookup(KEY, *ENV) is None and store.lookup(OTHER_KEY, *ENV) is not None
-    assert store.invalidate("c" * 64) == 0
-    assert store.invalidate() == 1
-    assert store.lookup(OTHER_KEY, *ENV) is None
-    assert len(store.cache_history()) == 3  # the history stays
+    store.cache.record_verified(KEY, *ENV, make_entry(), 1.2, None)
+    store.cache.record_verified(KEY, "NVIDIA A100", "8.0", torch_v, triton_v, make_entry(), 1.1, None)
+    store.cache.record_negative(OTHER_KEY, *ENV, "none passed", None)
+    assert store.cache.invalidate(KEY) == 2
+    assert store.cache.lookup(KEY, *ENV) is None and store.cache.lookup(OTHER_KEY, *ENV) is not None
+    assert store.cache.invalidate("c" * 64) == 0
+    assert store.cache.invalidate() == 1
+    assert store.cache.lookup(OTHER_KEY, *ENV) is None
+    assert len(store.cache.history()) == 3  # the history stays
 
 
 # -- experience memory -----------------------------------------------------------------------------
@@ -425,18 +425,22 @@ def test_invalidate(store: Store) -> None:
 
 def test_recall_ordering(store: Store) -> None:
     gpu = "NVIDIA H200"
-    old_fail = store.remember("pointwise", gpu, "XBLOCK=2048", "rejected by performance", 0.9, "slower")
-    good = store.remember("pointwise", gpu, "XBLOCK=512", "accepted", 1.15, "fine", kernel_key=KEY)
-    best = store.remember("pointwise", gpu, "vectorize loads", "accepted", 1.4, "best so far")
-    unmeasured = store.remember("pointwise", gpu, "num_warps=8", "accepted", None, "interpreter mode")
-    new_fail = store.remember("pointwise", gpu, "fuse epilogue", "rejected by correctness", None, "wrong")
-    store.remember("reduction", gpu, "R=64", "accepted", 2.0, "other kind")
-    other_gpu = store.remember("pointwise", "NVIDIA A100", "XBLOCK=1024", "accepted", 3.0, "other gpu")
+    old_fail = store.memory.remember(
+        "pointwise", gpu, "XBLOCK=2048", "rejected by performance", 0.9, "slower"
+    )
+    good = store.memory.remember("pointwise", gpu, "XBLOCK=512", "accepted", 1.15, "fine", kernel_key=KEY)
+    best = store.memory.remember("pointwise", gpu, "vectorize loads", "accepted", 1.4, "best so far")
+    unmeasured = store.memory.remember("pointwise", gpu, "num_warps=8", "accepted", None, "interpreter mode")
+    new_fail = store.memory.remember(
+        "pointwise", gpu, "fuse epilogue", "rejected by correctness", None, "wrong"
+    )
+    store.memory.remember("reduction", gpu, "R=64", "accepted", 2.0, "other kind")
+    other_gpu = store.memory.remember("pointwise", "NVIDIA A100", "XBLOCK=1024", "accepted", 3.0, "other gpu")
 
-    rows = store.recall("pointwise", gpu)
+    rows = store.memory.recall("pointwise", gpu)
     assert [r["id"] for r in rows] == [best, good, unmeasured, new_fail, old_fail]
     assert rows[1]["kernel_key"] == KEY and rows[1]["note"] == "fine" and rows[1]["gpu"] == gpu
-    assert [r["id"] for r in store.recall("pointwise")] == [
+    assert [r["id"] for r in store.memory.recall("pointwise")] == [
         other_gpu,
         best,
         good,
@@ -444,8 +448,8 @@ def test_recall_ordering(store: Store) -> None:
         new_fail,
         old_fail,
     ]
-    assert [r["id"] for r in store.recall("pointwise", gpu, limit=2)] == [best, good]
-    assert store.recall("template") == []
+    assert [r["id"] for r in store.memory.recall("pointwise", gpu, limit=2)] == [best, good]
+    assert store.memory.recall("template") == []
 
 
 # -- export / import -------------------------------------------------------------------------------
@@ -453,14 +457,14 @@ def test_recall_ordering(store: Store) -> None:
 
 def fill(s: Store, target: str = "examples/add.py") -> int:
     run_id = new_run(s, target=target)
-    s.record_kernel(run_id, KEY, "triton_poi_fused_add_0", "pointwise", 0.7, 1.4)
-    s.record_candidate(
+    s.runs.record_kernel(run_id, KEY, "triton_poi_fused_add_0", "pointwise", 0.7, 1.4)
+    s.runs.record_candidate(
         run_id, KEY, "tuner", "XBLOCK=256", None, {"kwargs": {"XBLOCK": 256}}, make_verdict(True), 1.2
     )
-    s.cache_verified(KEY, *ENV, make_entry(), 1.2, run_id)
-    s.cache_negative(OTHER_KEY, *ENV, "none passed", run_id)
-    s.remember("pointwise", "NVIDIA H200", "XBLOCK=256", "accepted", 1.2, "good")
-    s.finish_run(run_id, make_result(target=target))
+    s.cache.record_verified(KEY, *ENV, make_entry(), 1.2, run_id)
+    s.cache.record_negative(OTHER_KEY, *ENV, "none passed", run_id)
+    s.memory.remember("pointwise", "NVIDIA H200", "XBLOCK=256", "accepted", 1.2, "good")
+    s.runs.finish(run_id, make_result(target=target))
     return run_id
 
 
@@ -472,70 +476,70 @@ def test_export_import_round_trip_and_idempotence(tmp_path: Path) -> None:
     with Store(tmp_path / "a.db") as a, Store(tmp_path / "b.db") as b:
         fill(a)
         fill(a, target="examples/mlp.py")
-        export = json.loads(json.dumps(a.export_json()))  # it is plain JSON
-        assert export["format"] == "kernelopt-store" and export["schema_version"] == store_mod.SCHEMA_VERSION
-        added = b.import_json(export)
+        export = json.loads(json.dumps(a.transfer.export_json()))  # it is plain JSON
+        assert export["format"] == "kernelopt-store" and export["schema_version"] == database.SCHEMA_VERSION
+        added = b.transfer.import_json(export)
         assert (
             added == 2 + 2 + 2 + 4 + 2 + 2
         )  # runs, kernels, candidates, history, cache (shared key), memory
-        assert b.import_json(export) == 0
-        assert a.import_json(export) == 0
-        assert without_time(b.export_json()) == without_time(export)
+        assert b.transfer.import_json(export) == 0
+        assert a.transfer.import_json(export) == 0
+        assert without_time(b.transfer.export_json()) == without_time(export)
         # Local ids are rebuilt; everything resolves through them.
-        latest = b.latest_result("examples/mlp.py", "cuda", "fp32")
+        latest = b.runs.latest_result("examples/mlp.py", "cuda", "fp32")
         assert latest == make_result(target="examples/mlp.py")
-        run_id = b.runs(target="examples/add.py")[0]["id"]
-        assert len(b.candidates(run_id, KEY)) == 1 and len(b.kernels(run_id)) == 1
-        assert b.lookup(KEY, *ENV).run_id in {r["id"] for r in b.runs()}
-        assert b.lookup(OTHER_KEY, *ENV).kind == "negative"
-        assert len(b.recall("pointwise")) == 2
+        run_id = b.runs.recent(target="examples/add.py")[0]["id"]
+        assert len(b.runs.candidates(run_id, KEY)) == 1 and len(b.runs.kernels(run_id)) == 1
+        assert b.cache.lookup(KEY, *ENV).run_id in {r["id"] for r in b.runs.recent()}
+        assert b.cache.lookup(OTHER_KEY, *ENV).kind == "negative"
+        assert len(b.memory.recall("pointwise")) == 2
 
 
 def test_import_merges_two_stores(tmp_path: Path) -> None:
     with Store(tmp_path / "a.db") as a, Store(tmp_path / "b.db") as b:
         fill(a)
         fill(b, target="examples/mlp.py")  # written later: its cache rows are newer
-        assert a.import_json(b.export_json()) == 1 + 1 + 1 + 2 + 2 + 1
-        assert {r["target"] for r in a.runs()} == {"examples/add.py", "examples/mlp.py"}
-        assert a.lookup(KEY, *ENV).run_id == a.runs(target="examples/mlp.py")[0]["id"]
-        assert len(a.cache_history()) == 4 and len(a.recall("pointwise")) == 2
+        assert a.transfer.import_json(b.transfer.export_json()) == 1 + 1 + 1 + 2 + 2 + 1
+        assert {r["target"] for r in a.runs.recent()} == {"examples/add.py", "examples/mlp.py"}
+        assert a.cache.lookup(KEY, *ENV).run_id == a.runs.recent(target="examples/mlp.py")[0]["id"]
+        assert len(a.cache.history()) == 4 and len(a.memory.recall("pointwise")) == 2
         # Importing the older store into the newer one keeps the newer cache rows.
-        assert b.import_json(a.export_json()) == 1 + 1 + 1 + 2 + 1
-        assert b.lookup(KEY, *ENV).run_id == b.runs(target="examples/mlp.py")[0]["id"]
+        assert b.transfer.import_json(a.transfer.export_json()) == 1 + 1 + 1 + 2 + 1
+        assert b.cache.lookup(KEY, *ENV).run_id == b.runs.recent(target="examples/mlp.py")[0]["id"]
 
 
 def test_import_updates_a_run_finished_elsewhere(tmp_path: Path) -> None:
     with Store(tmp_path / "a.db") as a, Store(tmp_path / "b.db") as b:
         run_id = new_run(a)
-        b.import_json(a.export_json())
-        assert b.runs()[0]["status"] == "running"
-        a.finish_run(run_id, make_result())
-        assert b.import_json(a.export_json()) == 1
-        assert b.runs()[0]["status"] == "ok"
-        b.import_json(a.export_json())
-        a_run = a.run(run_id)
-        assert b.import_json({**b.export_json()}) == 0
-        assert b.runs()[0]["result"] == a_run["result"]
+        b.transfer.import_json(a.transfer.export_json())
+        assert b.runs.recent()[0]["status"] == "running"
+        a.runs.finish(run_id, make_result())
+        assert b.transfer.import_json(a.transfer.export_json()) == 1
+        assert b.runs.recent()[0]["status"] == "ok"
+        b.transfer.import_json(a.transfer.export_json())
+        a_run = a.runs.get(run_id)
+        assert b.transfer.import_json({**b.transfer.export_json()}) == 0
+        assert b.runs.recent()[0]["result"] == a_run["result"]
 
 
 def test_malformed_import_changes_nothing(store: Store) -> None:
     with pytest.raises(StoreError, match="not a kernelopt-store export"):
-        store.import_json({"runs": []})
+        store.transfer.import_json({"runs": []})
     with pytest.raises(StoreError, match="schema version"):
-        store.import_json({"format": "kernelopt-store", "schema_version": 999})
+        store.transfer.import_json({"format": "kernelopt-store", "schema_version": 999})
     fill(store)
-    export = store.export_json()
+    export = store.transfer.export_json()
     with Store(store.path.with_name("c.db")) as c:
         bad = json.loads(json.dumps(export))
         bad["memory"].append({"uid": "x"})  # incomplete row, last in the document
         with pytest.raises(StoreError, match="nothing imported"):
-            c.import_json(bad)
-        assert c.runs() == [] and c.cache_history() == []
+            c.transfer.import_json(bad)
+        assert c.runs.recent() == [] and c.cache.history() == []
         orphan = json.loads(json.dumps(export))
         orphan["runs"] = []
         with pytest.raises(StoreError, match="not in the export"):
-            c.import_json(orphan)
-        assert c.export_json()["kernels"] == []
+            c.transfer.import_json(orphan)
+        assert c.transfer.export_json()["kernels"] == []
 
 
 # -- several processes -----------------------------------------------------------------------------
@@ -547,14 +551,16 @@ def _worker(path: str, worker: int, n: int, barrier: Any) -> None:
     barrier.wait()
     with Store(path) as s:
         for i in range(n):
-            run_id = s.start_run(f"t{worker}", "cuda", "fp32", HW, VERSIONS, BUDGET)
-            s.record_kernel(run_id, KEY, "k", "pointwise", 0.5, 1.0)
-            s.record_candidate(run_id, KEY, "tuner", f"w{worker}-{i}", None, None, {"accepted": False}, None)
-            s.cache_verified(KEY, *ENV, make_entry(), 1.0 + i, run_id)
-            s.remember("pointwise", "NVIDIA H200", f"w{worker}-{i}", "accepted", 1.1, "")
-            s.finish_run(run_id, make_result(target=f"t{worker}"))
-            s.lookup(KEY, *ENV)
-            s.recall("pointwise")
+            run_id = s.runs.start(f"t{worker}", "cuda", "fp32", HW, VERSIONS, BUDGET)
+            s.runs.record_kernel(run_id, KEY, "k", "pointwise", 0.5, 1.0)
+            s.runs.record_candidate(
+                run_id, KEY, "tuner", f"w{worker}-{i}", None, None, {"accepted": False}, None
+            )
+            s.cache.record_verified(KEY, *ENV, make_entry(), 1.0 + i, run_id)
+            s.memory.remember("pointwise", "NVIDIA H200", f"w{worker}-{i}", "accepted", 1.1, "")
+            s.runs.finish(run_id, make_result(target=f"t{worker}"))
+            s.cache.lookup(KEY, *ENV)
+            s.memory.recall("pointwise")
 
 
 def test_two_processes_write_concurrently(tmp_path: Path) -> None:
@@ -573,6 +579,6 @@ def test_two_processes_write_concurrently(tmp_path: Path) -> None:
         assert count(path, table) == total, table
     assert count(path, "cache") == 1
     with Store(path) as s:
-        assert {r["status"] for r in s.runs(limit=total)} == {"ok"}
-        labels = {c["label"] for r in s.runs(limit=total) for c in s.candidates(r["id"])}
+        assert {r["status"] for r in s.runs.recent(limit=total)} == {"ok"}
+        labels = {c["label"] for r in s.runs.recent(limit=total) for c in s.runs.candidates(r["id"])}
         assert labels == {f"w{w}-{i}" for w in range(workers) for i in range(n)}

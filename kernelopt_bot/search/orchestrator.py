@@ -104,7 +104,8 @@ class Orchestrator:
                                     phase=self.capture.artifact.graphs[row.graph].phase)
             kernel = self.capture.artifact.kernel(f"g{row.graph}:{row.name}")
             if self.store is not None and self.run_id is not None:  # the run's profile, kernel by kernel
-                self.store.record_kernel(self.run_id, kernel.key, kernel.name, row.kind, row.share, row.time_ms)
+                self.store.runs.record_kernel(self.run_id, kernel.key, kernel.name, row.kind, row.share,
+                                              row.time_ms)
             if (row.graph, row.name) in chosen:
                 self._search_kernel(kernel, row, outcome, pack)
             else:
@@ -119,7 +120,7 @@ class Orchestrator:
     def _search_kernel(self, kernel: TritonKernel, row: KernelProfile, outcome: KernelOutcome,
                        pack: KernelPack) -> None:
         if self.store is not None:
-            hit = self.store.lookup(*self._cache_key(kernel))
+            hit = self.store.cache.lookup(*self._cache_key(kernel))
             if hit is not None and hit.verified and hit.entry is not None:
                 entry = PackEntry.from_json({**hit.entry, "kernel_name": kernel.name,
                                              "lookup_key": lookup_key_or_none(kernel.source)})
@@ -137,7 +138,7 @@ class Orchestrator:
             outcome.status, outcome.detail = "not searched (budget)", reason
             return
         recording = self.capture.recording(kernel.graph, kernel.name)
-        memory = self.store.recall(kernel.kind, self.env.gpu) if self.store is not None else []
+        memory = self.store.memory.recall(kernel.kind, self.env.gpu) if self.store is not None else []
         ctx = SearchContext(kernel, row, recording.config, self.device, memory,
                             self.rewrites.get((kernel.graph, kernel.name), []), list(self.profile.kernels))
         self.log(f"searching {kernel.qualified_name} ({kernel.kind})")
@@ -205,13 +206,15 @@ class Orchestrator:
             self.log(f"    {_steps(verdict.seconds)}")
         if self.store is not None and self.run_id is not None:
             cand = proposal.candidate
-            self.store.record_candidate(self.run_id, kernel.key, proposal.strategy, cand.label, cand.source,
-                                        cand.config.to_json() if cand.config else None, verdict,
-                                        verdict.speedup, tokens=int(proposal.extra.get("tokens", 0)))
+            self.store.runs.record_candidate(self.run_id, kernel.key, proposal.strategy, cand.label,
+                                             cand.source, cand.config.to_json() if cand.config else None,
+                                             verdict, verdict.speedup,
+                                             tokens=int(proposal.extra.get("tokens", 0)))
             if verdict.infrastructure is not None:
                 return verdict  # our failure teaches nothing about the candidate
-            self.store.remember(kernel.kind, self.env.gpu or self.device, proposal.note or proposal.strategy,
-                                verdict.status, verdict.speedup, cand.label[:300], kernel_key=kernel.key)
+            self.store.memory.remember(kernel.kind, self.env.gpu or self.device,
+                                       proposal.note or proposal.strategy, verdict.status, verdict.speedup,
+                                       cand.label[:300], kernel_key=kernel.key)
         return verdict
 
     def _conclude(self, kernel: TritonKernel, tried: list[tuple[Proposal, Verdict]],
@@ -236,7 +239,7 @@ class Orchestrator:
             outcome.replacement = _replacement_kind(entry)
             outcome.detail = proposal.candidate.label
             if self.store is not None:
-                self.store.cache_verified(*self._cache_key(kernel), entry, speedup, self.run_id)
+                self.store.cache.record_verified(*self._cache_key(kernel), entry, speedup, self.run_id)
             return
         if not tried:
             if outcome.detail:  # the budget ran out before the first candidate
@@ -245,7 +248,7 @@ class Orchestrator:
             outcome.status = "no proposal"
             outcome.detail = "no strategy found a candidate faster than the compiler's kernel"
             if self.store is not None and self.device == "cuda":
-                self.store.cache_negative(*self._cache_key(kernel), outcome.detail, self.run_id)
+                self.store.cache.record_negative(*self._cache_key(kernel), outcome.detail, self.run_id)
             return
         statuses = Counter(_shown_status(v) for _, v in tried)
         outcome.status = "no candidate accepted"
@@ -254,7 +257,7 @@ class Orchestrator:
         # our side failed to verify was not judged, so the kernel is not settled either.
         unjudged = any(v.infrastructure is not None for _, v in tried)
         if self.store is not None and self.device == "cuda" and not unjudged:
-            self.store.cache_negative(*self._cache_key(kernel), outcome.detail, self.run_id)
+            self.store.cache.record_negative(*self._cache_key(kernel), outcome.detail, self.run_id)
 
 
 def strategy_of(proposal: Proposal) -> str:
