@@ -26,6 +26,7 @@ from rich.markup import escape
 from kernelopt_bot.candidate import DEFAULT_GAMMA
 from kernelopt_bot.compile.settings import COMPILE_MODES
 from kernelopt_bot.errors import KerneloptError
+from kernelopt_bot.target_kinds import KINDS
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -470,10 +471,19 @@ def _parse_budget(items: tuple[str, ...]) -> dict[str, Any]:
 @click.option("--llm-base-url", default=None, envvar="KERNELOPT_LLM_BASE_URL",
               help="OpenAI-compatible endpoint for the LLM agents (key from KERNELOPT_LLM_API_KEY or OPENAI_API_KEY).")
 @click.option("--llm-model", default=None, envvar="KERNELOPT_LLM_MODEL", help="Model name for the LLM agents.")
+@click.option("--llm-api-key-env", default=None, metavar="NAME",
+              help="The environment variable that holds the LLM key (before KERNELOPT_LLM_API_KEY and "
+                   "OPENAI_API_KEY), as a config's llm.api_key_env names it.")
 @click.option("--store", "store_path", default=None, type=click.Path(dir_okay=False),
               help="SQLite store (default .kernelopt/kernelopt.db or $KERNELOPT_DB).")
 @COMPILE_MODE
 @INDUCTOR_CONFIG
+@click.option("--kind", type=click.Choice(KINDS), default=None,
+              help="The kind of target a config says TARGET is; a target of another kind is bad input "
+                   "(exit 2) and nothing runs.")
+@click.option("--shown-as", default=None, metavar="TARGET",
+              help="TARGET as its user names it (relative to their repository, say), for the report's "
+                   "command to reproduce the run (default: TARGET).")
 @click.option("--isolation", type=click.Choice(["auto", "namespace", "none"]), default="auto", show_default=True,
               envvar="KERNELOPT_ISOLATION",
               help="How the target's code and every candidate are isolated: auto (bwrap, else unshare namespaces, "
@@ -485,8 +495,9 @@ def _parse_budget(items: tuple[str, ...]) -> dict[str, Any]:
 @output_flags
 @handle_errors
 def optimize(target: str, out_dir: str | None, device: str | None, dtype: str, budget_items: tuple[str, ...],
-             gamma: float, llm_base_url: str | None, llm_model: str | None, store_path: str | None,
-             mode: str | None, config_items: tuple[str, ...], isolation: str, train: bool, untimed_patch: bool) -> None:
+             gamma: float, llm_base_url: str | None, llm_model: str | None, llm_api_key_env: str | None,
+             store_path: str | None, mode: str | None, config_items: tuple[str, ...], kind: str | None,
+             shown_as: str | None, isolation: str, train: bool, untimed_patch: bool) -> None:
     """Capture, profile, search, verify, pack and benchmark TARGET; write a report.
 
     The target is loaded only in an isolated engine process that holds no secret. Exit code 0
@@ -509,7 +520,7 @@ def optimize(target: str, out_dir: str | None, device: str | None, dtype: str, b
     os.environ[ISOLATION_ENV] = isolation  # the engine and every child it starts
     method = choose_isolation(isolation).method  # --isolation namespace without namespaces stops here
     out = Path(out_dir) if out_dir else Path("kernelopt-out") / target_name(target)
-    llm = {"base_url": llm_base_url, "model": llm_model} if llm_base_url else None
+    llm = {"base_url": llm_base_url, "model": llm_model, "api_key_env": llm_api_key_env} if llm_base_url else None
     plan = {**DEFAULT_BUDGET, **budget}
     make_dirs(out)
     with _progress(planned=plan["candidates"], deadline_s=plan["wall_seconds"],
@@ -517,7 +528,7 @@ def optimize(target: str, out_dir: str | None, device: str | None, dtype: str, b
         progress.note(f"isolation: {method}")
         result = run_pipeline(target, device=device, dtype=dtype, out_dir=out, budget=budget, gamma=gamma,
                               llm=llm, store_path=store_path, log=progress.relay, compile_settings=settings,
-                              untimed_patch=untimed_patch, train=train)
+                              untimed_patch=untimed_patch, shown_as=shown_as, kind=kind, train=train)
     if result.status != "ok" and result.error_kind == "bad input":
         # nothing ran: the one-line reason is the whole answer (report.md and result.json say it too)
         _fail(str(result.error), 2)
@@ -617,7 +628,7 @@ def modes(target: str, device: str | None, dtype: str, option_labels: tuple[str,
 @click.option("--timeout", "timeout_s", default=900.0, show_default=True, type=click.FloatRange(min=1.0),
               help="Deadline for each problem (seconds).")
 @click.option("--gpus", default=None, metavar="all|N|I,J,...",
-              help="Run problems on several GPUs at once, one worker per GPU: all, the first N, or these "
+              help="Run problems on several GPUs at once, one per GPU: all, the first N, or these "
                    "indices (default: one problem at a time on the default device).")
 @click.option("--reference/--no-reference", default=True, show_default=True,
               help="Measure max-autotune-no-cudagraphs for the 'vs max-autotune' column when optimize's "
@@ -639,7 +650,7 @@ def suite(suite_dir: str, out_dir: str, shard: str, device: str | None, dtypes: 
     _parse_budget(budget_items)  # validate before starting anything
     if gpus is not None and device == "cpu":
         raise BadInputError("--gpus runs on CUDA devices; not with --device cpu")
-    selected: list[int | None] | None = None if gpus is None else list(select_gpus(gpus, cuda_device_count()))
+    selected = None if gpus is None else select_gpus(gpus, cuda_device_count())
     console = _console()
     result = run_suite(Path(suite_dir), Path(out_dir), shard=Shard.parse(shard), device=device,
                        dtypes=dtypes or None, budget=list(budget_items), gamma=gamma, timeout_s=timeout_s,

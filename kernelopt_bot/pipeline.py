@@ -97,7 +97,7 @@ def run_pipeline(target: str, *, device: str | None = None, dtype: str = "fp32",
                  llm: dict[str, Any] | None = None, store_path: str | Path | None = None,
                  log: Callable[[str], None] = lambda _m: None, shown_as: str | None = None,
                  compile_settings: CompileSettings | None = None, untimed_patch: bool = False,
-                 train: bool = False) -> RunResult:
+                 kind: str | None = None, train: bool = False) -> RunResult:
     """Run the whole pipeline on one target in an isolated engine process and write report.md,
     result.json and pack.json.
 
@@ -112,9 +112,10 @@ def run_pipeline(target: str, *, device: str | None = None, dtype: str = "fp32",
     the command to reproduce the run; default ``target``. ``compile_settings``: how the user
     compiles the model (:mod:`kernelopt_bot.compile.settings`); every compile of the run uses them
     and the baseline is that compile. ``untimed_patch``: a kernel target on a machine without a
-    GPU still gets a patch of the configs that pass gates 1-3, marked as not timed. ``train``: a
-    module target is optimized as a training step (forward and backward kernels; gate 3 checks
-    the loss and every gradient)."""
+    GPU still gets a patch of the configs that pass gates 1-3, marked as not timed. ``kind``: the
+    kind of target (module, triton, helion) a caller's config says it is; another kind fails the
+    run as bad input before anything starts. ``train``: a module target is optimized as a training
+    step (forward and backward kernels; gate 3 checks the loss and every gradient)."""
     from kernelopt_bot.harness.isolation import choose_isolation, protect_this_process
 
     protect_this_process()
@@ -123,6 +124,9 @@ def run_pipeline(target: str, *, device: str | None = None, dtype: str = "fp32",
     settings = compile_settings or CompileSettings()
     reproduce = reproduce_command(shown_as or target, device, dtype, budget or {}, gamma, llm, settings, untimed_patch,
                                   train)
+    if kind is not None and (found := target_kind(target)) != kind:
+        return _failed(target, device, dtype, out_dir, start, f"{shown_as or target} is a {found} target, not the "
+                       f"{kind} target the config says", reproduce, error_kind="bad input")
     try:
         plan = RunPlan.parse(budget, gamma)
         isolation = choose_isolation()

@@ -1,22 +1,20 @@
 """The benchmark suite runner: every problem in its own process, shardable, merged into one report.
 
 Each problem (and dtype) is one ``kernelopt optimize`` run in a fresh process with a deadline, so a
-problem that crashes or hangs costs only itself. With ``--gpus`` the problems run on several GPUs
-at once through :mod:`kernelopt_bot.gpu_pool` (one worker per GPU) into the same report. Results are reported per problem and as
-per-level geometric means of the end-to-end speedup over ``torch.compile`` default and over
-``max-autotune-no-cudagraphs`` (from the run's own measurement of that mode); a problem where
-nothing was verified, or that failed, counts as 1.0 (the compiler's code stays).
+problem that crashes or hangs costs only itself; :mod:`kernelopt_bot.fleet` runs them, one after
+another or, with ``--gpus``, on several GPUs at once, into the same report. Results are reported
+per problem and as per-level geometric means of the end-to-end speedup over ``torch.compile``
+default and over ``max-autotune-no-cudagraphs`` (from the run's own measurement of that mode, else
+a ``kernelopt modes`` run on the problem's GPU after it); a problem where nothing was verified, or
+that failed, counts as 1.0 (the compiler's code stays).
 """
 
 from __future__ import annotations
 
 import fnmatch
 import json
-import os
-import re
-import subprocess
 import sys
-import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,14 +22,16 @@ from typing import Any
 from kernelopt_bot.candidate import DEFAULT_GAMMA
 from kernelopt_bot.compile.settings import CompileSettings
 from kernelopt_bot.errors import BadInputError
-from kernelopt_bot.gpu_pool import GpuFailure, GpuPool, JobResult, looks_like_gpu_failure, resolve
+from kernelopt_bot.fleet import Fleet, FleetJob, FleetResult, OnSlot
+from kernelopt_bot.job_process import run_alone
 from kernelopt_bot.result import RunResult, geomean
+from kernelopt_bot.search.llm.config import KEY_ENV_VARS
 from kernelopt_bot.shards import ALL, Shard
 
 MANT = "mode=max-autotune-no-cudagraphs"
-TIMED_OUT = "timed out after"
-PROBLEM_JOB = "kernelopt_bot.suite.problem_job"  # what a pool worker runs for one problem
-POOL_GRACE_S = 120.0  # the pool's own deadline is the problem's plus this: a backstop for a stuck worker
+# A suite run in a shell that sets up the LLM agents gives them to every problem, as optimize run
+# there would have them: the endpoint and the key reach the trusted optimize process only.
+LLM_ENV = ("KERNELOPT_LLM_BASE_URL", *KEY_ENV_VARS)
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ class ProblemResult:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ProblemResult:
-        """A result as ``to_json`` / a pool job wrote it (extra keys such as ``slug`` are ignored)."""
+        """A result as ``to_json`` wrote it (extra keys such as ``slug`` are ignored)."""
         fields = {k: v for k, v in data.items() if k in cls.__dataclass_fields__ and k != "problem"}
         return cls(problem=Problem(**data["problem"]), **fields)
 
@@ -147,147 +147,102 @@ def load_problems(root: Path, dtypes: tuple[str, ...] | None = None,
     return problems
 
 
+def _fleet_job(root: Path, problem: Problem, out: Path, *, device: str | None, budget: list[str], gamma: float,
+               timeout_s: float, store: Path, settings: CompileSettings) -> FleetJob:
+    """A problem as one ``kernelopt optimize`` run into ``out/problems/<slug>``."""
+    flags = ["--store", str(store), "--gamma", str(gamma)]
+    for item in budget:
+        flags += ["--budget", item]
+    return FleetJob(name=Path(problem.path).stem, target=str(root / problem.path), dtype=problem.dtype,
+                    out=out / "problems" / problem.slug, timeout_s=timeout_s, device=device,
+                    flags=(*flags, *settings.cli_args()), secrets=LLM_ENV)
+
+
+def _mant_of(run: RunResult, settings: CompileSettings) -> float | None:
+    """max-autotune-no-cudagraphs against the run's baseline, from the run itself (None: unknown).
+
+    With other compile settings than the default the speedup is over those: where they are
+    max-autotune-no-cudagraphs the speedup already is the pack's gain over it, else there is no
+    like-for-like figure."""
+    if settings == CompileSettings("max-autotune-no-cudagraphs"):
+        return 1.0
+    if not settings.is_default:
+        return None
+    return next((r.speedup for r in run.recommendations if r.option == MANT), None)
+
+
+def _reference_step(reference: bool, settings: CompileSettings,
+                    timeout_s: float) -> Callable[[FleetJob, RunResult, OnSlot], float | None]:
+    """The fleet's ``after`` step: measure max-autotune-no-cudagraphs on the problem's GPU, outside
+    the optimize time, when optimize's budget left it unmeasured and there is a speedup to compare."""
+
+    def step(job: FleetJob, run: RunResult, on_slot: OnSlot) -> float | None:
+        if not (reference and run.device == "cuda" and run.speedup is not None and settings.is_default
+                and _mant_of(run, settings) is None):
+            return None
+        return reference_speedup(Path(job.target), job.dtype, run.device, log_dir=job.out, run=on_slot,
+                                 timeout_s=max(60.0, timeout_s - (run.seconds or 0.0)))
+
+    return step
+
+
+def _problem_result(problem: Problem, ran: FleetResult, settings: CompileSettings) -> ProblemResult:
+    """A problem's row from its run. ``seconds`` is the run's own time where it reports one (not
+    the CLI's start), else the time its processes ran."""
+    run = ran.result
+    mant = ran.after if ran.after is not None else _mant_of(run, settings)
+    vs_mant = run.speedup / mant if run.speedup is not None and mant else None
+    seconds = run.seconds if run.seconds is not None else ran.seconds
+    return ProblemResult(problem, run.status, run.speedup, vs_mant, run.baseline_ms, run.optimized_ms,
+                         run.verified_kernels, seconds, run.error, gpu=ran.gpu, noise_floor=run.noise_floor,
+                         accepted=sorted(run.accepted_kernels))
+
+
 def run_problem(root: Path, problem: Problem, out: Path, *, device: str | None, budget: list[str],
                 gamma: float, timeout_s: float, store: Path, reference: bool = True,
                 compile_settings: CompileSettings | None = None) -> ProblemResult:
-    """One ``kernelopt optimize`` in its own process; a crash or hang is this problem's result.
+    """One problem on the default device, as :func:`run_suite` runs each: a crash or hang is its result.
 
-    ``reference``: measure max-autotune-no-cudagraphs afterwards when optimize's budget did not
-    (on the default compile only: with other settings the speedup is over those, and where they
-    are max-autotune-no-cudagraphs the speedup already is the pack's gain over it).
-    ``compile_settings``: how every problem is compiled (optimize's ``--mode``/``--inductor-config``)."""
+    ``reference``: measure max-autotune-no-cudagraphs afterwards when optimize's budget did not.
+    ``compile_settings``: how the problem is compiled (optimize's ``--mode``/``--inductor-config``)."""
     settings = compile_settings or CompileSettings()
-    run_dir = out / "problems" / problem.slug
-    cmd = [sys.executable, "-m", "kernelopt_bot.cli", "optimize", str(root / problem.path), "--dtype", problem.dtype,
-           "--out", str(run_dir), "--store", str(store), "--gamma", str(gamma)]
-    if device:
-        cmd += ["--device", device]
-    for item in budget:
-        cmd += ["--budget", item]
-    cmd += settings.cli_args()
-    start = time.time()
-    error: str | None = None
-    run_dir.mkdir(parents=True, exist_ok=True)
-    log_path = run_dir / "optimize.log"  # the run's own log, kept also when it is killed: where did it stop?
-    try:
-        with log_path.open("w") as log_file:
-            proc = subprocess.run(cmd, stdout=log_file, stderr=subprocess.STDOUT, text=True, timeout=timeout_s,
-                                  env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        if proc.returncode not in (0, 1):
-            error = _last_error_line(log_path) or f"exit code {proc.returncode}"
-    except subprocess.TimeoutExpired:
-        error = f"{TIMED_OUT} {timeout_s:.0f} s"
-        step = _last_step(log_path)
-        if step:
-            error += f" (last step: {step})"
-    seconds = time.time() - start
-    result_file = run_dir / "result.json"
-    if error is None and result_file.is_file():
-        run = RunResult.load(result_file)
-        mant = next((r.speedup for r in run.recommendations if r.option == MANT), None)
-        if settings == CompileSettings("max-autotune-no-cudagraphs"):
-            mant = 1.0  # the baseline is max-autotune-no-cudagraphs: the speedup is over it
-        elif not settings.is_default:
-            mant = None  # over other settings: no like-for-like max-autotune figure
-        elif mant is None and run.device == "cuda" and reference:
-            # optimize's budget left the reference unmeasured: measure it outside the optimize time
-            mant = reference_speedup(root / problem.path, problem.dtype, run.device,
-                                     timeout_s=max(60.0, timeout_s - (time.time() - start)), log_dir=run_dir)
-        vs_mant = None
-        if run.speedup is not None and mant:
-            vs_mant = run.speedup / mant
-        return ProblemResult(problem, run.status, run.speedup, vs_mant, run.baseline_ms, run.optimized_ms,
-                             run.verified_kernels, seconds, run.error, noise_floor=run.noise_floor,
-                             accepted=sorted(run.accepted_kernels))
-    return ProblemResult(problem, "failed", None, None, None, None, 0, seconds, error or "no result.json")
+    job = _fleet_job(root, problem, out, device=device, budget=budget, gamma=gamma, timeout_s=timeout_s,
+                     store=store, settings=settings)
+    [ran] = Fleet().run([job], after=_reference_step(reference, settings, timeout_s))
+    return _problem_result(problem, ran, settings)
 
 
-def reference_speedup(path: Path, dtype: str, device: str, *, timeout_s: float, log_dir: Path) -> float | None:
+def reference_speedup(path: Path, dtype: str, device: str, *, timeout_s: float, log_dir: Path,
+                      run: OnSlot = run_alone) -> float | None:
     """max-autotune-no-cudagraphs against the default compile, end to end (``kernelopt modes``, in
-    its own process); None when it could not be measured (its log says why)."""
+    its own process, through ``run``: on the problem's GPU); None when it could not be measured
+    (``reference.log`` says why)."""
     cmd = [sys.executable, "-m", "kernelopt_bot.cli", "modes", str(path), "--dtype", dtype, "--device", device,
            "--option", MANT, "--json"]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=dict(os.environ))
-    except subprocess.TimeoutExpired:
-        (log_dir / "reference.log").write_text(f"{TIMED_OUT} {timeout_s:.0f} s\n")
+    log = log_dir / "reference.log"
+    if run(cmd, log, timeout_s).timed_out:
         return None
-    (log_dir / "reference.log").write_text(proc.stdout + proc.stderr)
-    try:
-        recs = json.loads(proc.stdout.strip().splitlines()[-1])
-        value = recs[0].get("speedup")
-    except (IndexError, ValueError, AttributeError, TypeError):
-        return None
-    return float(value) if isinstance(value, (int, float)) else None
-
-
-def _lines(path: Path) -> list[str]:
-    try:
-        return [line.strip() for line in path.read_text(errors="replace").splitlines() if line.strip()]
-    except OSError:
-        return []
-
-
-def _last_error_line(path: Path) -> str | None:
-    """The CLI's own error line (``error: ...``), else the log's last line."""
-    lines = _lines(path)
-    errors = [line for line in lines if line.lower().startswith("error")]
-    return (errors or lines or [None])[-1]
-
-
-# A pipeline step as optimize logs it: ``12:03:41 loading the target (107 s left)``, or in the
-# older form ``[  42 s] searching ...``.
-_STEP_LINE = re.compile(r"^(\d\d:\d\d:\d\d |\[\s*\d+ s\] )")
-
-
-def _last_step(path: Path) -> str | None:
-    """The last pipeline step a run logged before it stopped."""
-    steps = [line for line in _lines(path) if _STEP_LINE.match(line)]
-    return steps[-1][:120] if steps else None
-
-
-def problem_job(job: dict[str, Any]) -> dict[str, Any]:
-    """One problem as a pool job: :func:`run_problem` (a ``kernelopt optimize`` subprocess that
-    inherits the worker's ``CUDA_VISIBLE_DEVICES``), its result as a plain dict.
-
-    A run that failed the way a GPU fails (a CUDA error, out of memory, a hang past the deadline)
-    raises :class:`GpuFailure` carrying that result, so a pool retries it on another GPU.
-    """
-    res = run_problem(Path(job["root"]), Problem(**job["problem"]), Path(job["out"]), device=job["device"],
-                      budget=list(job["budget"]), gamma=job["gamma"], timeout_s=job["timeout_s"],
-                      store=Path(job["store"]), reference=bool(job.get("reference", True)),
-                      compile_settings=CompileSettings.from_json(job.get("compile")))
-    data = asdict(res)
-    if res.status != "ok" and res.error and (res.error.startswith(TIMED_OUT) or looks_like_gpu_failure(res.error)):
-        raise GpuFailure(res.error, value=data)
-    return data
-
-
-def _pool_result(problem: Problem, job: JobResult) -> ProblemResult:
-    """A pool's answer for one problem: the job's own result, or a failed one with the pool's reason."""
-    if job.ok:
-        res = ProblemResult.from_json(job.value)
-    elif isinstance(job.value, dict):  # failed like a GPU on every attempt: its own last result
-        res = ProblemResult.from_json(job.value)
-        res.status, res.error = "failed", job.error
-    else:
-        res = ProblemResult(problem, "failed", None, None, None, None, 0, job.seconds, job.error)
-    res.gpu = job.gpu
-    return res
+    for line in reversed(log.read_text(errors="replace").splitlines()):
+        if line.startswith("["):  # the JSON list ``modes --json`` prints last
+            try:
+                value = json.loads(line)[0].get("speedup")
+            except (IndexError, ValueError, AttributeError, TypeError):
+                return None
+            return float(value) if isinstance(value, (int, float)) else None
+    return None
 
 
 def run_suite(root: Path, out: Path, *, shard: Shard = ALL, device: str | None = None,
               dtypes: tuple[str, ...] | None = None, budget: list[str] | None = None, gamma: float = DEFAULT_GAMMA,
-              timeout_s: float = 900.0, log: Any = print, gpus: list[int | None] | None = None,
-              job_fn: str = PROBLEM_JOB, cores: int | None = None,
+              timeout_s: float = 900.0, log: Any = print, gpus: list[int] | None = None, cores: int | None = None,
               only: tuple[str, ...] | None = None, reference: bool = True,
-              compile_settings: CompileSettings | None = None) -> SuiteResult:
+              compile_settings: CompileSettings | None = None, command: tuple[str, ...] | None = None) -> SuiteResult:
     """Run a shard's problems and write ``suite.json`` / ``suite.md`` into ``out`` as they finish.
 
-    ``gpus=None`` runs them one after another in this process's environment (the default). With
-    ``gpus`` they go through a :class:`GpuPool`, one worker per GPU; the report has the same form,
-    with the GPU of each problem in its ``gpu`` field. ``job_fn`` names the function that runs one
-    problem (tests put a fake there so nothing compiles).
+    ``gpus=None`` runs them one after another on the default device. With ``gpus`` they run on
+    those GPUs at once, one per GPU (:class:`~kernelopt_bot.fleet.Fleet`); the report has the same
+    form, with the GPU of each problem in its ``gpu`` field. ``command`` is the optimize command
+    (tests put a stand-in there so nothing compiles).
     """
     problems = load_problems(root, dtypes, only)
     mine = shard.take(problems)
@@ -296,35 +251,24 @@ def run_suite(root: Path, out: Path, *, shard: Shard = ALL, device: str | None =
 
     settings = compile_settings or CompileSettings()
     suite = SuiteResult(device=device or resolve_device(None), compile=settings.to_json())
-    jobs = [{"root": str(root.resolve()), "problem": asdict(p), "out": str(out.resolve()), "device": device,
-             "budget": list(budget or []), "gamma": gamma, "timeout_s": timeout_s,
-             "store": str((out / "store.db").resolve()), "reference": reference,
-             "compile": settings.to_json()} for p in mine]
-    if gpus is None:
-        run_one = resolve(job_fn)
-        for i, (problem, job) in enumerate(zip(mine, jobs), 1):
-            log(f"[{i}/{len(mine)}] {problem.path} {problem.dtype}")
-            try:
-                data = run_one(job)
-            except GpuFailure as exc:  # no other GPU to retry on: its own failed result
-                data = exc.value
-            suite.problems.append(ProblemResult.from_json(data))
-            write_report(suite, out)  # after every problem: a killed shard still leaves its results
-        return suite
-
+    store = (out / "store.db").resolve()
+    jobs = [_fleet_job(root.resolve(), p, out.resolve(), device=device, budget=list(budget or []), gamma=gamma,
+                       timeout_s=timeout_s, store=store, settings=settings) for p in mine]
     done: list[ProblemResult | None] = [None] * len(mine)
 
-    def finished(job: JobResult) -> None:
-        done[job.job_index] = res = _pool_result(mine[job.job_index], job)
+    def finished(ran: FleetResult) -> None:
+        done[ran.index] = res = _problem_result(mine[ran.index], ran, settings)
         count = sum(r is not None for r in done)
-        retried = f" after {job.attempts} attempts" if job.attempts > 1 else ""
-        log(f"[{count}/{len(mine)}] {res.problem.path} {res.problem.dtype} on gpu {job.gpu}: {res.status}{retried}")
-        suite.problems = [r for r in done if r is not None]  # in problem order, as a sequential run
-        write_report(suite, out)
+        where = "" if ran.gpu is None else f" on gpu {ran.gpu}"
+        retried = f" after {ran.attempts} attempts" if ran.attempts > 1 else ""
+        log(f"[{count}/{len(mine)}] {res.problem.path} {res.problem.dtype}{where}: {res.status}{retried}")
+        suite.problems = [r for r in done if r is not None]  # in problem order, whatever finished first
+        write_report(suite, out)  # after every problem: a killed shard still leaves its results
 
-    log(f"{len(mine)} problems on {len(gpus)} worker(s): gpus {', '.join(map(str, gpus))}")
-    GpuPool(gpus, job_timeout_s=timeout_s + POOL_GRACE_S, cores=cores, log=log).map(job_fn, jobs, on_result=finished)
-    suite.problems = [r for r in done if r is not None]
+    if gpus is not None:
+        log(f"{len(mine)} problems on {len(gpus)} GPU(s): {', '.join(map(str, gpus))}")
+    Fleet(gpus, cores=cores, command=command, log=log).run(jobs, on_result=finished,
+                                                         after=_reference_step(reference, settings, timeout_s))
     write_report(suite, out)
     return suite
 

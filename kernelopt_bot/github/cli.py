@@ -312,8 +312,8 @@ def sweep_plan(config: str, shards: int, output_name: str | None) -> None:
 @click.option("--out", "out", required=True, type=click.Path(file_okay=False))
 @click.option("--repo-root", default=".", show_default=True, type=click.Path(file_okay=False))
 @click.option("--gpus", default=None, metavar="all|N|I,J,...",
-              help="Run the shard's targets on several GPUs at once, one worker per GPU: all, the first N, "
-                   "or these indices (default: one at a time on the default device).")
+              help="Run the shard's targets on several GPUs at once, each a kernelopt optimize process on "
+                   "one GPU: all, the first N, or these indices (default: one at a time in this process).")
 @handle_errors
 def sweep_run(config: str, shard: str, out: str, repo_root: str, gpus: str | None) -> None:
     """Run one shard's targets into OUT. A failing target is reported and the shard goes on."""
@@ -331,9 +331,8 @@ def sweep_run(config: str, shard: str, out: str, repo_root: str, gpus: str | Non
     else:
         from kernelopt_bot.gpu_pool import cuda_device_count, select_gpus
 
-        selected: list[int | None] = list(select_gpus(gpus, cuda_device_count()))
-        outcomes = run_shard(cfg, None, index, total, Path(out), log=_log, gpus=selected,
-                             runner_path=_importable(RUNNER_FACTORY), repo_root=root)
+        outcomes = run_shard(cfg, None, index, total, Path(out), log=_log,
+                             gpus=select_gpus(gpus, cuda_device_count()), repo_root=root)
     failures = [Failure(f"target {o.job.name} ({o.job.dtype}) failed: {o.result.error or 'unknown'}",
                         file=config_rel, line=cfg.target_lines.get(o.job.name), detail=o.result.error)
                 for o in outcomes if o.failed]
@@ -342,14 +341,6 @@ def sweep_run(config: str, shard: str, out: str, repo_root: str, gpus: str | Non
                                                      note=""))
     _emit(BotOutcome(summary=summary, failures=failures))
     _log(f"shard {index}/{total}: {len(outcomes)} run(s), {len(failures)} failed")
-
-
-def _importable(factory: Callable[..., Any]) -> str:
-    """The import path of a runner factory: GPU workers are fresh processes and build it by name."""
-    module, name = getattr(factory, "__module__", ""), getattr(factory, "__qualname__", "")
-    if not module or not name or "<" in name or "." in name:
-        raise BadInputError(f"--gpus: the engine runner {factory!r} cannot be imported by name in a GPU worker")
-    return f"{module}.{name}"
 
 
 @sweep.command("merge")

@@ -1,8 +1,10 @@
 """Running the engine on targets, one job per (target, dtype), and reading the results back.
 
-The GitHub layer calls the engine only through :class:`PipelineRunner`, so tests can hand in
-RunResults they built and the engine can change without touching publishing. The default runner
-imports :func:`kernelopt_bot.pipeline.run_pipeline` lazily: this package imports without it.
+The GitHub layer calls the engine in-process only through :class:`PipelineRunner`, so tests can
+hand in RunResults they built and the engine can change without touching publishing. The default
+runner imports :func:`kernelopt_bot.pipeline.run_pipeline` lazily: this package imports without it.
+On several GPUs a job is instead a ``kernelopt optimize`` process (:func:`fleet_job`, run by
+:mod:`kernelopt_bot.fleet`) given the same settings as flags, into the same folder.
 
 A job that fails (the runner raises, or returns ``status="failed"``) never stops the others; it
 is recorded as a failed :class:`~kernelopt_bot.result.RunResult` and reported.
@@ -27,8 +29,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from kernelopt_bot.candidate import DEFAULT_GAMMA
+from kernelopt_bot.compile.settings import CompileSettings
 from kernelopt_bot.config import KerneloptConfig, TargetConfig
+from kernelopt_bot.fleet import FleetJob
 from kernelopt_bot.result import RunResult
+from kernelopt_bot.search.llm.config import KEY_ENV_VARS
 from kernelopt_bot.stitch.pack import KernelPack
 
 
@@ -70,29 +75,42 @@ class DefaultRunner:
         self.repo_root = repo_root.resolve()
 
     def run(self, target_cfg: TargetJob, out_dir: Path) -> RunResult:
-        from kernelopt_bot.compile.settings import CompileSettings
         from kernelopt_bot.pipeline import run_pipeline  # lazy: the engine is optional to import this
 
         if str(self.repo_root) not in sys.path:
             sys.path.insert(0, str(self.repo_root))  # for pkg.mod:factory entries
-        entry = target_cfg.entry
-        if entry.endswith(".py"):
-            entry = str(self.repo_root / entry)
-        if target_cfg.kind is not None:
-            from kernelopt_bot.target_kinds import target_kind
-
-            found = target_kind(entry)
-            if found != target_cfg.kind:
-                failed = _failed(target_cfg, f"{target_cfg.entry} is a {found} target, not the "
-                                             f"{target_cfg.kind} target the config says")
-                failed.error_kind = "bad input"
-                return failed
         # The command to reproduce is for a maintainer's checkout: the entry as the config names
         # it, relative to the repository root, not this runner's absolute path.
-        return run_pipeline(entry, device=target_cfg.device, dtype=target_cfg.dtype, out_dir=out_dir,
-                            budget=dict(target_cfg.budget), gamma=target_cfg.gamma, llm=target_cfg.llm,
-                            shown_as=target_cfg.entry,
+        return run_pipeline(_entry(target_cfg, self.repo_root), device=target_cfg.device, dtype=target_cfg.dtype,
+                            out_dir=out_dir, budget=dict(target_cfg.budget), gamma=target_cfg.gamma,
+                            llm=target_cfg.llm, shown_as=target_cfg.entry, kind=target_cfg.kind,
                             compile_settings=CompileSettings.from_json(target_cfg.compile), train=target_cfg.train)
+
+
+def _entry(job: TargetJob, repo_root: Path) -> str:
+    """The job's target as the engine takes it: a ``.py`` entry as a path under the repository."""
+    return str(repo_root.resolve() / job.entry) if job.entry.endswith(".py") else job.entry
+
+
+def fleet_job(job: TargetJob, repo_root: Path, out_dir: Path, timeout_s: float) -> FleetJob:
+    """``job`` as a ``kernelopt optimize`` run into ``out_dir``: what :class:`DefaultRunner` gives
+    the pipeline, as the CLI's flags. The LLM key stays in the environment (the variable the config
+    names, then the usual ones), kept for the trusted optimize process only."""
+    flags = [arg for key, value in job.budget.items() for arg in ("--budget", f"{key}={json.dumps(value)}")]
+    flags += ["--gamma", str(job.gamma), "--shown-as", job.entry, *CompileSettings.from_json(job.compile).cli_args()]
+    if job.kind is not None:
+        flags += ["--kind", job.kind]
+    if job.train:
+        flags += ["--train"]
+    secrets: tuple[str, ...] = ()
+    if job.llm and job.llm.get("base_url"):
+        flags += ["--llm-base-url", str(job.llm["base_url"])]
+        for key in ("model", "api_key_env"):
+            if job.llm.get(key):
+                flags += [f"--llm-{key.replace('_', '-')}", str(job.llm[key])]
+        secrets = tuple(dict.fromkeys([*filter(None, [job.llm.get("api_key_env")]), *KEY_ENV_VARS]))
+    return FleetJob(name=job.name, target=_entry(job, repo_root), dtype=job.dtype, out=out_dir, timeout_s=timeout_s,
+                    device=job.device, flags=tuple(flags), pythonpath=(str(repo_root.resolve()),), secrets=secrets)
 
 
 def make_jobs(cfg: KerneloptConfig, targets: Iterable[TargetConfig], *, budget: int | None = None,
@@ -134,14 +152,31 @@ def _failed(job: TargetJob, error: str) -> RunResult:
                      status="failed", error=error)
 
 
+def job_folder(results_dir: Path, job: TargetJob) -> Path:
+    """The job's own folder, with the job (less its secrets) written in it before it runs."""
+    out = results_dir / job.slug
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "job.json").write_text(json.dumps(job.public(), indent=2) + "\n")
+    return out
+
+
+def record(job: TargetJob, result: RunResult, out: Path, seconds: float, log: Any = None) -> JobOutcome:
+    """Write a job's result into its folder as every front door reads it back."""
+    result.name = job.name  # the display name is the config's: the engine may call a target by its entry
+    if result.seconds is None:
+        result.seconds = round(seconds, 3)
+    result.save(out / "result.json")
+    if log is not None:
+        log(f"{job.slug}: {result.status}" + (f" ({result.error})" if result.error else ""))
+    return JobOutcome(job, result, out)
+
+
 def run_jobs(runner: PipelineRunner, jobs: Iterable[TargetJob], results_dir: Path,
              log: Any = None) -> list[JobOutcome]:
     """Run every job; a job that raises is recorded as failed and the next one runs."""
     outcomes = []
     for job in jobs:
-        out = results_dir / job.slug
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "job.json").write_text(json.dumps(job.public(), indent=2) + "\n")
+        out = job_folder(results_dir, job)
         start = time.monotonic()
         try:
             result = runner.run(job, out)
@@ -151,14 +186,7 @@ def run_jobs(runner: PipelineRunner, jobs: Iterable[TargetJob], results_dir: Pat
             detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
             result = _failed(job, detail)
             (out / "traceback.txt").write_text(traceback.format_exc())
-        # The display name is the config's: the engine may call a target by its entry.
-        result.name = job.name
-        if result.seconds is None:
-            result.seconds = round(time.monotonic() - start, 3)
-        result.save(out / "result.json")
-        if log is not None:
-            log(f"{job.slug}: {result.status}" + (f" ({result.error})" if result.error else ""))
-        outcomes.append(JobOutcome(job, result, out))
+        outcomes.append(record(job, result, out, time.monotonic() - start, log))
     return outcomes
 
 

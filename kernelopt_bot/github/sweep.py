@@ -27,6 +27,7 @@ from typing import Any
 
 from kernelopt_bot.config import KerneloptConfig
 from kernelopt_bot.errors import BadInputError
+from kernelopt_bot.fleet import Fleet, FleetResult
 from kernelopt_bot.github.dryrun import git
 from kernelopt_bot.github.gateway import Gateway, ProposalRef
 from kernelopt_bot.github.proposal import (
@@ -45,20 +46,20 @@ from kernelopt_bot.github.runner import (
     JobOutcome,
     PipelineRunner,
     TargetJob,
+    fleet_job,
+    job_folder,
     load_outcomes,
     make_jobs,
+    record,
     run_jobs,
 )
-from kernelopt_bot.result import RunResult
 from kernelopt_bot.shards import Shard
 from kernelopt_bot.stitch.pack import KernelPack
 
 HISTORY_SCHEMA = "kernelopt-history/1"
 HISTORY_KEEP = 200
 MOVE_THRESHOLD = 0.02  # a speedup that moved by more than 2% updates the pack's recorded numbers
-DEFAULT_RUNNER = "kernelopt_bot.github.runner.DefaultRunner"  # what GPU workers build, by import path
-POOL_JOB = "kernelopt_bot.github.sweep.pool_job"
-JOB_TIMEOUT_S = 1800.0  # per job on a GPU worker; a hang past it costs the job, not the shard
+JOB_TIMEOUT_S = 1800.0  # per job on a GPU; a hang past it costs the job, not the shard
 
 
 # --- plan and shards ------------------------------------------------------------------------------
@@ -86,14 +87,14 @@ def shard_jobs(cfg: KerneloptConfig, index: int, total: int) -> list[TargetJob]:
 
 
 def run_shard(cfg: KerneloptConfig, runner: PipelineRunner | None, index: int, total: int, out: Path,
-              log: Any = None, *, gpus: list[int | None] | None = None, runner_path: str = DEFAULT_RUNNER,
-              repo_root: Path | None = None, job_timeout_s: float | None = None) -> list[JobOutcome]:
+              log: Any = None, *, gpus: list[int] | None = None, repo_root: Path | None = None,
+              job_timeout_s: float | None = None, cores: int | None = None) -> list[JobOutcome]:
     """Run one shard's jobs; failures are recorded, never raised.
 
-    ``gpus=None`` runs them one after another with ``runner``. With ``gpus`` they go through a
-    :class:`~kernelopt_bot.gpu_pool.GpuPool`, one worker per GPU, each building its own runner from
-    ``runner_path`` (an importable factory taking the repository root), and the results land in the
-    same folders as a sequential run's.
+    ``gpus=None`` runs them one after another with ``runner``, in this process (as the PR flows
+    do). With ``gpus`` each job is a ``kernelopt optimize`` process on one of them
+    (:mod:`kernelopt_bot.fleet`), entries resolved against ``repo_root``, and the results land in
+    the same folders as a sequential run's.
     """
     out.mkdir(parents=True, exist_ok=True)
     jobs = shard_jobs(cfg, index, total)
@@ -103,9 +104,8 @@ def run_shard(cfg: KerneloptConfig, runner: PipelineRunner | None, index: int, t
         outcomes = run_jobs(runner, jobs, out, log=log)
         ran_on: dict[str, int | None] = {j.slug: None for j in jobs}
     else:
-        outcomes, ran_on = run_jobs_on_gpus(jobs, out, gpus=gpus, runner_path=runner_path,
-                                            repo_root=repo_root or Path.cwd(),
-                                            job_timeout_s=job_timeout_s or job_timeout(cfg), log=log)
+        outcomes, ran_on = run_jobs_on_gpus(jobs, out, gpus=gpus, repo_root=repo_root or Path.cwd(),
+                                            job_timeout_s=job_timeout_s or job_timeout(cfg), log=log, cores=cores)
     # Named per shard: the merge job downloads every shard into one folder (merge-multiple).
     (out / f"shard-{index}-of-{total}.json").write_text(json.dumps({
         "shard": f"{index}/{total}", "jobs": [j.slug for j in jobs],
@@ -118,72 +118,33 @@ def run_shard(cfg: KerneloptConfig, runner: PipelineRunner | None, index: int, t
 # --- several GPUs ---------------------------------------------------------------------------------
 
 def job_timeout(cfg: KerneloptConfig) -> float:
-    """A job's deadline on a GPU worker: generous next to the search's wall budget, which does not
-    cover capture, compilation and the end-to-end benchmark."""
+    """A job's deadline on a GPU: generous next to the search's wall budget, which does not cover
+    capture, compilation and the end-to-end benchmark."""
     wall = cfg.budget.wall_seconds
     return max(JOB_TIMEOUT_S, 4 * wall) if wall else JOB_TIMEOUT_S
 
 
-def pool_job(job: dict[str, Any]) -> dict[str, Any]:
-    """One (target, dtype) job inside a GPU worker, written to its folder exactly as ``run_jobs`` does.
+def run_jobs_on_gpus(jobs: list[TargetJob], out: Path, *, gpus: list[int], repo_root: Path, job_timeout_s: float,
+                     log: Any = None, cores: int | None = None) -> tuple[list[JobOutcome], dict[str, int | None]]:
+    """``run_jobs`` on several GPUs through the fleet: outcomes in job order, and which GPU ran each.
 
-    A run that failed the way a GPU fails (a CUDA error, out of memory) raises ``GpuFailure`` so
-    the pool retries it on another GPU with a fresh process.
+    A job whose process crashed, hung or failed like a GPU on every GPU it tried is recorded as
+    failed with the reasons, so the shard's results stay complete.
     """
-    from kernelopt_bot.gpu_pool import GpuFailure, looks_like_gpu_failure, resolve
+    folders = [job_folder(out, j) for j in jobs]
+    fleet_jobs = [fleet_job(j, repo_root, folder.resolve(), job_timeout_s) for j, folder in zip(jobs, folders)]
 
-    runner = resolve(job["runner"])(Path(job["repo_root"]))
-    target: TargetJob = job["target"]
-    outcome = run_jobs(runner, [target], Path(job["out"]))[0]
-    if outcome.failed and looks_like_gpu_failure(outcome.result.error):
-        raise GpuFailure(outcome.result.error or "GPU failure", value=target.slug)
-    return {"slug": target.slug, "status": outcome.result.status}
-
-
-def run_jobs_on_gpus(jobs: list[TargetJob], out: Path, *, gpus: list[int | None], runner_path: str,
-                     repo_root: Path, job_timeout_s: float, log: Any = None,
-                     cores: int | None = None) -> tuple[list[JobOutcome], dict[str, int | None]]:
-    """``run_jobs`` on a pool of GPU workers: outcomes in job order, and which GPU ran each job.
-
-    A job the pool gave up on (its worker died or hung, or it failed like a GPU twice) is recorded
-    as failed with the pool's reason, so the shard's results stay complete.
-    """
-    from kernelopt_bot.gpu_pool import GpuPool
-
-    for j in jobs:  # also written by the worker; here so that a job whose worker died has it
-        (out / j.slug).mkdir(parents=True, exist_ok=True)
-        (out / j.slug / "job.json").write_text(json.dumps(j.public(), indent=2) + "\n")
-    payloads = [{"runner": runner_path, "repo_root": str(repo_root), "target": j, "out": str(out.resolve())}
-                for j in jobs]
-
-    def finished(res: Any) -> None:
+    def finished(ran: FleetResult) -> None:
         if log is not None:
-            job = jobs[res.job_index]
-            retried = f", after {res.attempts} attempts" if res.attempts > 1 else ""
-            status = res.value["status"] if res.ok else f"failed ({res.error})"
-            log(f"{job.slug}: {status} [gpu {res.gpu}{retried}]")
+            retried = f", after {ran.attempts} attempts" if ran.attempts > 1 else ""
+            status = ran.result.status + (f" ({ran.result.error})" if ran.result.error else "")
+            log(f"{jobs[ran.index].slug}: {status} [gpu {ran.gpu}{retried}]")
 
     if log is not None:
-        log(f"{len(jobs)} job(s) on {len(gpus)} worker(s): gpus {', '.join(map(str, gpus))}")
-    results = GpuPool(gpus, job_timeout_s=job_timeout_s, cores=cores, log=log).map(POOL_JOB, payloads,
-                                                                                   on_result=finished)
-    outcomes = []
-    for job, res in zip(jobs, results):
-        folder = out / job.slug
-        result_file = folder / "result.json"
-        if res.ok and result_file.is_file():
-            result = RunResult.load(result_file)
-        else:
-            result = RunResult.load(result_file) if result_file.is_file() else RunResult(
-                target=job.entry, name=job.name, device=job.device or "auto", dtype=job.dtype, status="failed")
-            result.status = "failed"
-            result.error = res.error or "no result.json"
-            result.name = job.name
-            if result.seconds is None:
-                result.seconds = res.seconds
-            result.save(result_file)
-        outcomes.append(JobOutcome(job, result, folder))
-    return outcomes, {job.slug: res.gpu for job, res in zip(jobs, results)}
+        log(f"{len(jobs)} job(s) on {len(gpus)} GPU(s): {', '.join(map(str, gpus))}")
+    results = Fleet(gpus, cores=cores, log=log).run(fleet_jobs, on_result=finished)
+    outcomes = [record(job, ran.result, folder, ran.seconds) for job, ran, folder in zip(jobs, results, folders)]
+    return outcomes, {job.slug: ran.gpu for job, ran in zip(jobs, results)}
 
 
 # --- history --------------------------------------------------------------------------------------

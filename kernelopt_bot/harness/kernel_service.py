@@ -51,7 +51,7 @@ T = TypeVar("T")
 
 
 def compile_threads() -> int:
-    """Threads for compiling variants: every core, or a multi-GPU pool worker's share of them
+    """Threads for compiling variants: every core, or a multi-GPU fleet job's share of them
     (``KERNELOPT_COMPILE_THREADS``)."""
     return int(os.environ.get("KERNELOPT_COMPILE_THREADS") or os.cpu_count() or 1)
 

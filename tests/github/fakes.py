@@ -6,6 +6,7 @@ The engine is tested elsewhere; these tests prove what the GitHub layer does wit
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -76,3 +77,18 @@ class FakeRunner:
             write_pack(target_cfg, out_dir, result, self.kernels)
         (out_dir / "report.md").write_text(f"# {target_cfg.name}\n")
         return result
+
+
+@dataclass
+class GpuAwareRunner(FakeRunner):
+    """``FakeRunner`` whose plan may also say ``cuda@N``: a CUDA error on GPU N (the process's
+    ``CUDA_VISIBLE_DEVICES``), verified elsewhere."""
+
+    def run(self, target_cfg: TargetJob, out_dir: Path) -> RunResult:
+        what = self.plan.get(target_cfg.name, "")
+        if what.startswith("cuda@"):
+            self.calls.append(target_cfg.slug)
+            if what == f"cuda@{os.environ.get('CUDA_VISIBLE_DEVICES', '')}":
+                return make_result(target_cfg, "failed", error="CUDA error: unspecified launch failure")
+            return FakeRunner(default="verified").run(target_cfg, out_dir)
+        return super().run(target_cfg, out_dir)
