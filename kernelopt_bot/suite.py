@@ -39,10 +39,16 @@ class Problem:
     path: str  # relative to the suite root
     level: int
     dtype: str
+    train: bool = False  # a training step (optimize --train), apart from the same file's inference problem
 
     @property
     def slug(self) -> str:
-        return f"l{self.level}_{Path(self.path).stem}_{self.dtype}"
+        return f"l{self.level}_{Path(self.path).stem}_{self.dtype}" + ("_train" if self.train else "")
+
+    @property
+    def group(self) -> str:
+        """The row of the per-level table it counts in: ``1``, or ``1 train`` for training steps."""
+        return f"{self.level} train" if self.train else str(self.level)
 
 
 @dataclass
@@ -90,14 +96,14 @@ class SuiteResult:
 
     def levels(self) -> dict[str, dict[str, Any]]:
         out: dict[str, dict[str, Any]] = {}
-        for level in sorted({p.problem.level for p in self.problems}):
-            rows = [p for p in self.problems if p.problem.level == level]
+        for level, train in sorted({(p.problem.level, p.problem.train) for p in self.problems}):
+            rows = [p for p in self.problems if (p.problem.level, p.problem.train) == (level, train)]
             measured = [p for p in rows if p.speedup is not None]
             # On a GPU a failed or unverified problem keeps the compiler's code: it counts as 1.0.
             vs_default = ([p.speedup if p.status == "ok" and p.speedup is not None else 1.0 for p in rows]
                           if self.device == "cuda" else [])
             vs_mant = [p.speedup_vs_mant for p in measured if p.speedup_vs_mant is not None]
-            out[str(level)] = {
+            out[rows[0].problem.group] = {
                 "problems": len(rows),
                 "measured": len(measured),
                 "failed": sum(1 for p in rows if p.status != "ok"),
@@ -130,7 +136,7 @@ def load_problems(root: Path, dtypes: tuple[str, ...] | None = None,
             entries = json.loads(manifest.read_text())["problems"]
             for e in entries:
                 for dtype in e.get("dtypes", ["fp32"]):
-                    problems.append(Problem(e["path"], int(e["level"]), dtype))
+                    problems.append(Problem(e["path"], int(e["level"]), dtype, bool(e.get("train", False))))
         except (KeyError, TypeError, ValueError) as exc:
             raise BadInputError(f"{manifest}: not a suite manifest ({exc})") from exc
     else:
@@ -150,7 +156,7 @@ def load_problems(root: Path, dtypes: tuple[str, ...] | None = None,
 def _fleet_job(root: Path, problem: Problem, out: Path, *, device: str | None, budget: list[str], gamma: float,
                timeout_s: float, store: Path, settings: CompileSettings) -> FleetJob:
     """A problem as one ``kernelopt optimize`` run into ``out/problems/<slug>``."""
-    flags = ["--store", str(store), "--gamma", str(gamma)]
+    flags = ["--store", str(store), "--gamma", str(gamma)] + (["--train"] if problem.train else [])
     for item in budget:
         flags += ["--budget", item]
     return FleetJob(name=Path(problem.path).stem, target=str(root / problem.path), dtype=problem.dtype,
@@ -177,8 +183,10 @@ def _reference_step(reference: bool, settings: CompileSettings,
     the optimize time, when optimize's budget left it unmeasured and there is a speedup to compare."""
 
     def step(job: FleetJob, run: RunResult, on_slot: OnSlot) -> float | None:
+        # (`kernelopt modes` compiles for inference: a training step's reference is optimize's own
+        # measurement of the options, or none)
         if not (reference and run.device == "cuda" and run.speedup is not None and settings.is_default
-                and _mant_of(run, settings) is None):
+                and not run.train and _mant_of(run, settings) is None):
             return None
         return reference_speedup(Path(job.target), job.dtype, run.device, log_dir=job.out, run=on_slot,
                                  timeout_s=max(60.0, timeout_s - (run.seconds or 0.0)))
@@ -362,7 +370,7 @@ def markdown(suite: SuiteResult) -> str:
               "|---|---|---|---|---|---|---|---|---|"]
     for p in suite.problems:
         status = p.status if not p.error else f"{p.status}: {p.error[:80]}"
-        lines.append(f"| {p.problem.path} | {p.problem.dtype} | {status.replace('|', '/')} | {_fmt(p.baseline_ms, '.4f')} | "
+        lines.append(f"| {p.problem.path}{' (training step)' if p.problem.train else ''} | {p.problem.dtype} | {status.replace('|', '/')} | {_fmt(p.baseline_ms, '.4f')} | "
                      f"{_fmt(p.optimized_ms, '.4f')} | {_fmt(p.speedup)} | {_fmt(p.speedup_vs_mant)} | "
                      f"{p.verified_kernels} | {p.seconds:.0f} |")
     return "\n".join(lines) + "\n"

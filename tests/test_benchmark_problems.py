@@ -35,8 +35,11 @@ MAX_FULL_BYTES = 20 * GB
 # Tiny sizes go through a slow CPU Triton interpreter in CI.
 MAX_TINY_NUMEL = 512
 
-CASES = [pytest.param(p, dt, id=f"{p['path']}-{dt}") for p in PROBLEMS for dt in p["dtypes"]]
-BY_PROBLEM = [pytest.param(p, id=p["path"]) for p in PROBLEMS]
+INFERENCE = [p for p in PROBLEMS if not p.get("train")]
+TRAINING = [p for p in PROBLEMS if p.get("train")]  # the same files, each call one training step
+CASES = [pytest.param(p, dt, id=f"{p['path']}-{dt}") for p in INFERENCE for dt in p["dtypes"]]
+BY_PROBLEM = [pytest.param(p, id=p["path"]) for p in INFERENCE]
+TRAIN_CASES = [pytest.param(p, dt, id=f"{p['path']}-{dt}-train") for p in TRAINING for dt in p["dtypes"]]
 
 
 def _outputs(out: Any) -> list[Any]:
@@ -73,8 +76,10 @@ class _CountCreated(TorchDispatchMode):
 
 def test_suite_lists_every_problem_file() -> None:
     on_disk = {p.relative_to(BENCHMARKS).as_posix() for p in BENCHMARKS.glob("level*/*.py")}
-    listed = [p["path"] for p in PROBLEMS]
+    listed = [p["path"] for p in INFERENCE]
     assert len(listed) == len(set(listed)), "a problem is listed twice in suite.json"
+    trained = [p["path"] for p in TRAINING]
+    assert len(trained) == len(set(trained)) and set(trained) <= set(listed), trained
     assert set(listed) == on_disk, (
         f"not in suite.json: {sorted(on_disk - set(listed))}; missing on disk: {sorted(set(listed) - on_disk)}"
     )
@@ -92,10 +97,10 @@ def test_suite_entries_are_well_formed() -> None:
 
 
 def test_problem_count_per_level() -> None:
-    counts = {level: sum(p["level"] == level for p in PROBLEMS) for level in MIN_PER_LEVEL}
+    counts = {level: sum(p["level"] == level for p in INFERENCE) for level in MIN_PER_LEVEL}
     for level, minimum in MIN_PER_LEVEL.items():
         assert counts[level] >= minimum, f"level {level}: {counts[level]} problems, want >= {minimum}"
-    gemms = [p["path"] for p in PROBLEMS if p["level"] == 1 and "matmul" in p["path"]]
+    gemms = [p["path"] for p in INFERENCE if p["level"] == 1 and "matmul" in p["path"]]
     assert len(gemms) == 1, f"level 1 has exactly one GEMM, found {gemms}"
 
 
@@ -152,3 +157,25 @@ def test_full_size_fills_an_h200_without_allocating(problem: dict[str, Any], mon
     # A problem sized to test memory planning says how large it may be (``max_full_gb``).
     limit = problem.get("max_full_gb", MAX_FULL_BYTES / GB) * GB
     assert total <= limit, f"full size needs up to {total / GB:.1f} GB"
+
+
+def test_training_problems_cover_a_norm_a_loss_an_mlp_and_an_attention_block() -> None:
+    names = " ".join(p["path"] for p in TRAINING)
+    for kind in ("norm", "entropy", "mlp", "attention"):
+        assert kind in names, f"no training problem for {kind}: {names}"
+
+
+@pytest.mark.parametrize(("problem", "dtype"), TRAIN_CASES)
+def test_training_step_runs_eagerly_at_tiny_size(
+    problem: dict[str, Any], dtype: str, device: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The step gives a finite loss and a finite, not all-zero gradient for every parameter and
+    floating input (a gradient that is identically zero would let a wrong backward kernel pass)."""
+    monkeypatch.setenv("KERNELOPT_EXAMPLE_SIZE", "tiny")
+    target = load_target(str(BENCHMARKS / problem["path"]), device, dtype, train=True)
+    step = target.eager(*target.make_inputs(0))
+    assert torch.isfinite(step["loss"]).all()
+    assert step["grads"], "no gradients"
+    for label, grad in zip(target.training.labels, step["grads"]):  # type: ignore[union-attr]
+        assert torch.isfinite(grad).all(), label
+        assert grad.abs().max() > 0, f"{label} is zero"

@@ -205,3 +205,29 @@ def test_a_suite_over_other_settings_says_so_and_shards_over_different_ones_do_n
     with pytest.raises(BadInputError, match="different baselines"):
         merge([tmp_path / "a", tmp_path / "b"])
     assert merge([tmp_path / "a", tmp_path / "a"]).compile == mant.compile
+
+
+def test_a_training_problem_runs_as_a_training_step_and_counts_in_its_own_row(tmp_path: Path) -> None:
+    """A suite.json entry with ``"train": true`` is the same file's training step: its own slug,
+    optimize run with --train, and its own row in the per-level table."""
+    from kernelopt_bot.suite import run_problem
+
+    root = tmp_path / "suite"
+    (root / "level1").mkdir(parents=True)
+    shutil.copy(Path(__file__).parent / "train_targets" / "linear_bias.py", root / "level1" / "linear.py")
+    (root / "suite.json").write_text(json.dumps({"problems": [
+        {"path": "level1/linear.py", "level": 1, "dtypes": ["fp32"]},
+        {"path": "level1/linear.py", "level": 1, "dtypes": ["fp32"], "train": True},
+    ]}))
+    inference, training = load_problems(root)
+    assert (inference.slug, training.slug) == ("l1_linear_fp32", "l1_linear_fp32_train")
+    res = run_problem(root, training, tmp_path / "out", device="cpu", budget=["candidates=0", "compile_options=false"],
+                      gamma=1.03, timeout_s=600, store=tmp_path / "store.db", reference=False)
+    assert res.status == "ok", res.error
+    result = json.loads((tmp_path / "out" / "problems" / "l1_linear_fp32_train" / "result.json").read_text())
+    assert result["train"] is True and [k["phase"] for k in result["kernels"]] == ["backward"]
+    suite = SuiteResult(device="cuda", problems=[
+        ProblemResult(inference, "ok", 1.2, None, 1.0, 0.8, 1, 1.0),
+        ProblemResult(training, "ok", 1.1, None, 2.0, 1.8, 1, 1.0)])
+    assert set(suite.levels()) == {"1", "1 train"}
+    assert "level1/linear.py (training step)" in markdown(suite)
