@@ -1,7 +1,7 @@
 """kernelopt-bot: verified Triton kernel replacements for torch.compile'd models.
 
 Importing the package imports nothing heavy: the production runtime
-(:mod:`kernelopt_bot.stitch.runtime`) needs torch and triton only.
+(:mod:`kernelopt_bot.pack.runtime`) needs torch and triton only.
 """
 
 from __future__ import annotations

@@ -12,13 +12,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kernelopt_bot.stitch.export import lookup_key_or_none
-from kernelopt_bot.stitch.pack import KernelPack, LaunchConfig, PackEntry, PackError, integer_arguments
-from kernelopt_bot.stitch.runtime import running_environment
+from kernelopt_bot.pack.export import lookup_key_or_none
+from kernelopt_bot.pack.format import KernelPack, LaunchConfig, PackEntry, PackError, integer_arguments
+from kernelopt_bot.pack.runtime import running_environment
 
 if TYPE_CHECKING:
-    from kernelopt_bot.compile.artifact import TritonKernel
-    from kernelopt_bot.compile.capture import Capture
+    from kernelopt_bot.capture.artifact import TritonKernel
+    from kernelopt_bot.capture.recorder import Capture
 
 # The least end-to-end speedup a replacement needs to be accepted (gate 4): one value for the CLI,
 # the configuration, the suite, the bot and the gates.

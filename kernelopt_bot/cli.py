@@ -24,7 +24,7 @@ import click
 from rich.markup import escape
 
 from kernelopt_bot.candidate import DEFAULT_GAMMA
-from kernelopt_bot.compile.settings import COMPILE_MODES
+from kernelopt_bot.capture.settings import COMPILE_MODES
 from kernelopt_bot.errors import KerneloptError
 from kernelopt_bot.target_kinds import KINDS
 
@@ -67,7 +67,7 @@ def handle_errors(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from kernelopt_bot.harness.model_worker import ArmRaised
+        from kernelopt_bot.harness.arm_process import ArmRaised
 
         try:
             return fn(*args, **kwargs)
@@ -159,7 +159,7 @@ def inspect(target: str, device: str | None, dtype: str, train: bool, as_json: b
     if target_kind(target) == "helion":
         _inspect_helion(target, device, dtype, as_json)
         return
-    from kernelopt_bot.compile.capture import capture
+    from kernelopt_bot.capture.recorder import capture
     from kernelopt_bot.profiling import profile
     from kernelopt_bot.targets import load_target
 
@@ -291,7 +291,7 @@ def _print_inspect(label: str, art: Any, prof: Any) -> None:
 
 def _load_pack(path: str) -> Any:
     from kernelopt_bot.errors import BadInputError
-    from kernelopt_bot.stitch.pack import KernelPack, PackError
+    from kernelopt_bot.pack.format import KernelPack, PackError
 
     try:
         return KernelPack.load(path)
@@ -345,9 +345,9 @@ def bench(target: str, pack_path: str | None, patch_path: str | None, device: st
     if patch_path is not None:
         _bench_patch(target, patch_path, device, dtype, rounds, reps, as_json)
         return
-    from kernelopt_bot.compile.settings import check_config, parse_config_items
+    from kernelopt_bot.capture.settings import check_config, parse_config_items
+    from kernelopt_bot.harness.arm_process import ArmRaised
     from kernelopt_bot.harness.bench import bench as run_bench
-    from kernelopt_bot.harness.model_worker import ArmRaised
     from kernelopt_bot.targets import load_target
 
     config = check_config(parse_config_items(config_items), "--inductor-config")
@@ -396,8 +396,8 @@ def _bench_patch(target: str, patch_path: str, device: str, dtype: str, rounds: 
     import tempfile
 
     from kernelopt_bot.errors import BadInputError
+    from kernelopt_bot.harness.arm_process import ArmRaised
     from kernelopt_bot.harness.bench import bench_patch
-    from kernelopt_bot.harness.model_worker import ArmRaised
 
     folder = Path(target).resolve().parent
     patch = Path(patch_path).resolve()
@@ -506,7 +506,7 @@ def optimize(target: str, out_dir: str | None, device: str | None, dtype: str, b
     """
     import os
 
-    from kernelopt_bot.compile.settings import CompileSettings
+    from kernelopt_bot.capture.settings import CompileSettings
 
     budget = _parse_budget(budget_items)
     # Keys are checked in the engine, which imports Inductor (a bad one: exit 2 there).
@@ -590,7 +590,7 @@ def modes(target: str, device: str | None, dtype: str, option_labels: tuple[str,
     """
     device = _start(target, device)
     from kernelopt_bot.errors import BadInputError
-    from kernelopt_bot.harness.arena import Arena
+    from kernelopt_bot.harness.model_arms import ModelArms
     from kernelopt_bot.search.compile_options import COMPILE_OPTIONS, recommend
     from kernelopt_bot.targets import dtype_name, load_target
 
@@ -603,8 +603,8 @@ def modes(target: str, device: str | None, dtype: str, option_labels: tuple[str,
         progress.step(f"loading {target}")
         tgt = load_target(target, device, dtype)
         progress.step(f"compiling the default and {len(chosen)} option(s), each in its own process")
-        with Arena(tgt.spec, tgt.device, dtype_name(tgt.dtype)) as arena:
-            recs = recommend(arena, tgt, gamma=gamma, rounds=rounds, options=chosen)
+        with ModelArms(tgt.spec, tgt.device, dtype_name(tgt.dtype)) as model_arms:
+            recs = recommend(model_arms, tgt, gamma=gamma, rounds=rounds, options=chosen)
     if as_json:
         click.echo(json.dumps([asdict(r) for r in recs]))
         return
@@ -641,7 +641,7 @@ def suite(suite_dir: str, out_dir: str, shard: str, device: str | None, dtypes: 
           only: tuple[str, ...], budget_items: tuple[str, ...], gamma: float, timeout_s: float,
           gpus: str | None, reference: bool, mode: str | None, config_items: tuple[str, ...]) -> None:
     """Run `kernelopt optimize` on every problem of SUITE_DIR, each in its own process."""
-    from kernelopt_bot.compile.settings import CompileSettings
+    from kernelopt_bot.capture.settings import CompileSettings
     from kernelopt_bot.errors import BadInputError
     from kernelopt_bot.gpu_pool import cuda_device_count, select_gpus
     from kernelopt_bot.shards import Shard
@@ -708,7 +708,7 @@ def verify(target: str, kernel_name: str, candidate_path: str, device: str | Non
         raise BadInputError(f"{candidate_path}: no such file")
     device = _start(target, device)
     from kernelopt_bot.candidate import Candidate, CandidateError
-    from kernelopt_bot.compile.capture import capture
+    from kernelopt_bot.capture.recorder import capture
     from kernelopt_bot.targets import load_target
     from kernelopt_bot.verify.cascade import Cascade, VerifyOptions
     from kernelopt_bot.verify.sandbox import SandboxLimits
@@ -758,7 +758,7 @@ def verify(target: str, kernel_name: str, candidate_path: str, device: str | Non
 def _launch_config(text: str) -> Any:
     """``--config``: flat or a pack's form (:meth:`LaunchConfig.from_user_json`)."""
     from kernelopt_bot.errors import BadInputError
-    from kernelopt_bot.stitch.pack import LaunchConfig, PackError
+    from kernelopt_bot.pack.format import LaunchConfig, PackError
 
     try:
         return LaunchConfig.from_user_json(json.loads(text))
@@ -797,10 +797,10 @@ def pin(target: str, kernel_name: str, config_json: str | None, source_file: str
         raise BadInputError("give --config, --source, or both")
     config = _launch_config(config_json) if config_json else None
     device = _start(target, device)
-    from kernelopt_bot.compile.capture import capture
-    from kernelopt_bot.stitch.export import lookup_key_or_none
-    from kernelopt_bot.stitch.pack import KernelPack, PackEntry
-    from kernelopt_bot.stitch.runtime import running_environment
+    from kernelopt_bot.capture.recorder import capture
+    from kernelopt_bot.pack.export import lookup_key_or_none
+    from kernelopt_bot.pack.format import KernelPack, PackEntry
+    from kernelopt_bot.pack.runtime import running_environment
     from kernelopt_bot.targets import load_target
     from kernelopt_bot.verify.static import check_config
 

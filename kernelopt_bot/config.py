@@ -34,7 +34,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from kernelopt_bot.candidate import DEFAULT_GAMMA
-from kernelopt_bot.compile.settings import CompileMode
+from kernelopt_bot.capture.settings import CompileMode
 from kernelopt_bot.errors import BadInputError
 
 DTYPES = ("fp32", "bf16", "fp16")
@@ -236,7 +236,7 @@ class KerneloptConfig(_Strict):
     gamma: float = Field(default=DEFAULT_GAMMA, ge=1.0, le=10.0,
                          description="The least end-to-end speedup a replacement needs to be accepted (gate 4).")
     llm: LLMConfig | None = Field(default=None,
-                                  description="LLM agents for the search; without it the offline tuner searches "
+                                  description="LLM agents for the search; without it the timed tuner searches "
                                               "alone. Always read from the base branch's file.")
     publish: PublishConfig = Field(default_factory=PublishConfig, description="How the follow-up PR is opened.")
     ignore: list[str] = Field(default_factory=list,

@@ -1,7 +1,7 @@
 """``kernelopt export PACK --format inductor``: a pack's pinned configs for stock PyTorch.
 
 Writes the config-only entries of a pack as a JSON ``torch._inductor.config.autotune_lookup_table``
-(see :mod:`kernelopt_bot.stitch.export`) and prints the three lines that load it, so a user who
+(see :mod:`kernelopt_bot.pack.export`) and prints the three lines that load it, so a user who
 only pins launch configs needs no kernelopt import in production. Entries the table cannot
 express (new kernel source, no recorded lookup key, ...) stay in the pack; each is named with the
 reason. Needs no torch: the keys were recorded when the pack was made.
@@ -15,7 +15,7 @@ from pathlib import Path
 import click
 
 from kernelopt_bot.errors import BadInputError, KerneloptError
-from kernelopt_bot.stitch.pack import Guard
+from kernelopt_bot.pack.format import Guard
 
 
 def default_out(pack_path: Path) -> Path:
@@ -46,8 +46,8 @@ def export(pack_path: str, fmt: str, out_path: str | None) -> None:
 
 
 def _export(pack_path: Path, fmt: str, out_path: Path | None) -> None:
-    from kernelopt_bot.stitch.export import activation_lines, inductor_table
-    from kernelopt_bot.stitch.pack import KernelPack, PackError
+    from kernelopt_bot.pack.export import activation_lines, inductor_table
+    from kernelopt_bot.pack.format import KernelPack, PackError
 
     try:
         pack = KernelPack.load(pack_path)
@@ -69,7 +69,7 @@ def _export(pack_path: Path, fmt: str, out_path: Path | None) -> None:
         click.echo(f"  {entry.kernel_name}: {entry.config.describe()} (pack guard: {_guard_text(entry.guard)}; "
                    "Inductor's table does not check it)")
     if result.kept:
-        click.echo(f"kept in {pack_path} only (load it with kernelopt_bot.stitch.runtime.install):")
+        click.echo(f"kept in {pack_path} only (load it with kernelopt_bot.pack.runtime.install):")
         for entry, reason in result.kept:
             click.echo(f"  {entry.kernel_name}: {reason}")
     if result.table:

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kernelopt_bot.harness.arm_process import ArmRaised
 from kernelopt_bot.harness.bench import compare_arms
 from kernelopt_bot.harness.launcher_arm import LauncherArm
-from kernelopt_bot.harness.model_worker import ArmRaised
 from kernelopt_bot.harness.work_watch import NO_WATCH, WorkWatch
 from kernelopt_bot.launchers import (
     LAUNCH_OPTIONS,
@@ -206,7 +206,7 @@ def _passed_1_to_3(verdict: Verdict) -> bool:
 def device_name(device: str) -> str:
     """The GPU's name, for the note a patch carries."""
     if device == "cuda":
-        from kernelopt_bot.stitch.runtime import running_environment
+        from kernelopt_bot.pack.runtime import running_environment
 
         return running_environment(device).gpu or device
     return "the CPU interpreter"

@@ -269,7 +269,7 @@ def _recording(sink: list[KernelLaunch], forced: dict[str, dict[str, Any]] | Non
 
 def _launch_record(jit: Any, args: tuple[Any, ...], grid: Any, kwargs: dict[str, Any], tuner: Any,
                    tuner_configs: list[Any] | None) -> KernelLaunch:
-    from kernelopt_bot.compile.capture import snapshot
+    from kernelopt_bot.capture.recorder import snapshot
 
     fn = getattr(jit, "fn", jit)
     arg_names = list(getattr(jit, "arg_names", []) or inspect.signature(fn).parameters)

@@ -25,15 +25,15 @@ from typing import Any
 
 from kernelopt_bot import __version__
 from kernelopt_bot.candidate import DEFAULT_GAMMA
-from kernelopt_bot.compile.settings import CompileSettings, check_config, target_settings
+from kernelopt_bot.capture.settings import CompileSettings, check_config, target_settings
 from kernelopt_bot.errors import BadInputError, KerneloptError
 from kernelopt_bot.folders import make_dirs
 from kernelopt_bot.harness.failures import poisoned_in
 from kernelopt_bot.harness.isolation import Channel
 from kernelopt_bot.harness.work_watch import NO_WATCH, WorkWatch
+from kernelopt_bot.pack.format import KernelPack
 from kernelopt_bot.plan import DEFAULT_BUDGET, RunPlan
 from kernelopt_bot.result import RunResult
-from kernelopt_bot.stitch.pack import KernelPack
 from kernelopt_bot.target_kinds import target_kind
 
 FINAL_BENCH_RESERVE_S = 20.0  # seconds kept for the final end-to-end benchmark on a GPU
@@ -110,7 +110,7 @@ def run_pipeline(target: str, *, device: str | None = None, dtype: str = "fp32",
 
     ``shown_as``: the target as its user names it (a path relative to their repository, say), for
     the command to reproduce the run; default ``target``. ``compile_settings``: how the user
-    compiles the model (:mod:`kernelopt_bot.compile.settings`); every compile of the run uses them
+    compiles the model (:mod:`kernelopt_bot.capture.settings`); every compile of the run uses them
     and the baseline is that compile. ``untimed_patch``: a kernel target on a machine without a
     GPU still gets a patch of the configs that pass gates 1-3, marked as not timed. ``kind``: the
     kind of target (module, triton, helion) a caller's config says it is; another kind fails the
@@ -192,7 +192,7 @@ def _engine_llm(llm: dict[str, Any] | None, plan: RunPlan, log: Callable[[str], 
                 ) -> Iterator[tuple[dict[str, Any] | None, list[str], str | None]]:
     """The engine's ``llm`` options, the folders it must reach, and why the agents cannot run
     (``None`` if they can): the key stays here, behind a proxy on a Unix socket; bad settings mean
-    the offline tuner only, as inside the engine, and the result says so."""
+    the timed tuner only, as inside the engine, and the result says so."""
     if not llm or not llm.get("base_url"):
         yield None, [], None
         return
@@ -204,7 +204,7 @@ def _engine_llm(llm: dict[str, Any] | None, plan: RunPlan, log: Callable[[str], 
         settings = LLMSettings.from_env(base_url=llm.get("base_url"), model=llm.get("model"),
                                         api_key_env=llm.get("api_key_env"))
     except BadInputError as exc:
-        log(f"warning: LLM agents disabled ({exc}); using the offline tuner only")
+        log(f"warning: LLM agents disabled ({exc}); using the timed tuner only")
         yield None, [], str(exc)
         return
     # A backstop only: the engine's budget stops first. Each candidate costs a handful of calls
@@ -280,7 +280,7 @@ def _run_pipeline_here(target: str, *, device: str | None, dtype: str, out_dir: 
         result.processes["engine_restarts"] = list(restarts)
         for downed in restarts:
             log(f"    an earlier engine went down in {downed.get('label')} ({downed.get('reason')}); that work is skipped")
-    clock = _PhaseClock(result.phases, log, start)
+    phase_log = _PhaseLog(result.phases, log, start)
     try:
         plan = RunPlan.parse(budget, gamma)
         result.budget = plan.to_json()
@@ -297,12 +297,12 @@ def _run_pipeline_here(target: str, *, device: str | None, dtype: str, out_dir: 
             run_kernel_target = run_launcher_target if kind == "triton" else run_helion_target
             patch = run_kernel_target(target, device, dtype, gamma=plan.gamma, rounds=plan.rounds,
                                         candidates_per_kernel=plan.candidates_per_kernel, result=result,
-                                        out_dir=out_dir, log=clock, work_watch=work_watch,
+                                        out_dir=out_dir, log=phase_log, work_watch=work_watch,
                                         ends_at=None if plan.wall_seconds is None else start + plan.wall_seconds,
                                         untimed_patch=untimed_patch)
             result.patch_path = None if patch is None else str(patch)
         else:
-            pack = _run(target, device, dtype, plan, settings, llm, store_path, result, clock, time.time() - start,
+            pack = _run(target, device, dtype, plan, settings, llm, store_path, result, phase_log, time.time() - start,
                         work_watch, train)
     except Exception as exc:  # one target's failure never kills a sweep
         poisoned = poisoned_in(exc)
@@ -315,7 +315,7 @@ def _run_pipeline_here(target: str, *, device: str | None, dtype: str, out_dir: 
         else:
             tail = traceback.format_exc().strip().splitlines()[-1]
             result.error = f"internal error: {type(exc).__name__}: {exc} [{tail[:200]}]"
-    clock.stop()
+    phase_log.clock.stop()
     result.processes = {**_process_counts(result.device), **result.processes}
     log(_processes_line(result.processes))
     result.seconds = time.time() - start
@@ -356,30 +356,23 @@ def _processes_line(processes: dict[str, Any]) -> str:
     return line
 
 
-class _PhaseClock:
-    """The pipeline's log: a top-level step message (no leading spaces) starts a phase; the time
-    until the next one is recorded in ``phases`` (result.json), so a slow run shows where its
-    minutes went. Messages go on to ``log`` prefixed with the seconds since the run started."""
+class _PhaseLog:
+    """The pipeline's log: a top-level step message (no leading spaces) starts a phase of the run's
+    :class:`StepClock` (``phases`` in result.json: where a slow run's minutes went); every message
+    goes on to ``log``, a step's prefixed with the seconds since the run started."""
 
     def __init__(self, phases: dict[str, float], log: Callable[[str], None], start: float) -> None:
-        self.phases, self._log, self._start = phases, log, start
-        self._current: tuple[str, float] | None = None
+        from kernelopt_bot.harness.timing import StepClock
+
+        self.clock = StepClock(phases)
+        self._log, self._start = log, start
 
     def __call__(self, message: str) -> None:
-        now = time.time()
         if message.startswith((" ", "warning")):  # a detail of the current step
             self._log(message)
             return
-        self.stop(now)
-        self._current = (message, now)
-        self._log(f"[{now - self._start:4.0f} s] {message}")
-
-    def stop(self, now: float | None = None) -> None:
-        if self._current is not None:
-            name, began = self._current
-            key = name.split(" (")[0]
-            self.phases[key] = round(self.phases.get(key, 0.0) + (now or time.time()) - began, 2)
-            self._current = None
+        self.clock.begin(message.split(" (")[0])
+        self._log(f"[{time.time() - self._start:4.0f} s] {message}")
 
 
 def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: CompileSettings,
@@ -388,15 +381,15 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
          work_watch: WorkWatch = NO_WATCH, train: bool = False) -> KernelPack:
     import torch
 
-    from kernelopt_bot.compile.capture import capture, versions
+    from kernelopt_bot.capture.recorder import capture, versions
     from kernelopt_bot.device import resolve_device
     from kernelopt_bot.harness.compile_pool import start_pool
     from kernelopt_bot.harness.device_watch import DeviceMemoryWatch
     from kernelopt_bot.harness.kernel_service import compile_threads
+    from kernelopt_bot.pack.runtime import running_environment
     from kernelopt_bot.profiling import profile
     from kernelopt_bot.search.orchestrator import Orchestrator, SearchLimits
-    from kernelopt_bot.search.tuner import OfflineTuner
-    from kernelopt_bot.stitch.runtime import running_environment
+    from kernelopt_bot.search.tuner import TimedTuner
     from kernelopt_bot.store import Store
     from kernelopt_bot.targets import load_target
     from kernelopt_bot.verify.cascade import Cascade
@@ -442,14 +435,14 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
                 # Gates 3-4 and the final benchmark need the baseline arms; they compile while the
                 # tuner times variants instead of after it, where the GPU holds them beside this
                 # process (an arm needs about what this process needed to compile the model).
-                cascade.arena.arm_mb_hint = _arm_mb_hint(cap)
-                if cascade.arena.one_baseline:
-                    log(f"    a large model (~{cascade.arena.arm_mb_hint / 1024:.0f} GiB an arm): one baseline arm, "
+                cascade.model_arms.arm_mb_hint = _arm_mb_hint(cap)
+                if cascade.model_arms.one_baseline:
+                    log(f"    a large model (~{cascade.model_arms.arm_mb_hint / 1024:.0f} GiB an arm): one baseline arm, "
                         "timed twice a round for the noise floor, and at most two model arms at once")
-                if not cascade.arena.prestart():
+                if not cascade.model_arms.prestart():
                     log("    the baseline arms start after the search: the GPU does not hold them beside it")
             # The tuner ranks variants by kernel-level time, which only a GPU gives.
-            strategies = [OfflineTuner(cascade.time_variants if tgt.device == "cuda" else None)]
+            strategies = [TimedTuner(cascade.time_variants if tgt.device == "cuda" else None)]
             orchestrator = Orchestrator(
                 cap, prof, cascade, budget, strategies=strategies, feedback=llm_search,
                 store=store, run_id=run_id, log=log,
@@ -461,18 +454,18 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
             _record_llm_status(result, llm_search, llm_problem, budget)
             cascade.release_search_memory()
             # The final benchmark's arm compiles beside the compiler's options' arms.
-            with _final_arm(cascade.arena, tgt, pack, result, budget, reserve) as final_arm:
+            with _final_arm(cascade.model_arms, tgt, pack, result, budget, reserve) as final_arm:
                 if plan.compile_options and tgt.device == "cuda":
                     log("measuring the compiler's own options")
                     result.recommendations = _recommend_in_time(
-                        cascade.arena, tgt, plan.gamma, plan.rounds, budget,
+                        cascade.model_arms, tgt, plan.gamma, plan.rounds, budget,
                         orchestrator.candidate_estimate_s(trusted=False))
                 log("end-to-end benchmark")
                 left = budget.wall_s_left()
-                with _arms_end_by(cascade.arena, None if left is None else left + reserve):
+                with _arms_end_by(cascade.model_arms, None if left is None else left + reserve):
                     pack = _final_bench(cascade, tgt, pack, result, plan.rounds, final_arm)
             result.pack_entries = len(pack)
-            base = cascade.arena.baseline_info()
+            base = cascade.model_arms.baseline_info()
             result.processes["model_gpu_mb"] = None if not base.get("gpu_mb") else round(base["gpu_mb"], 1)
     finally:
         for search in llm_search:  # one LLM client a run, closed with it
@@ -518,20 +511,20 @@ def _strategy_rewrites(cap: Any, settings: CompileSettings, log: Callable[[str],
 
 
 @contextlib.contextmanager
-def _arms_end_by(arena: Any, seconds: float | None) -> Iterator[None]:
+def _arms_end_by(model_arms: Any, seconds: float | None) -> Iterator[None]:
     """Arms started in this block wait for their compile at most ``seconds`` (the time left to the
     deadline; ``None``: no limit): one still compiling then is killed, so an arm cannot carry the
     run past its wall budget."""
-    saved = arena.timeout_s
+    saved = model_arms.timeout_s
     if seconds is not None:
-        arena.timeout_s = max(1.0, min(saved, seconds))
+        model_arms.timeout_s = max(1.0, min(saved, seconds))
     try:
         yield
     finally:
-        arena.timeout_s = saved
+        model_arms.timeout_s = saved
 
 
-def _recommend_in_time(arena: Any, tgt: Any, gamma: float, rounds: int, budget: Any,
+def _recommend_in_time(model_arms: Any, tgt: Any, gamma: float, rounds: int, budget: Any,
                        candidate_s: float) -> list[Any]:
     """The compiler's options, started only with time for them before the search's deadline
     (the larger of ``MIN_OPTION_S`` and the estimate for a candidate whose gates start processes:
@@ -545,25 +538,25 @@ def _recommend_in_time(arena: Any, tgt: Any, gamma: float, rounds: int, budget: 
         left = budget.wall_s_left()
         return None if left is None else left - extra
 
-    with _arms_end_by(arena, budget.wall_s_left()):
-        return recommend(arena, tgt, gamma=gamma, rounds=rounds, time_left=time_left)
+    with _arms_end_by(model_arms, budget.wall_s_left()):
+        return recommend(model_arms, tgt, gamma=gamma, rounds=rounds, time_left=time_left)
 
 
 @contextlib.contextmanager
-def _final_arm(arena: Any, tgt: Any, pack: KernelPack, result: RunResult, budget: Any,
+def _final_arm(model_arms: Any, tgt: Any, pack: KernelPack, result: RunResult, budget: Any,
                reserve: float) -> Iterator[Any]:
     """The final benchmark's arm (``install(pack)`` then a fresh compile), started now without
     waiting, or None where the final benchmark needs none (no GPU, an empty pack, or gate 4's
     fresh-process numbers for exactly this pack) or where the GPU would not hold it beside a
     compiler option's arm (it starts when the benchmark runs); closed on leaving."""
-    from kernelopt_bot.harness.model_worker import WorkerError
+    from kernelopt_bot.harness.arm_process import ArmError
 
     arm = None
     if (tgt.device == "cuda" and len(pack) and _measured_in_this_run(pack, result) is None
-            and _baselines_started(arena) and arena.room_for(2) == 2):  # itself and an option's arm
+            and _baselines_started(model_arms) and model_arms.room_for(2) == 2):  # itself and an option's arm
         left = budget.wall_s_left()
-        with _arms_end_by(arena, None if left is None else left + reserve), contextlib.suppress(WorkerError):
-            arm = arena.candidate(pack, label="final", wait=False)
+        with _arms_end_by(model_arms, None if left is None else left + reserve), contextlib.suppress(ArmError):
+            arm = model_arms.candidate(pack, label="final", wait=False)
     try:
         yield arm
     finally:
@@ -571,14 +564,14 @@ def _final_arm(arena: Any, tgt: Any, pack: KernelPack, result: RunResult, budget
             arm.close()
 
 
-def _baselines_started(arena: Any) -> bool:
+def _baselines_started(model_arms: Any) -> bool:
     """Start the baseline arms (if not yet) and wait for them: the arms that come after them are
     sized by what they hold. False when they did not start (reported where they are asked for)."""
-    from kernelopt_bot.harness.model_worker import WorkerError
+    from kernelopt_bot.harness.arm_process import ArmError
 
     try:
-        arena.baselines()
-    except WorkerError:
+        model_arms.baselines()
+    except ArmError:
         return False
     return True
 
@@ -590,15 +583,15 @@ def _final_bench(cascade: Any, tgt: Any, pack: KernelPack, result: RunResult, ro
     the pack: the combination, never checked together, is cut to its best entry, which every gate
     passed on its own, and gate 4's numbers stand where this run has them. ``started``: this
     pack's arm, already compiling (see :func:`_final_arm`)."""
+    from kernelopt_bot.harness.arm_process import ArmError
     from kernelopt_bot.harness.bench import compare_arms
     from kernelopt_bot.harness.failures import InfrastructureFailure, is_out_of_memory
-    from kernelopt_bot.harness.model_worker import WorkerError
     from kernelopt_bot.verify.model import check_model
 
-    arena = cascade.arena
+    model_arms = cascade.model_arms
     try:
-        baseline, repeat = arena.baselines()
-    except WorkerError as exc:
+        baseline, repeat = model_arms.baselines()
+    except ArmError as exc:
         # The model compiled and ran in the capture: a baseline arm that does not start (out of
         # memory, or past the deadline this run's budget gave it) is ours, not the pack's.
         why = "out of GPU memory starting the baseline arms" if is_out_of_memory(str(exc)) else \
@@ -617,9 +610,9 @@ def _final_bench(cascade: Any, tgt: Any, pack: KernelPack, result: RunResult, ro
     if _take_gate4_numbers(pack, result):
         return pack
     try:
-        with started or arena.candidate(pack, label="final", wait=False) as arm:
+        with started or model_arms.candidate(pack, label="final", wait=False) as arm:
             arm.wait_ready()
-            arena.settle()  # nothing is timed while an arm compiles
+            model_arms.settle()  # nothing is timed while an arm compiles
             model = check_model(tgt, baseline, arm, None)
             if not model.passed and len(pack) > 1:
                 pack = _keep_best(pack, result, f"combined pack failed gate 3: {model.reason}")
@@ -628,7 +621,7 @@ def _final_bench(cascade: Any, tgt: Any, pack: KernelPack, result: RunResult, ro
                 raise RuntimeError(f"the verified pack failed gate 3 when re-checked: {model.reason}")
             bench = compare_arms(baseline, arm, repeat, target=tgt.spec, device=tgt.device,
                                  dtype=result.dtype, rounds=rounds, split_step=tgt.train)
-    except (WorkerError, InfrastructureFailure) as exc:  # ours (a dead arm, out of memory): no verdict
+    except (ArmError, InfrastructureFailure) as exc:  # ours (a dead arm, out of memory): no verdict
         if len(pack) > 1:
             pack = _keep_best(pack, result, f"the combined pack could not be checked end to end ({exc})")
         _note_not_benchmarked(pack, result, str(exc))
@@ -718,7 +711,7 @@ def _measured_in_this_run(pack: KernelPack, result: RunResult) -> dict[str, Any]
 
 def _llm_search(llm: dict[str, Any] | None, log: Callable[[str], None]) -> tuple[list[Any], str | None]:
     """The LLM agents' search when an endpoint is configured, or why there is none (bad settings
-    mean the offline tuner only; an unreachable endpoint shows once the search tries it)."""
+    mean the timed tuner only; an unreachable endpoint shows once the search tries it)."""
     if not llm or not llm.get("base_url"):
         return [], None
     from kernelopt_bot.search.agent_search import LLMSearch
@@ -728,7 +721,7 @@ def _llm_search(llm: dict[str, Any] | None, log: Callable[[str], None]) -> tuple
         settings = LLMSettings.from_env(base_url=llm.get("base_url"), model=llm.get("model"),
                                         unix_socket=llm.get("unix_socket"))
     except BadInputError as exc:
-        log(f"warning: LLM agents disabled ({exc}); using the offline tuner only")
+        log(f"warning: LLM agents disabled ({exc}); using the timed tuner only")
         return [], str(exc)
     return [LLMSearch(settings, log=log)], None
 

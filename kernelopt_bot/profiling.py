@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from kernelopt_bot.compile.capture import Capture
+from kernelopt_bot.capture.recorder import Capture
 from kernelopt_bot.harness.kernel import KernelHarness
 from kernelopt_bot.harness.roofline import Roofline, device_roofline
 

@@ -65,7 +65,7 @@ class RunResult:
     speedup: float | None = None
     noise_floor: float | None = None
     # How the model is compiled, baseline and every arm alike: {"mode": ..., "config": {...}}
-    # (kernelopt_bot.compile.settings; empty mode and config: the default compile).
+    # (kernelopt_bot.capture.settings; empty mode and config: the default compile).
     compile: dict[str, Any] = field(default_factory=dict)
     # A training target: every call measured and compared is one training step (forward, loss,
     # backward; kernelopt_bot.training), and gate 3 compares the loss and every gradient.
@@ -140,7 +140,7 @@ class RunResult:
     @property
     def baseline_label(self) -> str:
         """How the report names the baseline: ``torch.compile`` with the run's settings."""
-        from kernelopt_bot.compile.settings import CompileSettings
+        from kernelopt_bot.capture.settings import CompileSettings
 
         return CompileSettings.from_json(self.compile).label
 

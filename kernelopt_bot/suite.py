@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelopt_bot.candidate import DEFAULT_GAMMA
-from kernelopt_bot.compile.settings import CompileSettings
+from kernelopt_bot.capture.settings import CompileSettings
 from kernelopt_bot.errors import BadInputError
 from kernelopt_bot.fleet import Fleet, FleetJob, FleetResult, OnSlot
 from kernelopt_bot.job_process import run_alone

@@ -19,7 +19,7 @@ Either kind may say how the model is compiled where it runs, with a module-level
 True}}`` (the arguments the user gives ``torch.compile``; both keys optional): the run then
 optimizes and measures that compile, unless ``--mode``/``--inductor-config`` (or the config's
 ``compile_mode``/``inductor_config``) say otherwise. It is kept as written here and checked where
-the model compiles (:func:`kernelopt_bot.compile.settings.target_settings`).
+the model compiles (:func:`kernelopt_bot.capture.settings.target_settings`).
 """
 
 from __future__ import annotations

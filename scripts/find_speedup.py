@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from kernelopt_bot.candidate import Candidate  # noqa: E402
-from kernelopt_bot.compile.capture import capture  # noqa: E402
+from kernelopt_bot.capture.recorder import capture  # noqa: E402
 from kernelopt_bot.harness.kernel import KernelHarness  # noqa: E402
 from kernelopt_bot.profiling import profile  # noqa: E402
 from kernelopt_bot.search.space import sample  # noqa: E402
@@ -34,7 +34,7 @@ def main() -> None:
     kernel = cap.artifact.kernel(f"g{top.graph}:{top.name}")
     harness = KernelHarness(kernel, cap.recording(kernel.graph, kernel.name), "cuda")
     base = harness.time(reps=50).median_ms
-    chosen = cap.recording(kernel.graph, kernel.name).config
+    chosen = cap.recording(kernel.graph, kernel.name).chosen_config
     print(f"{example} {dtype}: {kernel.name} share {top.share:.0%}, compiler config {chosen}: {base:.4f} ms")
     results = []
     for cfg in sample(kernel, n, seed=0):

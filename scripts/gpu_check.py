@@ -16,10 +16,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kernelopt_bot.compile.capture import capture, versions  # noqa: E402
+from kernelopt_bot.capture.recorder import capture, versions  # noqa: E402
 from kernelopt_bot.harness.bench import bench  # noqa: E402
+from kernelopt_bot.pack.format import KernelPack  # noqa: E402
 from kernelopt_bot.profiling import profile  # noqa: E402
-from kernelopt_bot.stitch.pack import KernelPack  # noqa: E402
 from kernelopt_bot.targets import load_target  # noqa: E402
 
 EXAMPLES = [

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kernelopt_bot.compile.capture import Capture, capture
+from kernelopt_bot.capture.recorder import Capture, capture
 from kernelopt_bot.targets import load_target
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -56,7 +56,7 @@ def run_cli(*args: str, timeout: int = 600) -> subprocess.CompletedProcess[str]:
 def other_tiling(kernel: Any, chosen: dict | None) -> Any:
     """The chosen launch config (``KernelRecording.config``) with its first block size halved (or
     doubled when small), 4 warps, 1 stage: another valid tiling of the same kernel."""
-    from kernelopt_bot.stitch.pack import LaunchConfig
+    from kernelopt_bot.pack.format import LaunchConfig
 
     blocks = {n: v for n, v in ((chosen or {}).get("kwargs") or {}).items() if n in kernel.constexprs} or \
         {n: 8 for n in kernel.constexprs}

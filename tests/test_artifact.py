@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from kernelopt_bot.compile.artifact import OutputCodeError, kernel_kind, parse_output_code
-from kernelopt_bot.stitch.keys import kernel_key, source_sha256
+from kernelopt_bot.capture.artifact import OutputCodeError, kernel_kind, parse_output_code
+from kernelopt_bot.pack.keys import kernel_key, source_sha256
 from tests.helpers import captured
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "output_code"
@@ -114,8 +114,8 @@ def test_h200_output_code_details() -> None:
 @pytest.mark.skipif(not H200_FIXTURES.is_dir(), reason="no H200 fixtures")
 def test_pack_rewrite_applies_to_h200_kernel_text() -> None:
     """The runtime's key lookup works on real CUDA kernel text, also after a flag flip."""
-    from kernelopt_bot.stitch import runtime
-    from kernelopt_bot.stitch.pack import KernelPack, LaunchConfig, PackEntry
+    from kernelopt_bot.pack import runtime
+    from kernelopt_bot.pack.format import KernelPack, LaunchConfig, PackEntry
 
     kernel = parse_output_code((H200_FIXTURES / "rmsnorm.py").read_text()).kernels[0]
     pack = KernelPack()

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from kernelopt_bot.harness.bench import bench
-from kernelopt_bot.stitch.pack import KernelPack
+from kernelopt_bot.pack.format import KernelPack
 from tests.helpers import EXAMPLES, bump_constant, captured, run_cli
 
 LINEAR = str(EXAMPLES / "linear_epilogue.py")
@@ -68,8 +68,8 @@ def test_bench_with_an_empty_pack_matches_the_compiler() -> None:
 
 
 def test_bench_pin_applies_with_caches_disabled() -> None:
-    from kernelopt_bot.stitch.pack import LaunchConfig, PackEntry
-    from kernelopt_bot.stitch.runtime import running_environment
+    from kernelopt_bot.pack.format import LaunchConfig, PackEntry
+    from kernelopt_bot.pack.runtime import running_environment
 
     cap = captured("linear_epilogue.py")
     kernel = cap.artifact.kernels[0]

@@ -21,9 +21,9 @@ import torch
 from click.testing import CliRunner
 
 from kernelopt_bot.cli import handle_errors, main, output_flags
+from kernelopt_bot.pack.format import KernelPack
+from kernelopt_bot.pack.runtime import running_environment
 from kernelopt_bot.progress import Progress, plain_names
-from kernelopt_bot.stitch.pack import KernelPack
-from kernelopt_bot.stitch.runtime import running_environment
 from tests.helpers import EXAMPLES, ROOT, captured, run_cli, user_env
 
 SOFTMAX = str(EXAMPLES / "softmax.py")  # one persistent reduction: XBLOCK is its only constexpr
@@ -228,7 +228,7 @@ PIPELINE_LOG = textwrap.dedent("""\
       tuner: 2 proposal(s) worth the gates (0 s)
       config XBLOCK=2, num_warps=2, num_stages=1: passed gates 1-3; performance not measured (46 s)
         sandbox 30.57 s, sandbox start 0.12 s, sandbox load 2.53 s
-    warning: LLM endpoint unavailable (refused); continuing with the offline tuner only
+    warning: LLM endpoint unavailable (refused); continuing with the timed tuner only
     [ 101 s] end-to-end benchmark
     """).splitlines()
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelopt_bot.compile.settings import CompileSettings, check_config, parse_config_items
+from kernelopt_bot.capture.settings import CompileSettings, check_config, parse_config_items
 from kernelopt_bot.config import KerneloptConfig
 from kernelopt_bot.errors import BadInputError
 from kernelopt_bot.github.runner import make_jobs

@@ -18,13 +18,13 @@ from pathlib import Path
 import pytest
 
 from kernelopt_bot.candidate import Candidate, candidate_pack
-from kernelopt_bot.stitch.export import (
+from kernelopt_bot.pack.export import (
     FUSED_MARK,
     inductor_lookup_key,
     inductor_table,
     lookup_key_or_none,
 )
-from kernelopt_bot.stitch.pack import KernelPack, LaunchConfig, PackEntry, PackError
+from kernelopt_bot.pack.format import KernelPack, LaunchConfig, PackEntry, PackError
 from tests.helpers import EXAMPLES, ROOT, captured
 
 EXAMPLE = "sum_middle_dim.py"  # one persistent reduction, no libdevice call: stock interpreter runs it
@@ -142,7 +142,7 @@ print(json.dumps({{"configs": configs, "fx_cache_hits": counters["inductor"]["fx
 def test_exported_table_pins_the_config_in_a_fresh_stock_process(tmp_path: Path) -> None:
     cap = captured(EXAMPLE)
     kernel = cap.artifact.kernels[0]
-    default = cap.recording(kernel.graph, kernel.name).config
+    default = cap.recording(kernel.graph, kernel.name).chosen_config
     assert default is not None and default != PINNED.to_json(), "the pin must differ from the compiler's choice"
     pack = candidate_pack(cap, kernel, Candidate("pinned", config=PINNED))  # what `optimize` writes
     replaced = PackEntry(key="f" * 64, kernel_name="triton_poi_fused_other_0", source=kernel.source)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from kernelopt_bot.pack.format import KernelPack, LaunchConfig, PackEntry
 from kernelopt_bot.pipeline import _measured_in_this_run
 from kernelopt_bot.result import KernelOutcome, RunResult
-from kernelopt_bot.stitch.pack import KernelPack, LaunchConfig, PackEntry
 
 GATE4 = {"name": "performance", "passed": True, "reason": "1.2x",
          "numbers": {"baseline_ms": 1.2, "packed_ms": 1.0, "speedup": 1.2, "noise_floor": 0.003,

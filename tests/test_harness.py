@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from kernelopt_bot.harness.kernel import KernelHarness
-from kernelopt_bot.stitch.pack import LaunchConfig
+from kernelopt_bot.pack.format import LaunchConfig
 from tests.helpers import bump_constant, captured
 
 
@@ -50,7 +50,7 @@ def test_another_source_runs(harness: KernelHarness) -> None:
 
 
 def test_snapshots_keep_storage_layout() -> None:
-    from kernelopt_bot.compile.capture import snapshot
+    from kernelopt_bot.capture.recorder import snapshot
 
     base = torch.arange(64.0).reshape(8, 8)
     view = base[2:, 1::2]

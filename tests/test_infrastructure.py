@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from kernelopt_bot.candidate import Candidate, Proposal
+from kernelopt_bot.pack.format import LaunchConfig
 from kernelopt_bot.result import KernelOutcome
 from kernelopt_bot.search.budget import Budget
 from kernelopt_bot.search.orchestrator import Orchestrator
-from kernelopt_bot.stitch.pack import LaunchConfig
 from kernelopt_bot.store import Store
 from kernelopt_bot.verify.cascade import Cascade, VerifyOptions
 from kernelopt_bot.verify.sandbox import SandboxLimits
@@ -68,6 +68,6 @@ def test_an_unjudged_candidate_leaves_no_negative_cache_entry(tmp_path) -> None:
 
 
 def orch_pack(cap):
-    from kernelopt_bot.stitch.pack import KernelPack
+    from kernelopt_bot.pack.format import KernelPack
 
     return KernelPack(target=cap.target.spec)

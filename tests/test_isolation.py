@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from kernelopt_bot.harness.arm_process import ArmProcess, ArmSpec
 from kernelopt_bot.harness.isolation import (
     Channel,
     IsolationUnavailable,
@@ -30,7 +31,6 @@ from kernelopt_bot.harness.isolation import (
     choose_isolation,
     isolation_method,
 )
-from kernelopt_bot.harness.model_worker import ModelWorker, WorkerSpec
 from kernelopt_bot.search.llm.client import LLMClient, LLMUnavailable
 from kernelopt_bot.search.llm.config import LLMSettings
 from kernelopt_bot.search.llm.proxy import PROXY_BASE_URL, LLMProxy
@@ -145,7 +145,7 @@ def test_model_arm_finds_no_secret(tmp_path: Path, listener: Listener, secrets: 
     monkeypatch.chdir(tmp_path)  # an arm may write only its working directory (under bwrap)
     target = tmp_path / "prober.py"
     target.write_text(isolation_probe.model_file(listener.port, str(tmp_path)))
-    with ModelWorker(WorkerSpec("probe", str(target), "cpu", "fp32"), start_timeout_s=300) as arm:
+    with ArmProcess(ArmSpec("probe", str(target), "cpu", "fp32"), start_timeout_s=300) as arm:
         arm.wait_ready()
         outputs = arm.request("outputs", 0)
     assert len(outputs) == 1 and tuple(outputs[0].shape) == (8,)
@@ -184,7 +184,7 @@ def test_channel_refuses_to_rebuild_code() -> None:
     left, right = Channel(a.detach()), Channel(b.detach())
     import torch
 
-    sent = {"t": torch.arange(6, dtype=torch.bfloat16).reshape(2, 3), "spec": WorkerSpec("x", "t.py", "cpu", "fp32")}
+    sent = {"t": torch.arange(6, dtype=torch.bfloat16).reshape(2, 3), "spec": ArmSpec("x", "t.py", "cpu", "fp32")}
     left.send(sent)
     got = right.recv()
     assert torch.equal(got["t"], sent["t"]) and got["t"].dtype == torch.bfloat16 and got["spec"] == sent["spec"]

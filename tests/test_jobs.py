@@ -70,7 +70,7 @@ def test_timing_job_leaves_a_variant_behind_at_the_compile_deadline(tmp_path: Pa
     payload = {
         "device": cap.target.device, "kernel": kernel.to_json(), "args_path": str(args_path), "kwargs": {},
         "reps": 3, "compile_deadline_s": 2, "sent_at": time.time(),
-        "original_config": cap.recording(kernel.graph, kernel.name).config,
+        "chosen_config": cap.recording(kernel.graph, kernel.name).chosen_config,
         "variants": [{"source": slow, "config": None}],
     }
     started = time.monotonic()

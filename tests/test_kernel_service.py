@@ -8,12 +8,12 @@ from collections.abc import Iterator
 import pytest
 
 from kernelopt_bot.candidate import Candidate
-from kernelopt_bot.compile.artifact import TritonKernel
+from kernelopt_bot.capture.artifact import TritonKernel
 from kernelopt_bot.harness.failures import InfrastructureFailure
 from kernelopt_bot.harness.isolation import processes_started
 from kernelopt_bot.harness.kernel_service import KernelService, late_text, variant_key
+from kernelopt_bot.pack.format import LaunchConfig
 from kernelopt_bot.search.tuner import ORIGIN
-from kernelopt_bot.stitch.pack import LaunchConfig
 from kernelopt_bot.verify.cascade import Cascade, VerifyOptions
 from kernelopt_bot.verify.kernel_gate import judge_in_engine
 from kernelopt_bot.verify.sandbox import SANDBOX_PROCESS
@@ -35,7 +35,7 @@ def _kernel(cascade: Cascade) -> TritonKernel:
 
 def _other_config(cascade: Cascade) -> LaunchConfig:
     kernel = _kernel(cascade)
-    return other_tiling(kernel, cascade.capture.recording(kernel.graph, kernel.name).config)
+    return other_tiling(kernel, cascade.capture.recording(kernel.graph, kernel.name).chosen_config)
 
 
 def _verify(cascade: Cascade, candidate: Candidate) -> tuple[Verdict, int]:
@@ -180,7 +180,7 @@ def test_a_trusted_candidate_that_brought_an_engine_down_is_rejected_without_run
 
     cap = captured("gelu.py")
     kernel = cap.artifact.kernels[0]
-    config = other_tiling(kernel, cap.recording(kernel.graph, kernel.name).config)
+    config = other_tiling(kernel, cap.recording(kernel.graph, kernel.name).chosen_config)
     downed = variant_key(kernel.source, config)
     sent: list[tuple[str, object]] = []
     watch = WorkWatch(sent.append, "cpu", {downed: "the engine process crashed (SIGSEGV)"})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kernelopt_bot.stitch.keys import KernelSourceError, kernel_key, normalized_form, source_sha256
+from kernelopt_bot.pack.keys import KernelSourceError, kernel_key, normalized_form, source_sha256
 from tests.helpers import captured
 
 

@@ -18,7 +18,8 @@ import time
 
 import pytest
 
-from kernelopt_bot.compile.artifact import TritonKernel
+from kernelopt_bot.capture.artifact import TritonKernel
+from kernelopt_bot.pack.format import LaunchConfig
 from kernelopt_bot.profiling import profile
 from kernelopt_bot.search.budget import LLM_RESOURCES
 from kernelopt_bot.search.llm import (
@@ -39,7 +40,6 @@ from kernelopt_bot.search.llm import (
     quote,
 )
 from kernelopt_bot.search.llm.agents import Agents
-from kernelopt_bot.stitch.pack import LaunchConfig
 from kernelopt_bot.verify.static import check_source
 from kernelopt_bot.verify.verdict import GateResult, Verdict
 from tests.helpers import captured

@@ -12,11 +12,11 @@ import torch
 from kernelopt_bot.candidate import Candidate
 from kernelopt_bot.errors import one_line
 from kernelopt_bot.harness import memory
+from kernelopt_bot.harness.arm_process import ArmRaised
 from kernelopt_bot.harness.bench import _max_abs_diff
 from kernelopt_bot.harness.failures import InfrastructureFailure
-from kernelopt_bot.harness.model_worker import ArmRaised
 from kernelopt_bot.harness.swap_arm import EngineArm
-from kernelopt_bot.stitch.pack import LaunchConfig
+from kernelopt_bot.pack.format import LaunchConfig
 from kernelopt_bot.targets import load_target
 from kernelopt_bot.verify.cascade import Cascade, VerifyOptions
 from kernelopt_bot.verify.model import check_model

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from kernelopt_bot.pack.format import KernelPack, LaunchConfig, PackEntry
+from kernelopt_bot.pack.runtime import running_environment
 from kernelopt_bot.pipeline import run_pipeline
 from kernelopt_bot.result import RunResult
-from kernelopt_bot.stitch.pack import KernelPack, LaunchConfig, PackEntry
-from kernelopt_bot.stitch.runtime import running_environment
 from kernelopt_bot.store import Store
 from tests.helpers import EXAMPLES, captured, run_cli
 

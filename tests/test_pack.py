@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelopt_bot.stitch.pack import Guard, KernelPack, LaunchConfig, PackEntry, PackError
+from kernelopt_bot.pack.format import Guard, KernelPack, LaunchConfig, PackEntry, PackError
 
 
 def _pack() -> KernelPack:

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
+from kernelopt_bot.harness.arm_process import ArmRaised
 from kernelopt_bot.harness.bench import BenchResult, RoundResult
 from kernelopt_bot.harness.failures import InfrastructureFailure
-from kernelopt_bot.harness.model_worker import ArmRaised
 from kernelopt_bot.verify.perf import check_performance, judge, physically_possible
 
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from kernelopt_bot.compile.capture import Capture, capture
+from kernelopt_bot.capture.recorder import Capture, capture
 from kernelopt_bot.search.base import SearchContext
 from kernelopt_bot.search.rewrites import MAX_ROW, graft_persistent, persistent_rewrites, qualifying
-from kernelopt_bot.search.tuner import ORIGIN, OfflineTuner
+from kernelopt_bot.search.tuner import ORIGIN, TimedTuner
 from kernelopt_bot.targets import load_target
 from kernelopt_bot.verify.cascade import Cascade, VerifyOptions
 from tests.helpers import DEVICE
@@ -63,9 +63,9 @@ def test_a_looped_reduction_gets_a_one_pass_twin_with_its_own_signature(wide: Ca
 def test_the_rewrite_passes_the_gates_as_the_originals_replacement(wide: Capture) -> None:
     (kernel,) = qualifying(wide)
     rewrite = persistent_rewrites(wide)[(kernel.graph, kernel.name)]
-    ctx = SearchContext(kernel, None, wide.recording(kernel.graph, kernel.name).config, DEVICE,
+    ctx = SearchContext(kernel, None, wide.recording(kernel.graph, kernel.name).chosen_config, DEVICE,
                         rewrites=[rewrite])
-    proposals = OfflineTuner(None).propose(ctx, 3)
+    proposals = TimedTuner(None).propose(ctx, 3)
     first = proposals[0].candidate
     assert first.label.startswith("one_pass_persistent + ") and first.origin == ORIGIN
     assert first.config is not None and first.config.kwargs["R0_BLOCK"] == 2048

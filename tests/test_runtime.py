@@ -8,9 +8,9 @@ import sys
 import pytest
 import torch
 
-from kernelopt_bot.compile.capture import capture, compile_fresh
-from kernelopt_bot.stitch import runtime
-from kernelopt_bot.stitch.pack import Guard, KernelPack, LaunchConfig, PackEntry
+from kernelopt_bot.capture.recorder import capture, compile_fresh
+from kernelopt_bot.pack import runtime
+from kernelopt_bot.pack.format import Guard, KernelPack, LaunchConfig, PackEntry
 from tests.helpers import bump_constant, captured
 
 CONST = "tl.full([1, 1], 1.0, tl.float32)"
@@ -105,7 +105,7 @@ def test_pinned_config_is_the_one_that_runs() -> None:
 
 def test_production_import_needs_torch_and_triton_only() -> None:
     code = (
-        "import sys, kernelopt_bot.stitch.runtime as r\n"
+        "import sys, kernelopt_bot.pack.runtime as r\n"
         "bad = [m for m in ('click', 'openai', 'github', 'jinja2', 'rich', 'pydantic') if m in sys.modules]\n"
         "print(','.join(bad))\n"
     )

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import torch
 
-from kernelopt_bot.stitch import runtime
-from kernelopt_bot.stitch.keys import kernel_key
-from kernelopt_bot.stitch.pack import KernelPack, PackEntry, PackError, integer_arguments
+from kernelopt_bot.pack import runtime
+from kernelopt_bot.pack.format import KernelPack, PackEntry, PackError, integer_arguments
+from kernelopt_bot.pack.keys import kernel_key
 from tests.helpers import bump_constant, captured
 
 

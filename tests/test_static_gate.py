@@ -13,9 +13,9 @@ import dataclasses
 
 import pytest
 
-from kernelopt_bot.compile.artifact import TritonKernel
+from kernelopt_bot.capture.artifact import TritonKernel
 from kernelopt_bot.device import DeviceLimits
-from kernelopt_bot.stitch.pack import LaunchConfig
+from kernelopt_bot.pack.format import LaunchConfig
 from kernelopt_bot.verify.static import check_config, check_source
 from kernelopt_bot.verify.verdict import GateResult
 
@@ -24,7 +24,7 @@ from kernelopt_bot.verify.verdict import GateResult
 
 
 def _compile(example: str, options: dict[str, object] | None = None) -> TritonKernel:
-    from kernelopt_bot.compile.capture import capture
+    from kernelopt_bot.capture.recorder import capture
     from kernelopt_bot.targets import load_target
 
     cap = capture(load_target(f"examples/{example}.py", "cpu"), record=False, options=options)
@@ -495,7 +495,7 @@ def test_device_limits_default_without_cuda() -> None:
 def _fixture_kernels() -> list[TritonKernel]:
     from pathlib import Path
 
-    from kernelopt_bot.compile.artifact import parse_output_code
+    from kernelopt_bot.capture.artifact import parse_output_code
 
     root = Path(__file__).resolve().parent / "fixtures" / "output_code"
     return [k for path in sorted(root.rglob("*.py")) for k in parse_output_code(path.read_text()).kernels]
@@ -801,7 +801,7 @@ def test_local_pointer_alias_passes(gelu: TritonKernel) -> None:
     ([256], "object"),
 ])
 def test_launch_config_from_json_is_strict(data: object, words: str) -> None:
-    from kernelopt_bot.stitch.pack import PackError
+    from kernelopt_bot.pack.format import PackError
 
     with pytest.raises(PackError, match="launch config") as info:
         LaunchConfig.from_json(data)

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 import kernelopt_bot.store.database as database
+from kernelopt_bot.pack.format import Guard, LaunchConfig, PackEntry
 from kernelopt_bot.result import KernelOutcome, Recommendation, RunResult
-from kernelopt_bot.stitch.pack import Guard, LaunchConfig, PackEntry
 from kernelopt_bot.store import CacheHit, Store, StoreError, base_version
 from kernelopt_bot.verify.verdict import GateResult, Verdict
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelopt_bot.compile.settings import CompileSettings
+from kernelopt_bot.capture.settings import CompileSettings
 from kernelopt_bot.errors import BadInputError
 from kernelopt_bot.result import geomean
 from kernelopt_bot.shards import Shard

@@ -80,7 +80,7 @@ def test_the_watch_turns_a_sticky_error_into_the_end_of_the_process() -> None:
 
 def test_a_quarantined_variant_is_neither_compiled_nor_timed() -> None:
     from kernelopt_bot.harness.kernel_service import KernelService, variant_key
-    from kernelopt_bot.stitch.pack import LaunchConfig
+    from kernelopt_bot.pack.format import LaunchConfig
     from tests.helpers import captured
 
     cap = captured("linear_epilogue.py")

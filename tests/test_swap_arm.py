@@ -11,13 +11,13 @@ import pytest
 import torch
 
 from kernelopt_bot.candidate import Candidate
-from kernelopt_bot.compile.artifact import TritonKernel
-from kernelopt_bot.compile.capture import Capture, capture
+from kernelopt_bot.capture.artifact import TritonKernel
+from kernelopt_bot.capture.recorder import Capture, capture
+from kernelopt_bot.harness.arm_process import ArmRaised
 from kernelopt_bot.harness.isolation import processes_started
-from kernelopt_bot.harness.model_worker import ArmRaised
 from kernelopt_bot.harness.swap_arm import EngineArm, KernelSwap
+from kernelopt_bot.pack.format import LaunchConfig
 from kernelopt_bot.search.tuner import ORIGIN
-from kernelopt_bot.stitch.pack import LaunchConfig
 from kernelopt_bot.targets import load_target
 from kernelopt_bot.verify.cascade import Cascade, VerifyOptions
 from tests.helpers import DEVICE, EXAMPLES, other_tiling
@@ -36,7 +36,7 @@ def gelu() -> Iterator[Cascade]:
 
 
 def _other_config(cap: Capture, kernel: TritonKernel) -> LaunchConfig:
-    return other_tiling(kernel, cap.recording(kernel.graph, kernel.name).config)
+    return other_tiling(kernel, cap.recording(kernel.graph, kernel.name).chosen_config)
 
 
 def _globals(cap: Capture, kernel: TritonKernel) -> dict[int, Any]:

@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from kernelopt_bot.candidate import Candidate
-from kernelopt_bot.compile.capture import capture
-from kernelopt_bot.harness.model_worker import flatten_outputs
+from kernelopt_bot.capture.recorder import capture
+from kernelopt_bot.harness.arm_process import flatten_outputs
 from kernelopt_bot.result import RunResult
 from kernelopt_bot.targets import load_target
 from kernelopt_bot.training import TrainingStep
@@ -156,8 +156,8 @@ def test_a_pack_entry_for_a_backward_kernel_applies_in_a_fresh_training_step(tmp
     """Packs apply to backward kernels alike: the runtime hook sees the backward's output module.
     The entry changes the bias gradient's sum (times 3), so applying it shows in that gradient only."""
     from kernelopt_bot.candidate import candidate_pack
-    from kernelopt_bot.compile.capture import compile_fresh
-    from kernelopt_bot.stitch import runtime
+    from kernelopt_bot.capture.recorder import compile_fresh
+    from kernelopt_bot.pack import runtime
 
     target = load_target(str(LINEAR), "cpu", "fp32", train=True)
     cap = capture(target)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelopt_bot.compile.artifact import parse_output_code
+from kernelopt_bot.capture.artifact import parse_output_code
 from kernelopt_bot.search.space import configs, sample
 from kernelopt_bot.search.transforms import applicable, pipelined_reduction_loop
 from kernelopt_bot.verify.static import check_config, check_source

@@ -1,4 +1,4 @@
-"""The offline tuner with a scripted timer: what it sends to the gates, and what it holds back."""
+"""The timed tuner with a scripted timer: what it sends to the gates, and what it holds back."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from kernelopt_bot.candidate import Candidate
-from kernelopt_bot.compile.artifact import parse_output_code
+from kernelopt_bot.capture.artifact import parse_output_code
 from kernelopt_bot.profiling import KernelProfile
 from kernelopt_bot.search.base import SearchContext
-from kernelopt_bot.search.tuner import OfflineTuner, predicted_gain, promising
+from kernelopt_bot.search.tuner import TimedTuner, predicted_gain, promising
 
 H200 = Path(__file__).resolve().parent / "fixtures" / "output_code" / "torch-2.11.0"
 
@@ -45,7 +45,7 @@ def test_tuner_sends_only_promising_variants(share: float, expect_proposals: boo
         return 1.0, [0.8 if c.source is None else 0.79 for c in cands]
 
     ctx = SearchContext(kernel, _profile(share), None, "cuda")
-    proposals = OfflineTuner(timer, sample_size=6).propose(ctx, 3)
+    proposals = TimedTuner(timer, sample_size=6).propose(ctx, 3)
     assert len(calls) == 2 and calls[0] >= 6  # one sample job, one descent job with the transformations
     if expect_proposals:
         assert len(proposals) == 3 and proposals[0].kernel_ms == pytest.approx(0.79)
@@ -62,7 +62,7 @@ def test_descent_continues_while_it_improves_and_transformations_are_timed_once(
         # every new batch is 5% faster than the last: the descent keeps going until its rounds end
         return 1.0, [0.9 * 0.95 ** len(batches) for _ in cands]
 
-    proposals = OfflineTuner(timer, sample_size=4, descent_rounds=3).propose(
+    proposals = TimedTuner(timer, sample_size=4, descent_rounds=3).propose(
         SearchContext(kernel, _profile(1.0), None, "cuda"), 5)
     assert len(batches) == 4
     sources = [c for batch in batches for c in batch if c.source is not None]
@@ -117,7 +117,7 @@ def test_the_search_starts_from_the_configs_max_autotune_would_try() -> None:
         batches.append(cands)
         return 1.0, [1.0 for _ in cands]
 
-    OfflineTuner(timer, sample_size=2).propose(SearchContext(kernel, _profile(1.0), None, "cuda"), 3)
+    TimedTuner(timer, sample_size=2).propose(SearchContext(kernel, _profile(1.0), None, "cuda"), 3)
     first = {c.config.describe() for c in batches[0] if c.config is not None and c.source is None}
     assert {s.describe() for s in seeds} <= first
 
@@ -155,7 +155,7 @@ def test_strategy_rewrites_are_timed_on_their_own_space_and_descend(monkeypatch:
                      (0.6 / (c.config.num_warps if c.config else 1) if c.source == rewrite.source else 0.95)
                      for c in cands]
 
-    proposals = OfflineTuner(timer, sample_size=4, descent_rounds=2).propose(
+    proposals = TimedTuner(timer, sample_size=4, descent_rounds=2).propose(
         SearchContext(kernel, _profile(1.0), None, "cuda", rewrites=[rewrite]), 5)
     rewritten = [[c for c in batch if c.source == rewrite.source] for batch in batches]
     assert rewritten[0] and all(c.config is not None and c.config.kwargs["R0_BLOCK"] == 1024

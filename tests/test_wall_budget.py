@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from kernelopt_bot.candidate import Candidate, Proposal
-from kernelopt_bot.harness.model_worker import WorkerError
+from kernelopt_bot.harness.arm_process import ArmError
 from kernelopt_bot.pipeline import WALL_MARGIN_S, _final_bench, _recommend_in_time
 from kernelopt_bot.search.budget import Budget, BudgetExceeded
 from kernelopt_bot.search.compile_options import COMPILE_OPTIONS, recommend
@@ -134,7 +134,7 @@ class _SlowArm:
 
     def wait_ready(self) -> Any:
         self.now[0] = max(self.now[0], self.ends_at)
-        raise WorkerError(f"arm: no answer to start within {self.timeout_s:.0f} s (killed)")
+        raise ArmError(f"arm: no answer to start within {self.timeout_s:.0f} s (killed)")
 
     def close(self) -> None:
         pass
@@ -160,31 +160,31 @@ class _SlowArena(_Arena):
 
     def settle(self) -> None:
         for arm in self.arms:
-            with contextlib.suppress(WorkerError):
+            with contextlib.suppress(ArmError):
                 arm.wait_ready()
 
 
 def test_a_compiler_option_is_cut_off_at_the_deadline() -> None:
     now = [0.0]
     budget = Budget(max_wall_s=100.0, clock=lambda: now[0])
-    arena = _SlowArena(now)
-    recs = _recommend_in_time(arena, None, 1.03, 3, budget, candidate_s=20.0)
-    assert arena.started == [100.0] * 3  # they compile at once, each may take what is left, no more
+    model_arms = _SlowArena(now)
+    recs = _recommend_in_time(model_arms, None, 1.03, 3, budget, candidate_s=20.0)
+    assert model_arms.started == [100.0] * 3  # they compile at once, each may take what is left, no more
     assert now[0] == 100.0  # and are cut off together at the deadline
     assert all("ran out while it compiled" in r.detail and r.speedup is None for r in recs)
-    assert arena.timeout_s == 600.0  # the arena's own limit is back for later arms
+    assert model_arms.timeout_s == 600.0  # the model_arms's own limit is back for later arms
 
 
 def test_an_option_needs_the_time_a_candidate_took() -> None:
     now = [0.0]
-    arena = _SlowArena(now)
-    recs = _recommend_in_time(arena, None, 1.03, 3, Budget(max_wall_s=40.0, clock=lambda: now[0]), candidate_s=50.0)
-    assert arena.started == [] and all("wall-time budget ran out" in r.detail for r in recs)
+    model_arms = _SlowArena(now)
+    recs = _recommend_in_time(model_arms, None, 1.03, 3, Budget(max_wall_s=40.0, clock=lambda: now[0]), candidate_s=50.0)
+    assert model_arms.started == [] and all("wall-time budget ran out" in r.detail for r in recs)
 
 
 class _Cascade:
-    def __init__(self, arena: Any) -> None:
-        self.arena = arena
+    def __init__(self, model_arms: Any) -> None:
+        self.model_arms = model_arms
 
 
 def test_a_final_benchmark_past_the_deadline_is_not_a_failed_run() -> None:

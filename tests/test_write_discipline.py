@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from kernelopt_bot.harness.kernel import KernelHarness
-from kernelopt_bot.stitch.pack import LaunchConfig
+from kernelopt_bot.pack.format import LaunchConfig
 from kernelopt_bot.verify.correctness import (
     DISTRIBUTIONS,
     PREFILLS,
@@ -34,7 +34,7 @@ def _gate2(example: str, edit: Callable[[str], str], **kw: object) -> GateResult
     harness = KernelHarness(kernel, rec, "cpu")
     candidate = harness.load(source=edit(kernel.source))
     reference = harness.load(source=kernel.source,
-                             config=LaunchConfig.from_json(rec.config) if rec.config else None)
+                             config=LaunchConfig.from_json(rec.chosen_config) if rec.chosen_config else None)
     return check_correctness(kernel, rec.args, rec.kwargs, lambda a: harness.launch(candidate, a),
                              lambda a: harness.launch(reference, a), device="cpu", **kw)  # type: ignore[arg-type]
 

@@ -25,8 +25,8 @@ from typing import Any
 from kernelopt_bot.config import KerneloptConfig
 from kernelopt_bot.github.affected import glob_match
 from kernelopt_bot.github.runner import JobOutcome
+from kernelopt_bot.pack.format import KernelPack, PackError
 from kernelopt_bot.source_patch import PatchError, SourceEdit, unified_text
-from kernelopt_bot.stitch.pack import KernelPack, PackError
 
 PACKS_DIR = "kernelopt/packs"
 README_PATH = "kernelopt/README.md"
@@ -172,7 +172,7 @@ def merged_packs(outcomes: Iterable[JobOutcome]) -> dict[str, KernelPack]:
 
 
 def activation_lines(names: Iterable[str]) -> str:
-    lines = ["from kernelopt_bot.stitch.runtime import install", ""]
+    lines = ["from kernelopt_bot.pack.runtime import install", ""]
     for name in sorted(names):
         lines.append(f'install("{pack_file(name)}")  # {name}: before torch.compile')
     return "\n".join(lines)

@@ -29,12 +29,12 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from kernelopt_bot.candidate import DEFAULT_GAMMA
-from kernelopt_bot.compile.settings import CompileSettings
+from kernelopt_bot.capture.settings import CompileSettings
 from kernelopt_bot.config import KerneloptConfig, TargetConfig
 from kernelopt_bot.fleet import FleetJob
+from kernelopt_bot.pack.format import KernelPack
 from kernelopt_bot.result import RunResult
 from kernelopt_bot.search.llm.config import KEY_ENV_VARS
-from kernelopt_bot.stitch.pack import KernelPack
 
 
 @dataclass(frozen=True)

@@ -53,8 +53,8 @@ from kernelopt_bot.github.runner import (
     record,
     run_jobs,
 )
+from kernelopt_bot.pack.format import KernelPack
 from kernelopt_bot.shards import Shard
-from kernelopt_bot.stitch.pack import KernelPack
 
 HISTORY_SCHEMA = "kernelopt-history/1"
 HISTORY_KEEP = 200

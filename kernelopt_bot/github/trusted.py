@@ -6,7 +6,7 @@ none of them. It reads each ``<target>.<dtype>/`` folder with limits (no symlink
 sizes, a bounded number of folders), checks ``result.json`` against a strict schema (known keys
 only, finite numbers in sane ranges, known statuses, bounded strings) and ``pack.json`` entry by
 entry, and builds fresh :class:`~kernelopt_bot.result.RunResult` and
-:class:`~kernelopt_bot.stitch.pack.KernelPack` objects from what passed. Nothing it read is
+:class:`~kernelopt_bot.pack.format.KernelPack` objects from what passed. Nothing it read is
 passed on as text it did not check: the reproduce command is rebuilt from validated fields, and
 every string still goes through the templates' ``md`` escaping.
 
@@ -34,9 +34,9 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from kernelopt_bot.config import DTYPES, MODULE_ENTRY_RE, NAME_RE, KerneloptConfig
+from kernelopt_bot.pack.format import Guard, KernelPack, LaunchConfig, PackEntry, PackError
 from kernelopt_bot.result import RESULT_SCHEMA, KernelOutcome, Recommendation, RunResult
 from kernelopt_bot.source_patch import PatchError, SourceEdit
-from kernelopt_bot.stitch.pack import Guard, KernelPack, LaunchConfig, PackEntry, PackError
 from kernelopt_bot.verify.static import BLOCK_CONSTEXPRS, MAX_TILE_NUMEL
 
 MAX_FOLDERS = 64

@@ -1,12 +1,12 @@
 """End-to-end benchmark: ``torch.compile`` baseline against the model with a pack installed.
 
 This harness is the source of every speedup the project reports. Three arms, each a separate
-process (:mod:`kernelopt_bot.harness.model_worker`): the baseline, a second baseline (for the
+process (:mod:`kernelopt_bot.harness.arm_process`): the baseline, a second baseline (for the
 noise floor), and the packed model. Each round draws fresh inputs from a new seed, every arm
 times the same inputs (L2 flushed before each call, median of ``reps`` calls), and the arms take
 turns in a rotating order. Reported times are medians over rounds; the noise floor is the largest
 relative difference between the two baselines in any round. A model too large for two baseline
-processes (:attr:`~kernelopt_bot.harness.arena.Arena.one_baseline`) has one, timed twice in each
+processes (:attr:`~kernelopt_bot.harness.model_arms.ModelArms.one_baseline`) has one, timed twice in each
 round: its noise floor is then that arm's against itself (``BenchResult.noise_from``).
 
 Without a GPU the arms still compile and run (interpreter mode) and their outputs are compared,
@@ -19,9 +19,9 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from kernelopt_bot.harness.arena import Arena
-from kernelopt_bot.harness.model_worker import Arm, ModelWorker, WorkerSpec
-from kernelopt_bot.stitch.pack import KernelPack
+from kernelopt_bot.harness.arm_process import Arm, ArmProcess, ArmSpec
+from kernelopt_bot.harness.model_arms import ModelArms
+from kernelopt_bot.pack.format import KernelPack
 
 SEED_BASE = 1000
 
@@ -142,9 +142,9 @@ def bench(target: str, pack: KernelPack, *, device: str, dtype: str = "fp32", ro
     ``mode`` and ``config`` (Inductor config settings) apply to every arm alike; ``train``: each
     timed call is a whole training step.
     """
-    with Arena(target, device, dtype, timeout_s=timeout_s, mode=mode, config=config, train=train) as arena:
-        base, repeat = arena.baselines()
-        with arena.candidate(pack, label="packed") as packed:
+    with ModelArms(target, device, dtype, timeout_s=timeout_s, mode=mode, config=config, train=train) as model_arms:
+        base, repeat = model_arms.baselines()
+        with model_arms.candidate(pack, label="packed") as packed:
             return compare_arms(base, packed, repeat, target=target, device=device, dtype=dtype,
                                 rounds=rounds, reps=reps, timeout_s=timeout_s, split_step=train)
 
@@ -155,7 +155,7 @@ def bench_patch(original: str, patched: str, *, device: str, dtype: str = "fp32"
     folder where the patch was applied), each in its own process, as :func:`compare_arms` times
     any two arms: interleaved rounds, fresh inputs, L2 flushed, medians, the original against
     itself for the noise floor."""
-    arms = [ModelWorker(WorkerSpec(label, path, device, dtype))
+    arms = [ArmProcess(ArmSpec(label, path, device, dtype))
             for label, path in (("baseline", original), ("packed", patched), ("baseline-repeat", original))]
     try:
         for arm in arms:  # one at a time: nothing else runs while an arm starts
@@ -170,7 +170,7 @@ def bench_patch(original: str, patched: str, *, device: str, dtype: str = "fp32"
 def compare_arms(base: Arm, packed: Arm, repeat: Arm | None, *, target: str,
                  device: str, dtype: str, rounds: int = 10, reps: int = 20,
                  timeout_s: float = 600.0, split_step: bool = False) -> BenchResult:
-    """The measurement itself, on arms that are already compiled (see :class:`~.harness.arena.Arena`).
+    """The measurement itself, on arms that are already compiled (see :class:`~.harness.model_arms.ModelArms`).
     ``split_step``: the arms run training steps; each round also times the baseline's and the packed
     model's forward half alone, so the step's speedup splits into forward and backward."""
     diff = _max_abs_diff(base.request("outputs", SEED_BASE - 1, timeout_s=timeout_s),

@@ -2,7 +2,7 @@
 
 This is what the search and the gates call: the compiler's kernel as it ran in the model, the
 same kernel pinned to another launch config, or another source for it, all on copies of the
-arguments recorded at its call site (:func:`kernelopt_bot.compile.capture.record_kernel_arguments`).
+arguments recorded at its call site (:func:`kernelopt_bot.capture.recorder.record_kernel_arguments`).
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from typing import Any
 
 import torch
 
-from kernelopt_bot.compile.artifact import TritonKernel
-from kernelopt_bot.compile.capture import KernelRecording, snapshot
+from kernelopt_bot.capture.artifact import TritonKernel
+from kernelopt_bot.capture.recorder import KernelRecording, snapshot
 from kernelopt_bot.harness.timing import Timing, time_on
-from kernelopt_bot.stitch.pack import LaunchConfig
-from kernelopt_bot.stitch.runtime import pin_config_source, rename_kernel
+from kernelopt_bot.pack.format import LaunchConfig
+from kernelopt_bot.pack.runtime import pin_config_source, rename_kernel
 
 _UNIQUE = itertools.count()
 

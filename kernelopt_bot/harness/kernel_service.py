@@ -30,8 +30,8 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from kernelopt_bot.compile.artifact import TritonKernel
-from kernelopt_bot.compile.capture import KernelRecording
+from kernelopt_bot.capture.artifact import TritonKernel
+from kernelopt_bot.capture.recorder import KernelRecording
 from kernelopt_bot.errors import one_line
 from kernelopt_bot.harness.compile_pool import LATE, CompilePool, start_pool
 from kernelopt_bot.harness.failures import InfrastructureFailure, is_out_of_memory
@@ -39,7 +39,7 @@ from kernelopt_bot.harness.kernel import KernelHarness
 from kernelopt_bot.harness.memory import free_memory, retry_note
 from kernelopt_bot.harness.timing import StepClock
 from kernelopt_bot.harness.work_watch import NO_WATCH, WorkWatch
-from kernelopt_bot.stitch.pack import LaunchConfig
+from kernelopt_bot.pack.format import LaunchConfig
 
 COMPILE_DEADLINE_S = 30.0  # per batch of variants, compiled in parallel
 PROBE_REPS = 3  # a first look at a variant before it gets the full repetitions
@@ -80,14 +80,14 @@ class KernelBench:
 
     def original(self) -> Any:
         """The compiler's kernel pinned to the launch config its autotuning chose in the model
-        (``recording.config``): loaded without it, the source would autotune again (every config
+        (``recording.chosen_config``): loaded without it, the source would autotune again (every config
         compiled and benchmarked). Unpinned if that config is unknown or cannot be pinned."""
         if self._original is None:
             pinned = None
-            if self.recording.config:
+            if self.recording.chosen_config:
                 try:
                     pinned = self.harness.load(source=self.kernel.source,
-                                               config=LaunchConfig.from_json(self.recording.config))
+                                               config=LaunchConfig.from_json(self.recording.chosen_config))
                 except Exception:  # noqa: BLE001 - fall back to the compiler's own autotuning
                     pinned = None
             self._original = pinned if pinned is not None else self.harness.load(source=self.kernel.source)

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kernelopt_bot.errors import one_line
-from kernelopt_bot.harness.model_worker import ArmRaised, flatten_outputs
+from kernelopt_bot.harness.arm_process import ArmRaised, flatten_outputs
 from kernelopt_bot.harness.timing import time_model
 from kernelopt_bot.launchers import KernelTarget
 

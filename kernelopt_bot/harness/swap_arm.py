@@ -1,16 +1,16 @@
 """Model arms inside the engine: the captured model, with one trusted kernel swapped in per request.
 
 Gates 3 and 4 compare a packed model against the compiler's baseline. For untrusted source each
-arm is a fresh process (:mod:`kernelopt_bot.harness.model_worker`); for a trusted candidate (the
+arm is a fresh process (:mod:`kernelopt_bot.harness.arm_process`); for a trusted candidate (the
 tuner's own configs and transformations) starting and compiling that process was most of a
 candidate's gates (20-69 s on an H200). The engine already holds the compiled model
-(:class:`~kernelopt_bot.compile.capture.Capture`), whose output modules call each kernel through a
+(:class:`~kernelopt_bot.capture.recorder.Capture`), whose output modules call each kernel through a
 module-level name at every call, so swapping that name for the candidate's compiled kernel object
 runs the candidate inside the compiled model, as ``install(pack)`` would have compiled it.
 
 An :class:`EngineArm` answers the same requests as a model arm process (``info``,
 ``request("outputs", seed)``, ``request("time", seed, reps)``, ``ready``/``wait_ready``,
-``close``), computed as :func:`kernelopt_bot.harness.model_worker._serve` computes them. The swap
+``close``), computed as :func:`kernelopt_bot.harness.arm_process._serve` computes them. The swap
 lasts one request and is undone in a ``finally``, so the baseline arms (nothing swapped) and the
 candidate arm share one compiled model and take turns. Its numbers judge a candidate; the number
 a run reports is measured again in fresh processes (``install(pack)`` then a fresh compile).
@@ -27,15 +27,15 @@ from typing import Any
 
 import torch
 
-from kernelopt_bot.compile.artifact import TritonKernel
-from kernelopt_bot.compile.capture import Capture
+from kernelopt_bot.capture.artifact import TritonKernel
+from kernelopt_bot.capture.recorder import Capture
 from kernelopt_bot.errors import one_line
+from kernelopt_bot.harness.arm_process import ArmRaised, flatten_outputs
 from kernelopt_bot.harness.failures import is_out_of_memory
 from kernelopt_bot.harness.memory import free_memory
-from kernelopt_bot.harness.model_worker import ArmRaised, flatten_outputs
 from kernelopt_bot.harness.timing import time_model
-from kernelopt_bot.stitch.pack import integer_arguments
-from kernelopt_bot.stitch.runtime import ShapeGuardedKernel, sizes_baked_in
+from kernelopt_bot.pack.format import integer_arguments
+from kernelopt_bot.pack.runtime import ShapeGuardedKernel, sizes_baked_in
 
 
 class _Counted:
@@ -68,7 +68,7 @@ class KernelSwap:
     def build(cls, capture: Capture, kernel: TritonKernel, replacement: Any) -> KernelSwap:
         """The swap of ``replacement`` (a compiled kernel object) for ``kernel``, guarded as the
         pack guards it: to the recorded launch's integer arguments unless the kernel bakes its
-        sizes in (:func:`~kernelopt_bot.stitch.runtime.sizes_baked_in`)."""
+        sizes in (:func:`~kernelopt_bot.pack.runtime.sizes_baked_in`)."""
         counted = _Counted(replacement)
         shapes = (integer_arguments(capture.recording(kernel.graph, kernel.name).args),)
         guarded = not sizes_baked_in(kernel.source)
@@ -99,7 +99,7 @@ class KernelSwap:
 class EngineArm:
     """One arm on the engine's compiled model: the baseline (``swap`` None) or the model with a
     trusted candidate swapped in for each request. Drop-in for a
-    :class:`~kernelopt_bot.harness.model_worker.ModelWorker` where gates 3 and 4 use one."""
+    :class:`~kernelopt_bot.harness.arm_process.ArmProcess` where gates 3 and 4 use one."""
 
     where = "engine"  # gate 4 records where its arms ran; only processes' numbers are reported
 

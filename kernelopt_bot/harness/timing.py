@@ -176,17 +176,31 @@ def time_model(device: str, fn: Callable[[], Any], *, reps: int = 20, warmup: in
 
 
 class StepClock:
-    """Seconds per step, written into ``seconds`` as each step ends: a slow search shows which
-    step was slow. With ``sent_at`` (the parent's :func:`time.time` when it started this process)
-    the first entry, ``start``, is the process start itself."""
+    """Seconds per named step, added into ``seconds`` as each step ends: a slow run shows which
+    step was slow. Two ways to mark steps, one clock: :meth:`done` ends a step now (it began when
+    the last one ended), :meth:`begin` starts one that lasts until the next :meth:`begin` or
+    :meth:`stop` (the pipeline's phases, named as they are logged). A step that happens twice adds
+    up. With ``sent_at`` (the parent's :func:`time.time` when it started this process) the first
+    entry, ``start``, is the process start itself."""
 
     def __init__(self, seconds: dict[str, float] | None = None, *, sent_at: Any = None) -> None:
         self.seconds: dict[str, float] = {} if seconds is None else seconds
         self._last = time.time()
+        self._current: str | None = None
         if isinstance(sent_at, (int, float)):
             self.seconds["start"] = round(self._last - sent_at, 2)
 
     def done(self, step: str) -> None:
         now = time.time()
-        self.seconds[step] = round(now - self._last, 2)
+        self.seconds[step] = round(self.seconds.get(step, 0.0) + now - self._last, 2)
         self._last = now
+        self._current = None
+
+    def begin(self, step: str) -> None:
+        self.stop()
+        self._last, self._current = time.time(), step
+
+    def stop(self) -> None:
+        """End the step :meth:`begin` started, if one is running."""
+        if self._current is not None:
+            self.done(self._current)

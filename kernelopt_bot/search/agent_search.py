@@ -9,7 +9,7 @@ a bounded number of times. Every verdict is summarized into the memory. The beam
 verified candidates; the orchestrator keeps the fastest.
 
 The endpoint is never trusted to be up: an unreachable or misbehaving one stops this search with a
-warning, and the offline tuner's results stand. The LLM decides nothing that matters: the gates do.
+warning, and the timed tuner's results stand. The LLM decides nothing that matters: the gates do.
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ class LLMSearch:
                              f"after the {failing.name} gate")
         except LLMUnavailable as exc:
             self.disabled = str(exc)
-            self.log(f"warning: LLM endpoint unavailable ({exc}); continuing with the offline tuner only")
+            self.log(f"warning: LLM endpoint unavailable ({exc}); continuing with the timed tuner only")
         except BudgetExceeded as exc:
             self.log(f"  LLM search stopped: {exc.reason}")
         return tried

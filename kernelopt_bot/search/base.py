@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kernelopt_bot.candidate import Proposal
-from kernelopt_bot.compile.artifact import TritonKernel
+from kernelopt_bot.capture.artifact import TritonKernel
 from kernelopt_bot.profiling import KernelProfile
 from kernelopt_bot.search.rewrites import Rewrite
 

@@ -2,7 +2,7 @@
 
 Coordinate-descent tuning, max-autotune without CUDA graphs, and CUDA graphs can each win big or
 lose big depending on the model (FINDINGS.md section 6); only an end-to-end measurement tells. Each
-option gets its own arm in the arena, goes through gate 3 (same outputs) and gate 4's rules, and
+option gets its own arm in the model_arms, goes through gate 3 (same outputs) and gate 4's rules, and
 comes back as a recommendation, verified or not.
 """
 
@@ -12,11 +12,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kernelopt_bot.compile.settings import CompileSettings
-from kernelopt_bot.harness.arena import Arena
+from kernelopt_bot.capture.settings import CompileSettings
+from kernelopt_bot.harness.arm_process import Arm, ArmError
 from kernelopt_bot.harness.bench import compare_arms
 from kernelopt_bot.harness.failures import InfrastructureFailure, is_out_of_memory
-from kernelopt_bot.harness.model_worker import Arm, WorkerError
+from kernelopt_bot.harness.model_arms import ModelArms
 from kernelopt_bot.result import Recommendation
 from kernelopt_bot.targets import Target
 from kernelopt_bot.verify.model import check_model
@@ -39,25 +39,25 @@ COMPILE_OPTIONS = (
 MIN_OPTION_S = 30.0  # an option needs a whole compile and a benchmark: do not start one with less left
 
 
-def recommend(arena: Arena, target: Target, *, gamma: float, rounds: int = 10, reps: int = 20,
+def recommend(model_arms: ModelArms, target: Target, *, gamma: float, rounds: int = 10, reps: int = 20,
               options: tuple[CompileOption, ...] = COMPILE_OPTIONS,
               time_left: Callable[[], float | None] | None = None) -> list[Recommendation]:
     """Measure each option against the default compile; never raises for an option that fails.
 
-    The options' arms compile at once (as many as the GPU's memory holds: ``Arena.room_for``),
-    and are timed one after the other once none compiles any more (``Arena.settle``).
+    The options' arms compile at once (as many as the GPU's memory holds: ``ModelArms.room_for``),
+    and are timed one after the other once none compiles any more (``ModelArms.settle``).
     ``time_left`` (seconds of wall budget left, None = no limit): options that would start too
     close to the end are reported as not measured, so the run keeps its wall budget.
     """
-    if arena.device != "cuda":
+    if model_arms.device != "cuda":
         return [Recommendation(o.label, None, False, "not measured: no CUDA device") for o in options]
     try:
-        baseline, repeat = arena.baselines()
-    except WorkerError as exc:  # ours (out of memory, say): no option is measured, none is judged
+        baseline, repeat = model_arms.baselines()
+    except ArmError as exc:  # ours (out of memory, say): no option is measured, none is judged
         return [Recommendation(o.label, None, False, f"not measured: the baseline arms did not start ({exc})")
                 for o in options]
     done: dict[str, Recommendation] = {}
-    users = CompileSettings(arena.mode, arena.config)
+    users = CompileSettings(model_arms.mode, model_arms.config)
     for option in options:  # an option the model is already compiled with is its baseline
         if users.with_option(option.mode, option.config) == users:
             done[option.label] = Recommendation(option.label, None, False,
@@ -67,42 +67,42 @@ def recommend(arena: Arena, target: Target, *, gamma: float, rounds: int = 10, r
         left = time_left() if time_left is not None else None
         if left is not None and left < MIN_OPTION_S:
             break
-        room = arena.room_for(len(pending))
+        room = model_arms.room_for(len(pending))
         if room == 0:  # others (the final benchmark's arm) still compile: let them finish first
-            arena.settle()
-            room = arena.room_for(len(pending))
+            model_arms.settle()
+            room = model_arms.room_for(len(pending))
         if room == 0:
             for option in pending:
                 done[option.label] = Recommendation(option.label, None, False,
                                                     "not measured: no GPU memory for its arm beside the others")
             break
         wave, pending = pending[:room], pending[room:]
-        arms: list[tuple[CompileOption, Arm | WorkerError]] = []
+        arms: list[tuple[CompileOption, Arm | ArmError]] = []
         for option in wave:
             try:
-                arms.append((option, arena.candidate(None, label=option.label, mode=option.mode,
+                arms.append((option, model_arms.candidate(None, label=option.label, mode=option.mode,
                                                      config=option.config, wait=False)))
-            except WorkerError as exc:
+            except ArmError as exc:
                 arms.append((option, exc))
         try:
-            arena.settle()  # nothing is timed while an arm compiles
+            model_arms.settle()  # nothing is timed while an arm compiles
             for option, arm in arms:
-                done[option.label] = _measure(option, arm, target, baseline, repeat, arena.device, arena.dtype,
+                done[option.label] = _measure(option, arm, target, baseline, repeat, model_arms.device, model_arms.dtype,
                                               gamma=gamma, rounds=rounds, reps=reps, time_left=time_left)
         finally:
             for _, arm in arms:
-                if not isinstance(arm, WorkerError):
+                if not isinstance(arm, ArmError):
                     arm.close()
     return [done.get(o.label) or Recommendation(o.label, None, False, "not measured: the wall-time budget ran out")
             for o in options]
 
 
-def _measure(option: CompileOption, arm: Arm | WorkerError, target: Target, baseline: Arm,
+def _measure(option: CompileOption, arm: Arm | ArmError, target: Target, baseline: Arm,
              repeat: Arm | None, device: str, dtype: str, *, gamma: float, rounds: int, reps: int,
              time_left: Callable[[], float | None] | None) -> Recommendation:
     """Gate 3 and gate 4's rules for one option's (compiled) arm."""
     try:
-        if isinstance(arm, WorkerError):
+        if isinstance(arm, ArmError):
             raise arm
         arm.wait_ready()
         model = check_model(target, baseline, arm, None)
@@ -114,7 +114,7 @@ def _measure(option: CompileOption, arm: Arm | WorkerError, target: Target, base
         return Recommendation(option.label, result.speedup, bool(verdict.passed), verdict.reason)
     except InfrastructureFailure as exc:  # out of memory after a retry: ours, not the option's
         return Recommendation(option.label, None, False, f"not measured: {exc}")
-    except WorkerError as exc:
+    except ArmError as exc:
         if is_out_of_memory(str(exc)):  # ours: the option is not judged
             return Recommendation(option.label, None, False, f"not measured: out of GPU memory ({exc})")
         left = time_left() if time_left is not None else None

@@ -17,16 +17,16 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from kernelopt_bot.candidate import Candidate, Proposal, candidate_pack
-from kernelopt_bot.compile.artifact import TritonKernel
-from kernelopt_bot.compile.capture import Capture
+from kernelopt_bot.capture.artifact import TritonKernel
+from kernelopt_bot.capture.recorder import Capture
+from kernelopt_bot.pack.export import lookup_key_or_none
+from kernelopt_bot.pack.format import Guard, KernelPack, PackEntry
+from kernelopt_bot.pack.runtime import running_environment
 from kernelopt_bot.profiling import KernelProfile, Profile
 from kernelopt_bot.result import KernelOutcome
 from kernelopt_bot.search.base import SearchContext, SearchStrategy
 from kernelopt_bot.search.budget import Budget, BudgetExceeded
 from kernelopt_bot.search.rewrites import Rewrite
-from kernelopt_bot.stitch.export import lookup_key_or_none
-from kernelopt_bot.stitch.pack import Guard, KernelPack, PackEntry
-from kernelopt_bot.stitch.runtime import running_environment
 from kernelopt_bot.store import Store
 from kernelopt_bot.verify.verdict import Verdict
 
@@ -139,7 +139,7 @@ class Orchestrator:
             return
         recording = self.capture.recording(kernel.graph, kernel.name)
         memory = self.store.memory.recall(kernel.kind, self.env.gpu) if self.store is not None else []
-        ctx = SearchContext(kernel, row, recording.config, self.device, memory,
+        ctx = SearchContext(kernel, row, recording.chosen_config, self.device, memory,
                             self.rewrites.get((kernel.graph, kernel.name), []), list(self.profile.kernels))
         self.log(f"searching {kernel.qualified_name} ({kernel.kind})")
         tried: list[tuple[Proposal, Verdict]] = []

@@ -13,7 +13,7 @@ with ``R0_BLOCK`` (the row padded to a power of two, a constant in the persisten
 the candidate's launch config. Every graft is an ordinary candidate for the gates.
 
 Only static row lengths qualify (the persistent body has the length baked in), and the pinned
-config is the one that runs (``stitch.runtime.pin_config_source`` turns off Inductor's R0_BLOCK
+config is the one that runs (``pack.runtime.pin_config_source`` turns off Inductor's R0_BLOCK
 halving, which would skip part of a persistent row).
 """
 
@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernelopt_bot.compile.artifact import TritonKernel
+from kernelopt_bot.capture.artifact import TritonKernel
 
 PERSISTENT_REWRITE = "one_pass_persistent"
 MAX_ROW = 16384  # longest row (elements) tried in registers: 64 KB of fp32 for one program's row
@@ -152,7 +152,7 @@ def persistent_rewrites(capture: Any, mode: str | None = None) -> dict[tuple[int
     import torch
     from torch._inductor import config as inductor_config
 
-    from kernelopt_bot.compile.capture import capture as capture_again
+    from kernelopt_bot.capture.recorder import capture as capture_again
 
     wanted = qualifying(capture)
     if not wanted:

@@ -17,8 +17,8 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from kernelopt_bot.compile.artifact import TritonKernel
-from kernelopt_bot.stitch.pack import LaunchConfig
+from kernelopt_bot.capture.artifact import TritonKernel
+from kernelopt_bot.pack.format import LaunchConfig
 
 HEURISTICS = ("pointwise", "reduction", "persistent_reduction")
 MAX_AUTOTUNE_META = {"max_autotune": True, "max_autotune_pointwise": True}

@@ -10,9 +10,9 @@ import itertools
 import random
 from collections.abc import Iterator
 
-from kernelopt_bot.compile.artifact import TritonKernel
+from kernelopt_bot.capture.artifact import TritonKernel
 from kernelopt_bot.device import DeviceLimits
-from kernelopt_bot.stitch.pack import LaunchConfig
+from kernelopt_bot.pack.format import LaunchConfig
 
 MAX_TILE = 1 << 16  # elements per program; beyond this registers spill
 # Elements each thread holds (tile / threads). Past this a reduction's per-thread arrays exceed the

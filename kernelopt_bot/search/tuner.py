@@ -1,4 +1,4 @@
-"""The offline tuner: the default search, no LLM.
+"""The timed tuner: the default search, with no LLM (it ranks variants by timing each alone on the GPU).
 
 Per kernel: the configs the compiler's own max-autotune would try (:mod:`.seeds`: the search
 starts where the compiler's ends), a seeded sample of the launch space and the neighbours of the
@@ -18,13 +18,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from kernelopt_bot.candidate import Candidate, Proposal
-from kernelopt_bot.compile.artifact import TritonKernel
+from kernelopt_bot.capture.artifact import TritonKernel
+from kernelopt_bot.pack.format import LaunchConfig
 from kernelopt_bot.search.base import SearchContext, SearchStrategy
 from kernelopt_bot.search.rewrites import Rewrite
 from kernelopt_bot.search.seeds import max_autotune_configs
 from kernelopt_bot.search.space import configs, sample
 from kernelopt_bot.search.transforms import applicable
-from kernelopt_bot.stitch.pack import LaunchConfig
 
 # (original_ms, [ms or error per variant]) for a kernel's candidates, timed alone
 # (the gates' ``time_variants``: :class:`kernelopt_bot.search.orchestrator.Gates`).
@@ -96,7 +96,7 @@ def _key(c: LaunchConfig) -> tuple:
     return (tuple(sorted(c.kwargs.items())), c.num_warps, c.num_stages)
 
 
-class OfflineTuner(SearchStrategy):
+class TimedTuner(SearchStrategy):
     """Timing batches per kernel: (1) max-autotune's configs, a seeded sample of the launch space
     and the compiler's config's neighbours; (2) the neighbours of the best ``beam`` configs
     together with every source transformation on the best one; each further descent round (up to

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kernelopt_bot.stitch.pack import base_version
+from kernelopt_bot.pack.format import base_version
 from kernelopt_bot.store.cache import CacheHit, VerifiedKernelCache
 from kernelopt_bot.store.database import Database, StoreError
 from kernelopt_bot.store.memory import AgentMemory

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kernelopt_bot.stitch.pack import PackEntry, PackError, base_version
+from kernelopt_bot.pack.format import PackEntry, PackError, base_version
 from kernelopt_bot.store.database import (
     Database,
     StoreError,

@@ -23,17 +23,17 @@ from typing import Any
 import torch
 
 from kernelopt_bot.candidate import DEFAULT_GAMMA, Candidate, candidate_pack
-from kernelopt_bot.compile.artifact import TritonKernel
-from kernelopt_bot.compile.capture import Capture
-from kernelopt_bot.compile.settings import CompileSettings
+from kernelopt_bot.capture.artifact import TritonKernel
+from kernelopt_bot.capture.recorder import Capture
+from kernelopt_bot.capture.settings import CompileSettings
 from kernelopt_bot.device import device_limits
 from kernelopt_bot.errors import one_line
-from kernelopt_bot.harness.arena import Arena
+from kernelopt_bot.harness.arm_process import ArmError, ArmProcess, ArmRaised
 from kernelopt_bot.harness.compile_pool import CompilePool
 from kernelopt_bot.harness.failures import InfrastructureFailure, is_infrastructure_text, is_out_of_memory
 from kernelopt_bot.harness.kernel_service import KernelService, variant_key
 from kernelopt_bot.harness.memory import free_memory, retry_note
-from kernelopt_bot.harness.model_worker import ArmRaised, ModelWorker, WorkerError
+from kernelopt_bot.harness.model_arms import ModelArms
 from kernelopt_bot.harness.swap_arm import EngineArm, KernelSwap
 from kernelopt_bot.harness.timing import StepClock
 from kernelopt_bot.harness.work_watch import NO_WATCH, WorkWatch
@@ -79,7 +79,7 @@ class Cascade:
         target = capture.target
         # Every model arm compiles as the user does (the capture did too): the baseline is theirs.
         settings = compile_settings or CompileSettings()
-        self.arena = Arena(target.spec, target.device, dtype_name(target.dtype), mode=settings.mode,
+        self.model_arms = ModelArms(target.spec, target.device, dtype_name(target.dtype), mode=settings.mode,
                            config=settings.config, train=target.train)
         # Trusted candidates' gate 2 and timing, in this process (the engine): no process started.
         # Each piece of it is watched: work that brings this process down is skipped by the next.
@@ -91,7 +91,7 @@ class Cascade:
         return self.capture.target.device
 
     def close(self) -> None:
-        self.arena.close()
+        self.model_arms.close()
         self.kernels.close()
         self._workdir.cleanup()
 
@@ -162,7 +162,7 @@ class Cascade:
         # runs: each takes seconds, and a candidate that compiles mostly passes gate 2. It is only
         # asked anything (gates 3-4) after gate 2 passed, and is killed if it did not. A trusted
         # candidate needs no arm process: gates 3-4 swap it into the engine's compiled model.
-        early_arm = (self.arena.candidate(candidate_pack(self.capture, kernel, candidate), wait=False)
+        early_arm = (self.model_arms.candidate(candidate_pack(self.capture, kernel, candidate), wait=False)
                      if self.device == "cuda" and not candidate.trusted else None)
         clock = StepClock(verdict.seconds)
         try:
@@ -230,7 +230,7 @@ class Cascade:
             "kwargs": recording.kwargs, "source": candidate.source,
             "config": candidate.config.to_json() if candidate.config else None,
             "seeds": list(opts.seeds), "distributions": list(opts.distributions),
-            "time": self.device == "cuda", "sent_at": time.time(), "original_config": recording.config,
+            "time": self.device == "cuda", "sent_at": time.time(), "chosen_config": recording.chosen_config,
         }
         outcome = run_sandboxed("kernelopt_bot.verify.jobs.kernel_job", payload, device=self.device,
                                 limits=limits)
@@ -241,18 +241,18 @@ class Cascade:
         return outcome
 
     def _model_and_performance(self, kernel: TritonKernel, candidate: Candidate, job: dict[str, Any],
-                               arm: ModelWorker | None, clock: StepClock) -> list[GateResult]:
+                               arm: ArmProcess | None, clock: StepClock) -> list[GateResult]:
         """Gates 3 and 4 on one candidate arm (``arm``, already started, or a new one), against
-        the arena's long-lived baselines; ``clock`` records the time of each step."""
+        the model arms' long-lived baselines; ``clock`` records the time of each step."""
         try:
-            baseline, repeat = self.arena.baselines()
+            baseline, repeat = self.model_arms.baselines()
             clock.done("baselines ready")
             if arm is None:
-                arm = self.arena.candidate(candidate_pack(self.capture, kernel, candidate))
+                arm = self.model_arms.candidate(candidate_pack(self.capture, kernel, candidate))
             elif not arm.ready:
                 arm.wait_ready()
             clock.done("arm ready")
-        except WorkerError as exc:
+        except ArmError as exc:
             if not is_out_of_memory(str(exc)):
                 return [GateResult.fail("model", f"the packed model did not compile or run: {exc}")]
             # Out of memory while starting is ours (other arms, the sandbox): free what this
@@ -261,9 +261,9 @@ class Cascade:
                 arm.close()
             free_memory(self.device)
             try:
-                baseline, repeat = self.arena.baselines()
-                arm = self.arena.candidate(candidate_pack(self.capture, kernel, candidate))
-            except WorkerError as again:
+                baseline, repeat = self.model_arms.baselines()
+                arm = self.model_arms.candidate(candidate_pack(self.capture, kernel, candidate))
+            except ArmError as again:
                 if is_out_of_memory(str(again)):
                     raise InfrastructureFailure(f"out of memory starting the model arms: {again}") from again
                 return [GateResult.fail("model", f"the packed model did not compile or run: {again}")]
@@ -277,11 +277,11 @@ class Cascade:
         def restart_and_judge() -> list[GateResult]:
             # The arm that ran out is gone: stop every arm (their memory back to the GPU), start
             # them afresh and judge once more. They compiled before, so a failure now is ours.
-            self.arena.close()
+            self.model_arms.close()
             try:
-                again_baseline, again_repeat = self.arena.baselines()
-                again_arm = self.arena.candidate(candidate_pack(self.capture, kernel, candidate))
-            except WorkerError as exc:
+                again_baseline, again_repeat = self.model_arms.baselines()
+                again_arm = self.model_arms.candidate(candidate_pack(self.capture, kernel, candidate))
+            except ArmError as exc:
                 raise InfrastructureFailure(f"out of memory judging the candidate, and the model arms did not "
                                             f"start again: {exc}") from exc
             clock.done("arms restarted after running out of memory")
@@ -343,7 +343,7 @@ class Cascade:
         clock.done("model")
         if not model.passed:
             return [model]
-        self.arena.settle()  # no arm compiles while gate 4 times (an early arm, a prestarted baseline)
+        self.model_arms.settle()  # no arm compiles while gate 4 times (an early arm, a prestarted baseline)
         perf = check_performance(
             baseline, arm, repeat, kernel.name, target=target.spec, device=self.device,
             dtype=dtype_name(target.dtype), gamma=opts.gamma, rounds=opts.rounds, reps=opts.reps,
@@ -392,7 +392,7 @@ class Cascade:
             "kwargs": recording.kwargs, "reps": reps,
             "variants": [{"source": c.source, "config": c.config.to_json() if c.config else None}
                          for c in candidates],
-            "sent_at": time.time(), "original_config": recording.config,
+            "sent_at": time.time(), "chosen_config": recording.chosen_config,
         }
         outcome = run_sandboxed("kernelopt_bot.verify.jobs.timing_job", payload, device=self.device,
                                 limits=self.options.sandbox)

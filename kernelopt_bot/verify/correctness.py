@@ -17,13 +17,13 @@ the arguments the kernel got in the model:
 * every output and every mutated argument is compared (:mod:`kernelopt_bot.verify.tolerance`:
   elementwise, on the norm, for systematic bias, and for values flushed to zero);
 * write discipline: on the CPU interpreter the first trial records which elements each program
-  stores and loads (:mod:`kernelopt_bot.compile.memory_trace`); the candidate must write only
+  stores and loads (:mod:`kernelopt_bot.capture.memory_trace`); the candidate must write only
   what the original writes, from disjoint programs, and read no output before writing it. On a
   GPU, where programs really run at once, the candidate runs several times on identical inputs
   and must give bitwise-identical results (a race shows as nondeterminism).
 
 Inductor kernels are usually specialised to their shapes; a dynamic-shape kernel is verified at
-the recorded sizes only, and its pack entry is guarded to them (:mod:`kernelopt_bot.stitch.pack`).
+the recorded sizes only, and its pack entry is guarded to them (:mod:`kernelopt_bot.pack.format`).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from kernelopt_bot.compile.artifact import TritonKernel
+from kernelopt_bot.capture.artifact import TritonKernel
 from kernelopt_bot.verify.tolerance import compare
 from kernelopt_bot.verify.verdict import GateResult
 
@@ -185,7 +185,7 @@ def trial_arguments(recorded: tuple[Any, ...], roles: list[ArgRole], seed: int,
                     distribution: str, prefill: str = "nan", reduction: int | None = None) -> tuple[Any, ...]:
     """Fresh buffers laid out like ``recorded``: inputs drawn anew, outputs poisoned with
     ``prefill``. The same arguments give the same buffers, bit for bit."""
-    from kernelopt_bot.compile.capture import snapshot
+    from kernelopt_bot.capture.recorder import snapshot
 
     device = next((a.device for a in recorded if isinstance(a, torch.Tensor)), torch.device("cpu"))
     gen = torch.Generator(device=device).manual_seed(seed * 1000 + DISTRIBUTIONS.index(distribution))
@@ -288,7 +288,7 @@ def _run_checked(launch: Any, args: tuple[Any, ...], read_only: list[ArgRole], d
 def _write_discipline(roles: list[ArgRole], cand_args: tuple[Any, ...], ref_args: tuple[Any, ...],
                       launch_candidate: Any, launch_reference: Any) -> str | None:
     """Record both kernels' memory accesses in the interpreter and compare them."""
-    from kernelopt_bot.compile.memory_trace import recording_memory, write_discipline
+    from kernelopt_bot.capture.memory_trace import recording_memory, write_discipline
 
     outputs = {r.name for r in roles if r.role in ("out", "inout")}
 

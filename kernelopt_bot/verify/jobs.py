@@ -23,14 +23,14 @@ def _bench(payload: dict[str, Any]) -> Any:
     prepare_device(device)
     import torch
 
-    from kernelopt_bot.compile.artifact import TritonKernel
-    from kernelopt_bot.compile.capture import KernelRecording
+    from kernelopt_bot.capture.artifact import TritonKernel
+    from kernelopt_bot.capture.recorder import KernelRecording
     from kernelopt_bot.harness.kernel_service import KernelBench
 
     kernel = TritonKernel.from_json(payload["kernel"])
     args = tuple(torch.load(payload["args_path"], map_location=device, weights_only=True))
     recording = KernelRecording(kernel.graph, kernel.name, args, dict(payload.get("kwargs") or {}),
-                                config=payload.get("original_config"))
+                                chosen_config=payload.get("chosen_config"))
     return KernelBench(kernel, recording, device)
 
 
@@ -40,11 +40,11 @@ def kernel_job(payload: dict[str, Any]) -> dict[str, Any]:
 
     Payload: ``device``, ``kernel`` (TritonKernel JSON), ``args_path`` (torch.save of the recorded
     arguments), ``kwargs``, ``source`` and/or ``config`` (LaunchConfig JSON), ``seeds``,
-    ``distributions``, ``time`` (bool), ``reps``, ``original_config``.
+    ``distributions``, ``time`` (bool), ``reps``, ``chosen_config``.
     """
     steps = StepClock(sent_at=payload.get("sent_at"))
     bench = _bench(payload)
-    from kernelopt_bot.stitch.pack import LaunchConfig
+    from kernelopt_bot.pack.format import LaunchConfig
     from kernelopt_bot.verify.correctness import DEFAULT_SEEDS, DISTRIBUTIONS
     from kernelopt_bot.verify.kernel_gate import GATE2_REPS, judge_kernel
 
@@ -62,7 +62,7 @@ def timing_job(payload: dict[str, Any]) -> dict[str, Any]:
 
     Payload: ``device``, ``kernel``, ``args_path``, ``kwargs``, ``variants`` (a list of
     ``{"source": str | None, "config": LaunchConfig JSON | None}``), ``reps``,
-    ``compile_deadline_s``, ``original_config``. A variant that fails to compile or run gets an
+    ``compile_deadline_s``, ``chosen_config``. A variant that fails to compile or run gets an
     error string instead of a time. Results: ``original_ms``, ``times`` (list of float | str).
     A variant still compiling at the deadline is left behind: the sandbox process exits without
     waiting for it.
@@ -70,7 +70,7 @@ def timing_job(payload: dict[str, Any]) -> dict[str, Any]:
     steps = StepClock(sent_at=payload.get("sent_at"))
     bench = _bench(payload)
     from kernelopt_bot.harness.kernel_service import COMPILE_DEADLINE_S, compile_threads
-    from kernelopt_bot.stitch.pack import LaunchConfig
+    from kernelopt_bot.pack.format import LaunchConfig
 
     reps = int(payload.get("reps") or 50)
     variants = [(v.get("source") or None, LaunchConfig.from_json(v["config"]) if v.get("config") else None)

@@ -15,11 +15,11 @@ from typing import Any
 
 import torch
 
-from kernelopt_bot.compile.artifact import TritonKernel
+from kernelopt_bot.capture.artifact import TritonKernel
 from kernelopt_bot.harness.failures import InfrastructureFailure, is_out_of_memory
 from kernelopt_bot.harness.kernel_service import KernelBench, KernelService, late_text
 from kernelopt_bot.harness.timing import StepClock
-from kernelopt_bot.stitch.pack import LaunchConfig
+from kernelopt_bot.pack.format import LaunchConfig
 from kernelopt_bot.verify.correctness import DEFAULT_SEEDS, DISTRIBUTIONS, check_correctness
 
 GATE2_REPS = 100  # kernel-level timing of a candidate that passed gate 2 (CUDA), for gate 4

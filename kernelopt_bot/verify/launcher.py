@@ -23,8 +23,8 @@ from typing import Any
 import torch
 
 from kernelopt_bot.errors import one_line
+from kernelopt_bot.harness.arm_process import flatten_outputs
 from kernelopt_bot.harness.failures import is_out_of_memory
-from kernelopt_bot.harness.model_worker import flatten_outputs
 from kernelopt_bot.helion_targets import HelionTarget, normalized
 from kernelopt_bot.launchers import LAUNCH_OPTIONS, KernelLaunch, KernelTarget
 from kernelopt_bot.verify.tolerance import compare, relative_error

@@ -1,7 +1,7 @@
 """Gate 3: the re-stitched model against the eager model, with a float64 referee.
 
 The packed model (candidate installed) and the compiler baseline run as arms on fresh inputs: each
-in its own process (an :class:`~kernelopt_bot.harness.arena.Arena`'s), or, for a trusted candidate,
+in its own process (an :class:`~kernelopt_bot.harness.model_arms.ModelArms`'s), or, for a trusted candidate,
 the engine's compiled model with the candidate swapped in (:mod:`kernelopt_bot.harness.swap_arm`). The packed outputs are
 first held to a tight tolerance against eager. If that fails, a float64 eager run decides: the
 candidate may reorder floating-point work, so it is accepted when its error against float64 is
@@ -19,9 +19,9 @@ from typing import Any
 import torch
 
 from kernelopt_bot.errors import one_line
+from kernelopt_bot.harness.arm_process import Arm, ArmError, flatten_outputs
 from kernelopt_bot.harness.failures import InfrastructureFailure, is_infrastructure_text, is_out_of_memory
 from kernelopt_bot.harness.memory import float64_chunks, free_memory
-from kernelopt_bot.harness.model_worker import Arm, WorkerError, flatten_outputs
 from kernelopt_bot.targets import Target
 from kernelopt_bot.verify.tolerance import (
     MODEL_TIGHT_TOLERANCE,
@@ -82,7 +82,7 @@ def check_model(target: Target, baseline: Arm, candidate: Arm, kernel_name: str 
                                   factor, numbers)
             if verdict is not None:
                 return verdict
-    except WorkerError as exc:
+    except ArmError as exc:
         if _ours(str(exc)):
             raise InfrastructureFailure(f"model run: {exc}") from exc
         return GateResult.fail("model", f"model run failed: {exc}")

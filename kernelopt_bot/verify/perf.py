@@ -18,9 +18,9 @@ from __future__ import annotations
 from typing import Any
 
 from kernelopt_bot.candidate import DEFAULT_GAMMA
+from kernelopt_bot.harness.arm_process import Arm, ArmError
 from kernelopt_bot.harness.bench import compare_arms
 from kernelopt_bot.harness.failures import InfrastructureFailure, is_infrastructure_text
-from kernelopt_bot.harness.model_worker import Arm, WorkerError
 from kernelopt_bot.harness.timing import NOT_MEASURED
 from kernelopt_bot.verify.verdict import GateResult
 
@@ -62,7 +62,7 @@ def check_performance(baseline: Arm, candidate: Arm, repeat: Arm | None,
     try:
         result = compare_arms(baseline, candidate, repeat, target=target, device=device, dtype=dtype,
                               rounds=rounds, reps=reps, timeout_s=timeout_s)
-    except WorkerError as exc:
+    except ArmError as exc:
         if is_infrastructure_text(str(exc)):  # out of memory (after the arm's own retry): ours
             raise InfrastructureFailure(f"benchmark: {exc}") from exc
         return GateResult.fail("performance", f"benchmark failed: {exc}", **numbers)

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernelopt_bot.github.runner import TargetJob
+from kernelopt_bot.pack.format import Guard, KernelPack, LaunchConfig, PackEntry
 from kernelopt_bot.result import KernelOutcome, RunResult
-from kernelopt_bot.stitch.pack import Guard, KernelPack, LaunchConfig, PackEntry
 
 
 def key(name: str) -> str:

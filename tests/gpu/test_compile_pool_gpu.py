@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from kernelopt_bot.compile.capture import capture
+from kernelopt_bot.capture.recorder import capture
 from kernelopt_bot.harness.kernel_service import KernelService
 from kernelopt_bot.search.space import sample
 from kernelopt_bot.targets import load_target

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.gpu
 
 SCRIPT = textwrap.dedent('''
     import re
-    from kernelopt_bot.compile.capture import capture
+    from kernelopt_bot.capture.recorder import capture
     from kernelopt_bot.harness.failures import WorkerPoisoned
     from kernelopt_bot.harness.kernel_service import KernelService
     from kernelopt_bot.harness.work_watch import WorkWatch

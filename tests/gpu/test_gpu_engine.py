@@ -8,12 +8,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernelopt_bot.compile.capture import capture
+from kernelopt_bot.capture.recorder import capture
 from kernelopt_bot.harness.bench import bench
 from kernelopt_bot.harness.kernel import KernelHarness
+from kernelopt_bot.pack.format import KernelPack, LaunchConfig, PackEntry
+from kernelopt_bot.pack.runtime import running_environment
 from kernelopt_bot.profiling import profile
-from kernelopt_bot.stitch.pack import KernelPack, LaunchConfig, PackEntry
-from kernelopt_bot.stitch.runtime import running_environment
 from kernelopt_bot.targets import load_target
 from tests.helpers import EXAMPLES
 
@@ -76,7 +76,7 @@ def test_pinned_config_pack_applies_and_stays_correct(config: dict) -> None:
     spec = str(EXAMPLES / "rmsnorm.py")
     cap = capture(load_target(spec, "cuda", "fp32"))
     kernel = cap.artifact.kernels[0]
-    chosen = cap.recording(kernel.graph, kernel.name).config
+    chosen = cap.recording(kernel.graph, kernel.name).chosen_config
     assert chosen is not None
     pin = _other_config(chosen, kernel.constexprs)
     pack = KernelPack(target=spec)

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from kernelopt_bot.pack.format import KernelPack
 from kernelopt_bot.pipeline import run_pipeline
-from kernelopt_bot.stitch.pack import KernelPack
 from tests.helpers import EXAMPLES
 
 pytestmark = pytest.mark.gpu

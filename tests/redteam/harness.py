@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from kernelopt_bot.candidate import Candidate
-from kernelopt_bot.compile.artifact import TritonKernel
+from kernelopt_bot.capture.artifact import TritonKernel
 from kernelopt_bot.verify.cascade import Cascade, VerifyOptions
 from kernelopt_bot.verify.sandbox import SandboxLimits
 from kernelopt_bot.verify.verdict import GATE_ORDER, Verdict
@@ -65,7 +65,7 @@ class Cascades:
         if key not in self._by_key:
             self._by_key[key] = Cascade(cap, VerifyOptions(rounds=6 if ON_GPU else 1, reps=20))
         kernel = cap.artifact.kernels[-1] if case.example != "gelu.py" else cap.artifact.kernels[0]
-        candidate = case.make(kernel, cap.recording(kernel.graph, kernel.name).config)
+        candidate = case.make(kernel, cap.recording(kernel.graph, kernel.name).chosen_config)
         start = time.perf_counter()
         verdict = self._by_key[key].verify(kernel, candidate, sandbox=sandbox)
         return verdict, time.perf_counter() - start

@@ -16,8 +16,8 @@ from collections.abc import Callable
 import pytest
 
 from kernelopt_bot.candidate import Candidate
-from kernelopt_bot.compile.artifact import TritonKernel
-from kernelopt_bot.stitch.pack import LaunchConfig
+from kernelopt_bot.capture.artifact import TritonKernel
+from kernelopt_bot.pack.format import LaunchConfig
 from tests.redteam import cheats
 from tests.redteam.harness import (
     ON_GPU,

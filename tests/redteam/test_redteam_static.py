@@ -12,8 +12,8 @@ from __future__ import annotations
 import pytest
 
 from kernelopt_bot.candidate import Candidate
-from kernelopt_bot.compile.artifact import TritonKernel
-from kernelopt_bot.stitch.pack import LaunchConfig
+from kernelopt_bot.capture.artifact import TritonKernel
+from kernelopt_bot.pack.format import LaunchConfig
 from tests.redteam import cheats
 from tests.redteam.harness import (
     Cascades,

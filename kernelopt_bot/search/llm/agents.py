@@ -18,14 +18,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
-from kernelopt_bot.compile.artifact import TritonKernel
+from kernelopt_bot.capture.artifact import TritonKernel
+from kernelopt_bot.pack.format import LaunchConfig
 from kernelopt_bot.search.budget import CANDIDATE_RESOURCES, LLM_RESOURCES, Budget
 from kernelopt_bot.search.llm.client import LLMClient, LLMReply, Message
 from kernelopt_bot.search.llm.config import LLMSettings
 from kernelopt_bot.search.llm.parse import clean_code as _clean_body
 from kernelopt_bot.search.llm.parse import extract_code, extract_json, fenced_blocks, parses
 from kernelopt_bot.search.llm.prompts import PromptTemplates
-from kernelopt_bot.stitch.pack import LaunchConfig
 from kernelopt_bot.verify.verdict import GateResult
 
 log = logging.getLogger(__name__)

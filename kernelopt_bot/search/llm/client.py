@@ -7,7 +7,7 @@ timeouts, dropped connections and garbled bodies) with exponential backoff and j
 ``Retry-After``, and charges the tokens and cost of every reply to the budget.
 
 Endpoint trouble of any kind surfaces as exactly one exception, :class:`LLMUnavailable`, with a
-one-line reason; the orchestrator catches it and falls back to the offline tuner. A refused
+one-line reason; the orchestrator catches it and falls back to the timed tuner. A refused
 call raises :class:`~kernelopt_bot.search.budget.BudgetExceeded` instead. The API key never
 appears in a log line or an exception message.
 """

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import ast
 
-from kernelopt_bot.compile.artifact import TritonKernel
+from kernelopt_bot.capture.artifact import TritonKernel
 from kernelopt_bot.device import DeviceLimits
-from kernelopt_bot.stitch.keys import KernelSourceError, find_jit_function, read_decorator
-from kernelopt_bot.stitch.pack import LaunchConfig
+from kernelopt_bot.pack.format import LaunchConfig
+from kernelopt_bot.pack.keys import KernelSourceError, find_jit_function, read_decorator
 from kernelopt_bot.verify.static.caps import MAX_TILE_NUMEL
 from kernelopt_bot.verify.static.common import GATE, Reject, fail, is_int, is_power_of_two
 from kernelopt_bot.verify.verdict import GateResult

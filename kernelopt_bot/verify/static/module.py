@@ -21,7 +21,7 @@ import ast
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernelopt_bot.stitch.keys import read_decorator
+from kernelopt_bot.pack.keys import read_decorator
 from kernelopt_bot.verify.static.allowlist import BUILTINS
 from kernelopt_bot.verify.static.common import (
     Reject,

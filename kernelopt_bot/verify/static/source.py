@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import ast
 
-from kernelopt_bot.compile.artifact import TritonKernel
-from kernelopt_bot.stitch.keys import KernelSourceError, find_jit_function
+from kernelopt_bot.capture.artifact import TritonKernel
+from kernelopt_bot.pack.keys import KernelSourceError, find_jit_function
 from kernelopt_bot.verify.static.access import (
     check_access,
     check_helper_has_no_memory_access,

@@ -21,11 +21,11 @@ from kernelopt_bot.errors import KerneloptError
 from kernelopt_bot.harness.isolation import Channel, describe_exit, spawn_isolated
 
 
-class WorkerError(KerneloptError):
+class ArmError(KerneloptError):
     """An arm failed to start, crashed, hung, or raised."""
 
 
-class ArmRaised(WorkerError):
+class ArmRaised(ArmError):
     """The arm's own code raised (the model, or a kernel a pack put in), as opposed to the arm
     dying or hanging: ``reason`` is the exception's one line, without the traceback's tail."""
 
@@ -39,7 +39,7 @@ class ArmRaised(WorkerError):
 
 
 class Arm(Protocol):
-    """What gates 3 and 4 ask of a compiled model: a :class:`ModelWorker` (its own process) or an
+    """What gates 3 and 4 ask of a compiled model: a :class:`ArmProcess` (its own process) or an
     :class:`~kernelopt_bot.harness.swap_arm.EngineArm` (the engine's model, a kernel swapped in).
     ``where`` says which ("process" or "engine"): only numbers measured on processes are reported."""
 
@@ -55,7 +55,7 @@ class Arm(Protocol):
 
 
 @dataclass
-class WorkerSpec:
+class ArmSpec:
     """What one arm compiles: the target, and optionally a pack, a compile mode and Inductor
     config settings (``{"coordinate_descent_tuning": True}``, ``{"force_disable_caches": True}``)
     applied for the whole life of the arm's process."""
@@ -84,15 +84,15 @@ def flatten_outputs(out: Any, device: str = "cpu") -> list[Any]:
     return []
 
 
-def _serve(spec: WorkerSpec, conn: Channel) -> None:
+def _serve(spec: ArmSpec, conn: Channel) -> None:
     import torch
 
-    from kernelopt_bot.compile.capture import compile_fresh
-    from kernelopt_bot.compile.settings import target_settings
+    from kernelopt_bot.capture.recorder import compile_fresh
+    from kernelopt_bot.capture.settings import target_settings
     from kernelopt_bot.device import prepare_device
     from kernelopt_bot.harness.timing import time_model
-    from kernelopt_bot.stitch import runtime
-    from kernelopt_bot.stitch.pack import KernelPack
+    from kernelopt_bot.pack import runtime
+    from kernelopt_bot.pack.format import KernelPack
     from kernelopt_bot.target_kinds import target_kind
     from kernelopt_bot.targets import load_target
 
@@ -116,7 +116,7 @@ def _serve(spec: WorkerSpec, conn: Channel) -> None:
         "applied": [a.kernel_name for a in runtime.applied()],
         "skipped": [f"{s.kernel_name}: {s.reason}" for s in runtime.skipped()],
         # What this arm holds on the GPU (model, inputs, compiled workspace; the CUDA context not
-        # included): the arena sizes how many arms may compile at once from it.
+        # included): the target's model arms size how many arms may compile at once from it.
         "gpu_mb": torch.cuda.max_memory_reserved() / 2**20 if target.device == "cuda" else None,
     }))
     while True:
@@ -136,7 +136,7 @@ def _serve(spec: WorkerSpec, conn: Channel) -> None:
             conn.send(("error", f"unknown request {op!r}"))
 
 
-def _serve_kernel_target(spec: WorkerSpec, conn: Channel) -> None:
+def _serve_kernel_target(spec: ArmSpec, conn: Channel) -> None:
     """An arm for a kernel target (a launcher file, a Helion kernel): the file as it is in its
     folder (an original, or a copy with a patch applied), run as written."""
     import torch
@@ -166,7 +166,7 @@ def _serve_kernel_target(spec: WorkerSpec, conn: Channel) -> None:
             conn.send(("error", f"unknown request {op!r}"))
 
 
-def worker_main(conn: Channel, spec: WorkerSpec) -> None:
+def worker_main(conn: Channel, spec: ArmSpec) -> None:
     """Child entry point: serve requests until told to quit; report any failure and exit."""
     try:
         _serve(spec, conn)
@@ -178,28 +178,28 @@ def worker_main(conn: Channel, spec: WorkerSpec) -> None:
         conn.close()
 
 
-class ModelWorker:
+class ArmProcess:
     """Parent-side handle of one arm."""
 
     where = "process"
 
-    def __init__(self, spec: WorkerSpec, *, start_timeout_s: float = 900.0) -> None:
+    def __init__(self, spec: ArmSpec, *, start_timeout_s: float = 900.0) -> None:
         self.spec = spec
         self.start_timeout_s = start_timeout_s
         try:
-            self._proc = spawn_isolated("kernelopt_bot.harness.model_worker.worker_main", spec,
+            self._proc = spawn_isolated("kernelopt_bot.harness.arm_process.worker_main", spec,
                                         name=f"kernelopt-{spec.label}")
         except OSError as exc:
-            raise WorkerError(f"{spec.label}: could not be started ({exc})") from exc
+            raise ArmError(f"{spec.label}: could not be started ({exc})") from exc
         self._conn = self._proc.conn
         self.info: dict[str, Any] = {}
         self.ready = False  # compiled and answering (after wait_ready)
-        self.start_error: WorkerError | None = None  # why it failed to start, once waited for
+        self.start_error: ArmError | None = None  # why it failed to start, once waited for
         self.closed = False
 
     def wait_ready(self) -> dict[str, Any]:
         """Wait for the arm's compile; a second call after a failed start raises the same error
-        (the arena may have waited for it first, to keep the machine quiet while others time)."""
+        (the model arms may have waited for it first, to keep the machine quiet while others time)."""
         if self.ready:
             return self.info
         if self.start_error is not None:
@@ -207,8 +207,8 @@ class ModelWorker:
         try:
             kind, payload = self._receive(self.start_timeout_s, "start")
             if kind != "ready":
-                raise WorkerError(f"{self.spec.label}: unexpected reply {kind!r} while starting")
-        except WorkerError as exc:
+                raise ArmError(f"{self.spec.label}: unexpected reply {kind!r} while starting")
+        except ArmError as exc:
             self.start_error = exc
             raise
         self.info = payload
@@ -224,21 +224,21 @@ class ModelWorker:
         try:
             self._conn.send(message)
         except (OSError, ValueError) as exc:
-            raise WorkerError(f"{self.spec.label}: process is gone ({exc})") from exc
+            raise ArmError(f"{self.spec.label}: process is gone ({exc})") from exc
         kind, payload = self._receive(timeout_s, str(message[0]))
         if kind != "ok":
-            raise WorkerError(f"{self.spec.label}: unexpected reply {kind!r}")
+            raise ArmError(f"{self.spec.label}: unexpected reply {kind!r}")
         return payload
 
     def _receive(self, timeout_s: float, what: str) -> tuple[str, Any]:
         if not self._conn.poll(timeout_s):
             self.kill()
-            raise WorkerError(f"{self.spec.label}: no answer to {what} within {timeout_s:.0f} s (killed)")
+            raise ArmError(f"{self.spec.label}: no answer to {what} within {timeout_s:.0f} s (killed)")
         try:
             kind, payload = self._conn.recv()
         except (EOFError, OSError) as exc:
             code = self._proc.wait(5)
-            raise WorkerError(f"{self.spec.label}: process died during {what} ({describe_exit(code)})") from exc
+            raise ArmError(f"{self.spec.label}: process died during {what} ({describe_exit(code)})") from exc
         if kind == "error":
             raise ArmRaised(self.spec.label, str(payload))
         return kind, payload
@@ -263,7 +263,7 @@ class ModelWorker:
         self._proc.close()
         self.closed = True
 
-    def __enter__(self) -> ModelWorker:
+    def __enter__(self) -> ArmProcess:
         return self
 
     def __exit__(self, *exc: object) -> None:

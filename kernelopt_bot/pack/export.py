@@ -25,7 +25,7 @@ carry a new kernel body, and it checks no guard (GPU, torch, triton, launch size
 with kernelopt's runtime. The key needs the *original* kernel's source, which a pack does not
 hold, so it is recorded when an entry is created (:attr:`PackEntry.lookup_key`).
 
-Standard library only, like the rest of ``stitch``: exporting a pack needs no torch.
+Standard library only, like the rest of ``pack``: exporting a pack needs no torch.
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kernelopt_bot.stitch.keys import KernelSourceError, parse_kernel
-from kernelopt_bot.stitch.pack import KernelPack, LaunchConfig, PackEntry
+from kernelopt_bot.pack.format import KernelPack, LaunchConfig, PackEntry
+from kernelopt_bot.pack.keys import KernelSourceError, parse_kernel
 
 # Inductor applies its table only to kernels whose jit source contains this.
 FUSED_MARK = "_fused_"

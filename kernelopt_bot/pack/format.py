@@ -153,7 +153,7 @@ class PackEntry:
     # at every size, so the runtime uses the replacement only for launches with one of these;
     # empty (packs written before this field): no shape guard.
     shapes: tuple[tuple[int, ...], ...] = ()
-    # Inductor's own key for the original kernel (``stitch.export.inductor_lookup_key``), recorded
+    # Inductor's own key for the original kernel (``pack.export.inductor_lookup_key``), recorded
     # at creation because it needs the original source, which a pack does not hold: lets
     # `kernelopt export --format inductor` turn a config-only entry into an
     # ``autotune_lookup_table`` row. ``None``: not recorded (older packs, packs the bot publishes).

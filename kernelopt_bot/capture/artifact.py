@@ -17,7 +17,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from kernelopt_bot.stitch.keys import (
+from kernelopt_bot.pack.keys import (
     KernelSourceError,
     find_jit_function,
     kernel_key,

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from kernelopt_bot.compile.artifact import Artifact, parse_artifact
+from kernelopt_bot.capture.artifact import Artifact, parse_artifact
 from kernelopt_bot.device import prepare_device
 from kernelopt_bot.targets import Target, dtype_name
 
@@ -98,7 +98,9 @@ class KernelRecording:
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
     calls: int = 1
-    config: dict[str, Any] | None = None
+    # The launch config the compiler chose for it (its autotuner's pick): the one name for it
+    # everywhere (SearchContext.chosen_config, a timing job's payload).
+    chosen_config: dict[str, Any] | None = None
     kernel: Any = field(default=None, repr=False)
 
 
@@ -147,8 +149,8 @@ class _Recorder:
                                               kernel=self._kernel)
         out = self._kernel.run(*args, **kwargs)
         rec = self._sink[key]
-        if rec.config is None:
-            rec.config = launch_config(self._kernel)
+        if rec.chosen_config is None:
+            rec.chosen_config = launch_config(self._kernel)
         return out
 
     def __getattr__(self, item: str) -> Any:

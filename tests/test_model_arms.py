@@ -1,4 +1,4 @@
-"""The arena: baseline arms started once (optionally early) and reused; a failed start is not cached."""
+"""The model_arms: baseline arms started once (optionally early) and reused; a failed start is not cached."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from kernelopt_bot.harness.arena import Arena
-from kernelopt_bot.harness.model_worker import WorkerError
+from kernelopt_bot.harness.arm_process import ArmError
+from kernelopt_bot.harness.model_arms import ModelArms
 from tests.helpers import EXAMPLES
 
 
@@ -22,31 +22,31 @@ def _broken_target(tmp_path: Path) -> Path:
 
 
 def test_prestart_returns_at_once_and_baselines_reuse_the_started_arm() -> None:
-    with Arena(str(EXAMPLES / "gelu.py"), "cpu", "fp32") as arena:
+    with ModelArms(str(EXAMPLES / "gelu.py"), "cpu", "fp32") as model_arms:
         start = time.monotonic()
-        arena.prestart()
+        model_arms.prestart()
         assert time.monotonic() - start < 2.0  # started, not waited for
-        started = arena._workers["baseline"]
+        started = model_arms._baselines["baseline"]
         assert not started.ready
-        baseline, repeat = arena.baselines()
+        baseline, repeat = model_arms.baselines()
         assert baseline is started and baseline.ready and repeat is None  # no noise arm without a GPU
-        assert arena.baselines()[0] is baseline  # asked again: the same process
+        assert model_arms.baselines()[0] is baseline  # asked again: the same process
         assert len(baseline.request("outputs", 0)) == 1
 
 
 def test_a_baseline_that_fails_to_start_is_reported_and_started_afresh_next_time(tmp_path: Path) -> None:
     broken = _broken_target(tmp_path)
-    with Arena(str(broken), "cpu", "fp32", timeout_s=120) as arena:
-        arena.prestart()
-        with pytest.raises(WorkerError, match="cannot run"):
-            arena.baselines()
-        assert "baseline" not in arena._workers
-        with pytest.raises(WorkerError, match="cannot run"):
-            arena.baselines()
-        started = len(arena._baseline_failures)
-        with pytest.raises(WorkerError, match="cannot run"):  # the failure is the answer now: no third start
-            arena.baselines()
-        assert len(arena._baseline_failures) == started and "baseline" not in arena._workers
+    with ModelArms(str(broken), "cpu", "fp32", timeout_s=120) as model_arms:
+        model_arms.prestart()
+        with pytest.raises(ArmError, match="cannot run"):
+            model_arms.baselines()
+        assert "baseline" not in model_arms._baselines
+        with pytest.raises(ArmError, match="cannot run"):
+            model_arms.baselines()
+        started = len(model_arms._baseline_failures)
+        with pytest.raises(ArmError, match="cannot run"):  # the failure is the answer now: no third start
+            model_arms.baselines()
+        assert len(model_arms._baseline_failures) == started and "baseline" not in model_arms._baselines
 
 
 def test_closing_an_arm_that_is_still_compiling_kills_it_at_once(tmp_path: Path) -> None:
@@ -56,8 +56,8 @@ def test_closing_an_arm_that_is_still_compiling_kills_it_at_once(tmp_path: Path)
     slow.write_text("import time\nimport torch\ntime.sleep(30)\nclass Model(torch.nn.Module):\n"
                     "    def forward(self, x):\n        return x + 1\n"
                     "def get_inputs():\n    return [torch.randn(4)]\ndef get_init_inputs():\n    return []\n")
-    arena = Arena(str(slow), "cpu", "fp32")
-    arm = arena.candidate(None, wait=False)
+    model_arms = ModelArms(str(slow), "cpu", "fp32")
+    arm = model_arms.candidate(None, wait=False)
     time.sleep(1.0)  # started, busy importing the target
     start = time.monotonic()
     arm.close()
@@ -68,12 +68,12 @@ def test_closing_an_arm_that_is_still_compiling_kills_it_at_once(tmp_path: Path)
 def test_arms_compile_side_by_side_and_settle_waits_for_all_before_anything_is_timed() -> None:
     """The compiler's options and the final arm compile at once; ``settle`` returns only when none
     compiles (each ready or failed), so a timed arm never shares the CPU with a compile."""
-    with Arena(str(EXAMPLES / "gelu.py"), "cpu", "fp32") as arena:
-        assert arena.room_for(3) == 3  # no GPU memory to plan on the CPU
-        arms = [arena.candidate(None, label=f"arm{i}", wait=False) for i in range(2)]
-        assert all(a.compiling for a in arms) and len(arena.compiling()) == 2
-        arena.settle()
-        assert arena.compiling() == [] and all(a.ready for a in arms)
+    with ModelArms(str(EXAMPLES / "gelu.py"), "cpu", "fp32") as model_arms:
+        assert model_arms.room_for(3) == 3  # no GPU memory to plan on the CPU
+        arms = [model_arms.candidate(None, label=f"arm{i}", wait=False) for i in range(2)]
+        assert all(a.compiling for a in arms) and len(model_arms.compiling()) == 2
+        model_arms.settle()
+        assert model_arms.compiling() == [] and all(a.ready for a in arms)
         assert arms[0].wait_ready() is arms[0].info  # a second wait answers at once
         for arm in arms:
             arm.close()
@@ -82,13 +82,13 @@ def test_arms_compile_side_by_side_and_settle_waits_for_all_before_anything_is_t
 
 def test_a_start_failure_seen_by_settle_stays_with_the_arm(tmp_path: Path) -> None:
     broken = _broken_target(tmp_path)
-    with Arena(str(broken), "cpu", "fp32", timeout_s=120) as arena:
-        arm = arena.candidate(None, wait=False)
-        arena.settle()  # does not raise: the failure is the arm's owner's to report
+    with ModelArms(str(broken), "cpu", "fp32", timeout_s=120) as model_arms:
+        arm = model_arms.candidate(None, wait=False)
+        model_arms.settle()  # does not raise: the failure is the arm's owner's to report
         assert not arm.compiling and not arm.ready
-        with pytest.raises(WorkerError, match="cannot run"):
+        with pytest.raises(ArmError, match="cannot run"):
             arm.wait_ready()
-        with pytest.raises(WorkerError, match="cannot run"):  # the same error again, no second wait
+        with pytest.raises(ArmError, match="cannot run"):  # the same error again, no second wait
             arm.wait_ready()
 
 
@@ -97,21 +97,21 @@ def test_the_memory_plan_starts_only_the_arms_the_gpu_holds(monkeypatch: pytest.
     needs what the model holds (x1.5 while compiling) plus a context."""
     import torch
 
-    from kernelopt_bot.harness import arena as arena_module
+    from kernelopt_bot.harness import model_arms as arena_module
 
     free_mib = [60000.0]
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: (int(free_mib[0] * 2**20), 140000 * 2**20))
-    arena = Arena("model.py", "cuda", "fp32")
-    assert arena.room_for(3) == 3  # nothing known yet about what an arm holds: no limit
-    arena.arm_mb_hint = 770.0  # a small model: all three options at once, beside two baselines
-    assert not arena.one_baseline and arena._baseline_labels() == ["baseline", "baseline-repeat"]
+    model_arms = ModelArms("model.py", "cuda", "fp32")
+    assert model_arms.room_for(3) == 3  # nothing known yet about what an arm holds: no limit
+    model_arms.arm_mb_hint = 770.0  # a small model: all three options at once, beside two baselines
+    assert not model_arms.one_baseline and model_arms._baseline_labels() == ["baseline", "baseline-repeat"]
     free_mib[0] = 120000.0
-    assert arena.room_for(3) == 3
+    assert model_arms.room_for(3) == 3
     free_mib[0] = 3000.0
     per_arm = 770.0 * arena_module.ARM_HEADROOM + arena_module.CONTEXT_MB
     assert int((3000.0 - arena_module.RESERVE_MB) // per_arm) == 0
-    assert arena.room_for(3) == 1  # nothing compiling: one goes ahead (an out-of-memory error is then reported)
+    assert model_arms.room_for(3) == 1  # nothing compiling: one goes ahead (an out-of-memory error is then reported)
 
 
 def test_a_large_model_gets_one_baseline_and_two_arms_at_most(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -119,24 +119,24 @@ def test_a_large_model_gets_one_baseline_and_two_arms_at_most(monkeypatch: pytes
     three times the model (issue 12), so one baseline (timed twice a round) and one other arm."""
     import torch
 
-    from kernelopt_bot.harness import arena as arena_module
+    from kernelopt_bot.harness import model_arms as arena_module
 
     free_mib = [40000.0]
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: (int(free_mib[0] * 2**20), 140000 * 2**20))
-    arena = Arena("model.py", "cuda", "fp32")
-    arena.arm_mb_hint = 28674.0
-    assert arena.one_baseline and arena._baseline_labels() == ["baseline"]
+    model_arms = ModelArms("model.py", "cuda", "fp32")
+    model_arms.arm_mb_hint = 28674.0
+    assert model_arms.one_baseline and model_arms._baseline_labels() == ["baseline"]
     per_arm = 28674.0 * arena_module.ARM_HEADROOM + arena_module.CONTEXT_MB
     assert per_arm > (40000.0 - arena_module.RESERVE_MB)
-    assert arena.room_for(1) == 0 and arena.prestart() is False and arena._workers == {}  # not beside the engine
+    assert model_arms.room_for(1) == 0 and model_arms.prestart() is False and model_arms._baselines == {}  # not beside the engine
     free_mib[0] = 139000.0  # the engine gave its memory back: room for three by memory, two by the plan
-    assert arena.room_for(3) == arena_module.LARGE_MODEL_ARMS
+    assert model_arms.room_for(3) == arena_module.LARGE_MODEL_ARMS
 
     class Live:
         closed, compiling, ready, info = False, False, True, {}
 
-    arena._workers["baseline"] = Live()  # type: ignore[assignment]
-    assert arena.room_for(3) == 1  # the baseline and one other arm
-    arena._started.append(Live())  # type: ignore[arg-type]
-    assert arena.room_for(1) == 0
+    model_arms._baselines["baseline"] = Live()  # type: ignore[assignment]
+    assert model_arms.room_for(3) == 1  # the baseline and one other arm
+    model_arms._started.append(Live())  # type: ignore[arg-type]
+    assert model_arms.room_for(1) == 0

@@ -9,7 +9,7 @@ stale pack can never break a model: it simply stops applying.
 
 Needs torch and triton only. Usage::
 
-    from kernelopt_bot.stitch.runtime import install
+    from kernelopt_bot.pack.runtime import install
     install("kernelopt/pack.json")
 """
 
@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kernelopt_bot.stitch.keys import KernelSourceError, kernel_function_name, kernel_key
-from kernelopt_bot.stitch.pack import Guard, KernelPack, LaunchConfig, PackEntry, integer_arguments
+from kernelopt_bot.pack.format import Guard, KernelPack, LaunchConfig, PackEntry, integer_arguments
+from kernelopt_bot.pack.keys import KernelSourceError, kernel_function_name, kernel_key
 
 log = logging.getLogger("kernelopt.runtime")
 

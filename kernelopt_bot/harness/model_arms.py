@@ -1,4 +1,4 @@
-"""An Arena: the long-lived baseline arms of one target, and short-lived candidate arms.
+"""The model arms of one target: long-lived baseline arms and short-lived candidate arms.
 
 Starting a process and compiling the model costs seconds to tens of seconds. The baseline (and,
 on a GPU, the second baseline that measures the noise floor) do not change while candidates for
@@ -6,8 +6,8 @@ the same target are verified, so they are started once and asked again and again
 gets its own fresh process, with its pack, compile mode and Inductor settings.
 
 Arms that are not needed one after the other (the compiler's options, the final benchmark's arm)
-compile at once, as many as the GPU's free memory holds (:meth:`Arena.room_for`), and nothing
-is timed while any of them still compiles (:meth:`Arena.settle`): a compile beside a timed arm
+compile at once, as many as the GPU's free memory holds (:meth:`ModelArms.room_for`), and nothing
+is timed while any of them still compiles (:meth:`ModelArms.settle`): a compile beside a timed arm
 takes the CPU its launches need, which on a launch-bound model is the whole measurement.
 """
 
@@ -16,9 +16,9 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+from kernelopt_bot.harness.arm_process import ArmError, ArmProcess, ArmSpec
 from kernelopt_bot.harness.failures import is_out_of_memory
-from kernelopt_bot.harness.model_worker import ModelWorker, WorkerError, WorkerSpec
-from kernelopt_bot.stitch.pack import KernelPack
+from kernelopt_bot.pack.format import KernelPack
 
 CONTEXT_MB = 600.0  # a CUDA context and Inductor's runtime, per process
 ARM_HEADROOM = 1.5  # compiling (autotuning, workspaces) takes more than the arm holds once ready
@@ -32,27 +32,28 @@ LARGE_MODEL_ARMS = 2
 BASELINE_STARTS = 2  # a baseline that failed this often is not started again: the failure is its answer
 
 
-class Arena:
-    """Baseline arms for ``target`` on ``device``, started on first use and closed with the arena."""
+class ModelArms:
+    """The model arms of one target on ``device``: each a process that compiled the model (with a pack,
+    a compile mode or Inductor config), the baselines started on first use, all closed together."""
 
     def __init__(self, target: str, device: str, dtype: str, *, timeout_s: float = 600.0,
                  mode: str | None = None, config: dict[str, Any] | None = None, train: bool = False) -> None:
         self.target, self.device, self.dtype, self.train = target, device, dtype, train
         self.timeout_s = timeout_s
         self.mode, self.config = mode, dict(config or {})
-        self._workers: dict[str, ModelWorker] = {}
-        self._started: list[ModelWorker] = []  # candidate arms, for settle() and room_for()
+        self._baselines: dict[str, ArmProcess] = {}
+        self._started: list[ArmProcess] = []  # candidate arms, for settle() and room_for()
         # MiB an arm is expected to hold before any has said (the engine's own peak after its
         # compile: an arm loads, compiles and runs the same model); the ready baseline's figure
         # replaces it.
         self.arm_mb_hint: float | None = None
         self._one_baseline: bool | None = None  # decided when the baselines first start
-        self._baseline_failures: list[WorkerError] = []  # each failed start of a baseline arm
+        self._baseline_failures: list[ArmError] = []  # each failed start of a baseline arm
 
-    def _spec(self, label: str, **overrides: Any) -> WorkerSpec:
+    def _spec(self, label: str, **overrides: Any) -> ArmSpec:
         fields: dict[str, Any] = {"mode": self.mode, "config": dict(self.config), "train": self.train}
         fields.update(overrides)
-        return WorkerSpec(label, self.target, self.device, self.dtype, **fields)
+        return ArmSpec(label, self.target, self.device, self.dtype, **fields)
 
     def _baseline_labels(self) -> list[str]:
         return ["baseline"] + (["baseline-repeat"] if self.device == "cuda" and not self.one_baseline else [])
@@ -81,7 +82,7 @@ class Arena:
         when the GPU's free memory does not hold them beside this process (a large model: they
         start when asked for, after the search gave its memory back); False then."""
         missing = [label for label in self._baseline_labels()
-                   if label not in self._workers or not self._workers[label].alive]
+                   if label not in self._baselines or not self._baselines[label].alive]
         if self.room_for(len(missing)) < len(missing):
             return False
         self._start_baselines()
@@ -89,11 +90,11 @@ class Arena:
 
     def _start_baselines(self) -> None:
         for label in self._baseline_labels():
-            worker = self._workers.get(label)
+            worker = self._baselines.get(label)
             if worker is None or not worker.alive:
-                self._workers[label] = ModelWorker(self._spec(label), start_timeout_s=self.timeout_s)
+                self._baselines[label] = ArmProcess(self._spec(label), start_timeout_s=self.timeout_s)
 
-    def baselines(self) -> tuple[ModelWorker, ModelWorker | None]:
+    def baselines(self) -> tuple[ArmProcess, ArmProcess | None]:
         """The baseline and, on a GPU, the repeat baseline (started together, compiled in parallel;
         ``None`` for a large model: :attr:`one_baseline`). A failed start is tried once more on
         the next call (out of memory beside an arm that has since ended, say); after
@@ -104,22 +105,22 @@ class Arena:
             raise self._baseline_failures[-1]
         self._start_baselines()
         for label in self._baseline_labels():
-            worker = self._workers[label]
+            worker = self._baselines[label]
             if not worker.ready:
                 try:
                     worker.wait_ready()
-                except WorkerError as exc:
-                    self._workers.pop(label).close()  # a later call starts it afresh
+                except ArmError as exc:
+                    self._baselines.pop(label).close()  # a later call starts it afresh
                     if not is_out_of_memory(str(exc)):  # out of memory may pass once memory is freed
                         self._baseline_failures.append(exc)
                     raise
                 except BaseException:
-                    self._workers.pop(label).close()
+                    self._baselines.pop(label).close()
                     raise
-        return self._workers["baseline"], self._workers.get("baseline-repeat")
+        return self._baselines["baseline"], self._baselines.get("baseline-repeat")
 
     def candidate(self, pack: KernelPack | None, *, label: str = "candidate", mode: str | None = None,
-                  config: dict[str, Any] | None = None, wait: bool = True) -> ModelWorker:
+                  config: dict[str, Any] | None = None, wait: bool = True) -> ArmProcess:
         """A fresh arm with ``pack`` installed (and optionally its own mode/settings); the caller
         closes it (it is a context manager). ``wait=False`` returns it while it still compiles:
         the caller calls ``wait_ready`` when it needs it (and closes it either way)."""
@@ -128,7 +129,7 @@ class Arena:
             overrides["mode"] = mode
         if config is not None:
             overrides["config"] = {**self.config, **config}
-        worker = ModelWorker(self._spec(label, **overrides), start_timeout_s=self.timeout_s)
+        worker = ArmProcess(self._spec(label, **overrides), start_timeout_s=self.timeout_s)
         self._started = [w for w in self._started if not w.closed] + [worker]
         if not wait:
             return worker
@@ -142,18 +143,18 @@ class Arena:
     def baseline_info(self) -> dict[str, Any]:
         """What the baseline arm reported when ready (``gpu_mb``: the compiled model's GPU memory),
         or ``{}`` before that."""
-        base = self._workers.get("baseline")
+        base = self._baselines.get("baseline")
         return base.info if base is not None and base.ready else {}
 
-    def compiling(self) -> list[ModelWorker]:
+    def compiling(self) -> list[ArmProcess]:
         """The arms (baselines included) still compiling."""
-        return [w for w in [*self._workers.values(), *self._started] if w.compiling]
+        return [w for w in [*self._baselines.values(), *self._started] if w.compiling]
 
     def settle(self) -> None:
         """Wait until no arm compiles any more (each is ready or has failed; a failure stays with
         the arm, for its owner's ``wait_ready``): call before timing anything."""
         for worker in self.compiling():
-            with contextlib.suppress(WorkerError):
+            with contextlib.suppress(ArmError):
                 worker.wait_ready()
 
     def room_for(self, wanted: int) -> int:
@@ -177,7 +178,7 @@ class Arena:
         compiling = len(self.compiling())
         fit = int((free_mb - RESERVE_MB) // per_arm) - compiling
         if self.one_baseline:  # a large model: at most LARGE_MODEL_ARMS arms hold it at once
-            live = [w for w in [*self._workers.values(), *self._started] if not w.closed]
+            live = [w for w in [*self._baselines.values(), *self._started] if not w.closed]
             return min(wanted, max(0, min(fit, LARGE_MODEL_ARMS - len(live))))
         return min(wanted, max(fit, 0 if compiling else 1))
 
@@ -185,11 +186,11 @@ class Arena:
         for worker in self._started:
             worker.close()
         self._started.clear()
-        for worker in self._workers.values():
+        for worker in self._baselines.values():
             worker.close()
-        self._workers.clear()
+        self._baselines.clear()
 
-    def __enter__(self) -> Arena:
+    def __enter__(self) -> ModelArms:
         return self
 
     def __exit__(self, *exc: object) -> None:
