@@ -95,3 +95,16 @@ def test_urls_link_only_when_plain() -> None:
     assert url("https://x/pull/1#issuecomment-5") == "https://x/pull/1#issuecomment-5"
     assert "<" not in url("(dry run) PR from x<img src=x> into y") and "&lt;img" in url("a<img>")
     assert url("javascript:alert(1)") == "javascript:alert(1)"  # plain text, not a link: md leaves it inert
+
+
+def test_a_training_steps_pr_body_shows_its_forward_and_backward() -> None:
+    r = make_result(_job(), "verified")
+    r.train = True
+    r.kernels[0].phase = "backward"
+    r.step_split_ms = {"forward": {"baseline": 1.0, "optimized": 0.95}, "backward": {"baseline": 2.0, "optimized": 1.6}}
+    body = render("pr_body.md.j2", **base_context([result_row(r)], pr_number=1, head_sha="a" * 40, base_branch="main",
+                                                   files=["kernelopt/packs/mlp.json"], activation="install()",
+                                                   reproduce="kernelopt x"))
+    assert "| mlp (training step) | fp32 |" in body
+    assert "| mlp fp32 (training step) | backward | 2.0000 | 1.6000 | 1.250× |" in body, body
+    assert "(backward) |" in body
