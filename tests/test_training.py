@@ -183,3 +183,33 @@ def test_a_pack_entry_for_a_backward_kernel_applies_in_a_fresh_training_step(tmp
     assert proc.returncode == 0, proc.stdout + proc.stderr
     bench = json.loads(proc.stdout.strip().splitlines()[-1])
     assert bench["applied"] == [kernel.name] and bench["max_abs_diff"] > 0  # the tripled gradient differs
+
+
+def test_an_arm_runs_training_steps_and_times_the_forward_half() -> None:
+    """The model arm of a training target answers a step's outputs (loss and gradients) and a
+    timing request for the forward half alone (on the CPU there is no clock: no time, no error)."""
+    from kernelopt_bot.harness.arm_process import ArmProcess, ArmSpec
+
+    arm = ArmProcess(ArmSpec("baseline", str(LINEAR), "cpu", "fp32", train=True))
+    try:
+        arm.wait_ready()
+        outputs = arm.request("outputs", 3)
+        target = load_target(str(LINEAR), "cpu", "fp32", train=True)
+        expected = flatten_outputs(target.eager(*target.make_inputs(3)))
+        assert len(outputs) == len(expected) == len(target.training.labels)  # type: ignore[union-attr]
+        for got, want in zip(outputs, expected):
+            torch.testing.assert_close(got, want)
+        assert arm.request("time", 3, 2, "forward") is None
+    finally:
+        arm.close()
+
+
+def test_the_step_split_is_the_forward_and_the_step_less_its_forward() -> None:
+    from kernelopt_bot.harness.bench import RoundResult, _step_split
+
+    rounds = [RoundResult(i, 3.0 + 0.1 * i, 2.5, 3.0, baseline_forward_ms=1.0, packed_forward_ms=0.9) for i in range(3)]
+    rounds.append(RoundResult(9, 3.0, 2.5, 3.0))  # a round whose halves were not timed is left out
+    split = _step_split(rounds)
+    assert split["forward"] == {"baseline": 1.0, "optimized": 0.9}
+    assert split["backward"]["baseline"] == pytest.approx(2.1) and split["backward"]["optimized"] == pytest.approx(1.6)
+    assert _step_split([RoundResult(0, 1.0, 1.0, 1.0)]) == {}

@@ -202,6 +202,9 @@ class Orchestrator:
         if self.device == "cuda":
             self.budget.charge_gpu(elapsed)
         self.log(f"  {proposal.candidate.label}: {verdict.status} ({elapsed:.0f} s)")
+        failed = next((g for g in verdict.gates if g.passed is False), None)
+        if failed is not None:  # the gate's own words, in run.log: a rejection can be read after the run
+            self.log(f"    why: {' '.join(failed.reason.split())[:400]}")
         if verdict.seconds:
             self.log(f"    {_steps(verdict.seconds)}")
         if self.store is not None and self.run_id is not None:
