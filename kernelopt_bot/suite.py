@@ -206,20 +206,6 @@ def _problem_result(problem: Problem, ran: FleetResult, settings: CompileSetting
                          accepted=sorted(run.accepted_kernels))
 
 
-def run_problem(root: Path, problem: Problem, out: Path, *, device: str | None, budget: list[str],
-                gamma: float, timeout_s: float, store: Path, reference: bool = True,
-                compile_settings: CompileSettings | None = None) -> ProblemResult:
-    """One problem on the default device, as :func:`run_suite` runs each: a crash or hang is its result.
-
-    ``reference``: measure max-autotune-no-cudagraphs afterwards when optimize's budget did not.
-    ``compile_settings``: how the problem is compiled (optimize's ``--mode``/``--inductor-config``)."""
-    settings = compile_settings or CompileSettings()
-    job = _fleet_job(root, problem, out, device=device, budget=budget, gamma=gamma, timeout_s=timeout_s,
-                     store=store, settings=settings)
-    [ran] = Fleet().run([job], after=_reference_step(reference, settings, timeout_s))
-    return _problem_result(problem, ran, settings)
-
-
 def reference_speedup(path: Path, dtype: str, device: str, *, timeout_s: float, log_dir: Path,
                       run: OnSlot = run_alone) -> float | None:
     """max-autotune-no-cudagraphs against the default compile, end to end (``kernelopt modes``, in

@@ -118,3 +118,10 @@ def spawn_heartbeat_and_wait(path: str) -> None:
     child = spawn_isolated("tests.isolation_probe.heartbeat", path, writable=[os.path.dirname(path)])
     time.sleep(600)
     child.close()
+
+
+def environment_names(payload: dict) -> list[str]:
+    """A sandbox job: the environment variable names a sandboxed job sees (no secret may be among them)."""
+    import os
+
+    return sorted(os.environ)

@@ -29,7 +29,6 @@ from kernelopt_bot.harness.isolation import (
     _SafeUnpickler,
     child_environment,
     choose_isolation,
-    isolation_method,
 )
 from kernelopt_bot.search.llm.client import LLMClient, LLMUnavailable
 from kernelopt_bot.search.llm.config import LLMSettings
@@ -42,7 +41,7 @@ from tests.llm_server import LLMTestServer, reply
 SECRETS = {"KERNELOPT_LLM_API_KEY": "sk-fake-llm-key-123", "GITHUB_TOKEN": "ghs_fake_token_456",
            "OPENAI_API_KEY": "sk-fake-openai-789", "MY_SERVICE_PASSWORD": "hunter2-fake"}
 
-needs_namespaces = pytest.mark.skipif(isolation_method() == "none",
+needs_namespaces = pytest.mark.skipif(choose_isolation().method == "none",
                                       reason="no namespace tool (bwrap, unshare) works on this machine")
 
 
@@ -351,7 +350,7 @@ def test_namespace_isolation_fails_closed_without_a_namespace_tool(tmp_path: Pat
 
 
 def test_isolation_method_is_one_of_the_documented(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert isolation_method() in ("bwrap", "unshare", "none")
+    assert choose_isolation().method in ("bwrap", "unshare", "none")
     assert choose_isolation("none").method == "none"
     monkeypatch.setenv("KERNELOPT_ISOLATION", "sometimes")
     with pytest.raises(IsolationUnavailable, match="KERNELOPT_ISOLATION"):

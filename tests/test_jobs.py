@@ -48,7 +48,7 @@ def test_sandbox_reports_a_missing_job() -> None:
 def test_sandbox_environment_has_no_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("GITHUB_TOKEN", "MY_API_KEY", "OPENAI_API_KEY", "KERNELOPT_LLM_API_KEY", "AWS_SECRET"):
         monkeypatch.setenv(name, "secret-value")
-    outcome = run_sandboxed("kernelopt_bot.verify.jobs.environment_names", {}, device="cpu",
+    outcome = run_sandboxed("tests.isolation_probe.environment_names", {}, device="cpu",
                             limits=SandboxLimits(timeout_s=60))
     assert outcome.ok, outcome.reason
     names = set(outcome.value)

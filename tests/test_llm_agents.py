@@ -471,7 +471,7 @@ def test_cost_from_usage_and_prices(server):
     server.script(reply("a", prompt_tokens=1000, completion_tokens=2000), reply("b"))
     with LLMClient(settings, budget) as client:
         got = client.chat([{"role": "user", "content": "hi"}], purpose="test")
-        assert got.cost == pytest.approx(3.5) and budget.cost_used == pytest.approx(3.5)
+        assert got.cost == pytest.approx(3.5) and budget.snapshot()["used"]["cost"] == pytest.approx(3.5)
         with pytest.raises(BudgetExceeded, match="cost budget exhausted"):
             client.chat([{"role": "user", "content": "hi"}], purpose="test")
     assert server.request_count == 1

@@ -339,7 +339,7 @@ def test_cache_verified_round_trip(store: Store) -> None:
     assert isinstance(hit, CacheHit)
     assert hit.kind == "verified" and hit.verified
     assert hit.entry == make_entry().to_json()
-    assert hit.pack_entry() == make_entry()
+    assert PackEntry.from_json(hit.entry) == make_entry()
     assert (hit.speedup, hit.run_id) == (1.2, run_id)
     assert hit.created_at > 0
     # The local build tag never matters, on either side.
@@ -397,7 +397,7 @@ def test_negative_cache(store: Store) -> None:
     assert hit is not None and hit.kind == "negative" and not hit.verified
     assert (hit.entry, hit.speedup, hit.run_id) == (None, None, run_id)
     assert hit.reason == "12 candidates, none passed correctness"
-    assert hit.pack_entry() is None
+    assert hit.entry is None
     # A verified replacement found later replaces the negative ...
     store.cache.record_verified(KEY, *ENV, make_entry(), 1.3, run_id)
     assert store.cache.lookup(KEY, *ENV).kind == "verified"

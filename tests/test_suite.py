@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,6 +20,7 @@ from kernelopt_bot.suite import (
     load_problems,
     markdown,
     merge,
+    run_suite,
 )
 from tests.helpers import EXAMPLES, run_cli
 
@@ -33,6 +35,16 @@ def _suite(root: Path) -> Path:
         {"path": "level2/broken.py", "level": 2, "dtypes": ["fp32"]},
     ]}))
     return root
+
+
+def _run_one(root: Path, problem: Problem, out: Path, **options: Any) -> ProblemResult:
+    """``problem`` alone through :func:`run_suite` (the manifest rewritten to list just it), as the
+    suite runs each: its own optimize process, a crash or hang its result."""
+    (root / "suite.json").write_text(json.dumps({"problems": [
+        {"path": problem.path, "level": problem.level, "dtypes": [problem.dtype], "train": problem.train}]}))
+    suite = run_suite(root, out, log=lambda *_: None, **options)
+    [result] = suite.problems
+    return result
 
 
 def test_shards_run_each_problem_in_its_own_process_and_merge(tmp_path: Path) -> None:
@@ -152,16 +164,14 @@ def test_a_problem_past_its_deadline_keeps_its_log_and_says_where_it_stopped(tmp
     """Independent of machine load: the problem blocks until the test releases it, and the deadline
     grows until the run has logged a step before the kill (on a busy machine, starting Python and
     torch alone can take longer than the first deadline)."""
-    from kernelopt_bot.suite import run_problem
-
     root = _suite(tmp_path / "suite")
     release = tmp_path / "release"
     (root / "level1" / "blocked.py").write_text(_BLOCKED_PROBLEM.format(release=str(release)))
     try:
         for attempt, deadline in enumerate((6.0, 20.0, 60.0)):
             out = tmp_path / f"out-{attempt}"
-            res = run_problem(root, Problem("level1/blocked.py", 1, "fp32"), out, device="cpu", budget=[],
-                              gamma=1.03, timeout_s=deadline, store=tmp_path / "store.db")
+            res = _run_one(root, Problem("level1/blocked.py", 1, "fp32"), out, device="cpu", budget=[],
+                              gamma=1.03, timeout_s=deadline)
             assert res.status == "failed" and res.error is not None
             assert res.error.startswith(f"timed out after {deadline:.0f} s"), res.error
             log = (out / "problems" / "l1_blocked_fp32" / "optimize.log").read_text()
@@ -173,20 +183,17 @@ def test_a_problem_past_its_deadline_keeps_its_log_and_says_where_it_stopped(tmp
     finally:
         release.touch()
     out = tmp_path / "out"
-    broken = run_problem(root, Problem("level2/broken.py", 2, "fp32"), out, device="cpu", budget=[], gamma=1.03,
-                         timeout_s=120.0, store=tmp_path / "store.db")
+    broken = _run_one(root, Problem("level2/broken.py", 2, "fp32"), out, device="cpu", budget=[], gamma=1.03,
+                         timeout_s=120.0)
     assert broken.status == "failed" and broken.error is not None
     assert broken.error.startswith("error:") and "broken" in broken.error
 
 
 def test_the_suite_compiles_every_problem_as_asked(tmp_path: Path) -> None:
     """`kernelopt suite --mode/--inductor-config` reaches each problem's optimize run."""
-    from kernelopt_bot.suite import run_problem
-
     root = _suite(tmp_path / "suite")
-    res = run_problem(root, Problem("level1/gelu.py", 1, "fp32"), tmp_path / "out", device="cpu",
-                      budget=["candidates=0", "compile_options=false"], gamma=1.03, timeout_s=600,
-                      store=tmp_path / "store.db", reference=False,
+    res = _run_one(root, Problem("level1/gelu.py", 1, "fp32"), tmp_path / "out", device="cpu",
+                      budget=["candidates=0", "compile_options=false"], gamma=1.03, timeout_s=600, reference=False,
                       compile_settings=CompileSettings(None, {"triton.persistent_reductions": False}))
     assert res.status == "ok", res.error
     result = json.loads((tmp_path / "out" / "problems" / "l1_gelu_fp32" / "result.json").read_text())
@@ -210,8 +217,6 @@ def test_a_suite_over_other_settings_says_so_and_shards_over_different_ones_do_n
 def test_a_training_problem_runs_as_a_training_step_and_counts_in_its_own_row(tmp_path: Path) -> None:
     """A suite.json entry with ``"train": true`` is the same file's training step: its own slug,
     optimize run with --train, and its own row in the per-level table."""
-    from kernelopt_bot.suite import run_problem
-
     root = tmp_path / "suite"
     (root / "level1").mkdir(parents=True)
     shutil.copy(Path(__file__).parent / "train_targets" / "linear_bias.py", root / "level1" / "linear.py")
@@ -221,8 +226,8 @@ def test_a_training_problem_runs_as_a_training_step_and_counts_in_its_own_row(tm
     ]}))
     inference, training = load_problems(root)
     assert (inference.slug, training.slug) == ("l1_linear_fp32", "l1_linear_fp32_train")
-    res = run_problem(root, training, tmp_path / "out", device="cpu", budget=["candidates=0", "compile_options=false"],
-                      gamma=1.03, timeout_s=600, store=tmp_path / "store.db", reference=False)
+    res = _run_one(root, training, tmp_path / "out", device="cpu", budget=["candidates=0", "compile_options=false"],
+                      gamma=1.03, timeout_s=600, reference=False)
     assert res.status == "ok", res.error
     result = json.loads((tmp_path / "out" / "problems" / "l1_linear_fp32_train" / "result.json").read_text())
     assert result["train"] is True and [k["phase"] for k in result["kernels"]] == ["backward"]

@@ -15,7 +15,6 @@ their own).
 from __future__ import annotations
 
 import json
-import shlex
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
@@ -56,9 +55,6 @@ class CompileSettings:
         for key, value in self.config.items():
             args += ["--inductor-config", f"{key}={json.dumps(value)}"]
         return args
-
-    def cli_text(self) -> str:
-        return " ".join(shlex.quote(a) for a in self.cli_args())
 
     def to_json(self) -> dict[str, Any]:
         return {"mode": self.mode, "config": dict(self.config)}

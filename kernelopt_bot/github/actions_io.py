@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 import secrets
 import sys
-from pathlib import Path
 from typing import TextIO
 
 
@@ -109,25 +108,3 @@ def report_failure(message: str, *, file: str | None = None, line: int | None = 
     emit(annotation("error", message, file=file, line=line, title=title), stream)
     if detail:
         emit(untrusted_block(detail), stream)
-
-
-def read_outputs(path: str | Path) -> dict[str, str]:
-    """Parse a ``$GITHUB_OUTPUT`` file (both ``k=v`` and heredoc records); used by tests and tools."""
-    values: dict[str, str] = {}
-    lines = Path(path).read_text(encoding="utf-8").split("\n")
-    i = 0
-    while i < len(lines):
-        line = lines[i]
-        if "<<" in line and ("=" not in line or line.index("<<") < line.index("=")):
-            name, delim = line.split("<<", 1)
-            buf = []
-            i += 1
-            while i < len(lines) and lines[i] != delim:
-                buf.append(lines[i])
-                i += 1
-            values[name] = "\n".join(buf)
-        elif "=" in line:
-            name, value = line.split("=", 1)
-            values[name] = value
-        i += 1
-    return values

@@ -207,12 +207,6 @@ def choose_isolation(mode: str | None = None) -> Isolation:
     return Isolation("none", ())
 
 
-def isolation_method() -> str:
-    """Which wrapper this run's untrusted children get: ``bwrap``, ``unshare`` or ``none`` (in the
-    engine also ``inherited``: the engine's own namespaces)."""
-    return choose_isolation().method
-
-
 # --- protecting trusted processes ----------------------------------------------------------------
 
 PR_SET_DUMPABLE = 4

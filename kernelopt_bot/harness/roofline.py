@@ -24,10 +24,6 @@ class Roofline:
     measured_at: float
     torch: str
 
-    @property
-    def bytes_per_ms(self) -> float:
-        return self.copy_gbps * 1e6
-
 
 def cache_dir() -> Path:
     root = os.environ.get("KERNELOPT_CACHE_DIR") or os.path.join(

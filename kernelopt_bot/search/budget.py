@@ -87,21 +87,6 @@ class Budget:
             return self._used.prompt_tokens + self._used.completion_tokens
 
     @property
-    def candidates_used(self) -> int:
-        with self._lock:
-            return self._used.candidates
-
-    @property
-    def gpu_s_used(self) -> float:
-        with self._lock:
-            return self._used.gpu_s
-
-    @property
-    def cost_used(self) -> float:
-        with self._lock:
-            return self._used.cost
-
-    @property
     def llm_calls(self) -> int:
         with self._lock:
             return self._used.llm_calls
@@ -166,11 +151,6 @@ class Budget:
                 raise BudgetExceeded(f"{what} refused: {hit[1]}", hit[0])
             self._used.candidates += 1
             return self._used.candidates
-
-    def charge_candidates(self, n: int = 1) -> None:
-        """Count candidates unconditionally (e.g. ones produced outside :meth:`acquire_candidate`)."""
-        with self._lock:
-            self._used.candidates += int(n)
 
     def charge_tokens(self, prompt_tokens: int, completion_tokens: int, *, purpose: str = "") -> None:
         with self._lock:

@@ -47,10 +47,6 @@ class CacheHit:
     def verified(self) -> bool:
         return self.kind == "verified"
 
-    def pack_entry(self) -> PackEntry | None:
-        """The cached replacement as a :class:`PackEntry`, ready to add to a pack."""
-        return PackEntry.from_json(self.entry) if self.entry is not None else None
-
 
 class VerifiedKernelCache:
     """The cache and cache_history tables of one store file."""

@@ -8,7 +8,6 @@ engine runs in-process for trusted candidates.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from kernelopt_bot.harness.timing import StepClock
@@ -81,7 +80,3 @@ def timing_job(payload: dict[str, Any]) -> dict[str, Any]:
         threads=compile_threads(), steps=steps)
     return {"original_ms": original, "times": times, "seconds": steps.seconds}
 
-
-def environment_names(payload: dict[str, Any]) -> list[str]:
-    """The environment variable names a sandboxed job sees (for audits: no secret may be among them)."""
-    return sorted(os.environ)

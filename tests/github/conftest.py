@@ -14,7 +14,6 @@ import pytest
 from click.testing import CliRunner, Result
 
 from kernelopt_bot.github import cli as bot_cli
-from kernelopt_bot.github.actions_io import read_outputs
 from tests.github.fakes import FakeRunner
 from tests.github.ghserver import GitHubServer, State
 
@@ -208,3 +207,25 @@ def checked_out_pr(gh: GH, root: Path, head_changes: dict[str, str], *, fork: bo
                                 user="mallory" if fork else "alice")
     gh.state.pull_files[number] = sorted(head_changes)
     return CheckedOutPR(root, base, head, number, files)
+
+
+def read_outputs(path: str | Path) -> dict[str, str]:
+    """Parse a ``$GITHUB_OUTPUT`` file (both ``k=v`` and heredoc records), as the runner reads it."""
+    values: dict[str, str] = {}
+    lines = Path(path).read_text(encoding="utf-8").split("\n")
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if "<<" in line and ("=" not in line or line.index("<<") < line.index("=")):
+            name, delim = line.split("<<", 1)
+            buf = []
+            i += 1
+            while i < len(lines) and lines[i] != delim:
+                buf.append(lines[i])
+                i += 1
+            values[name] = "\n".join(buf)
+        elif "=" in line:
+            name, value = line.split("=", 1)
+            values[name] = value
+        i += 1
+    return values

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kernelopt_bot.github import actions_io
+from tests.github.conftest import read_outputs
 
 
 def test_multiline_outputs_use_random_delimiters(tmp_path: Path) -> None:
@@ -15,7 +16,7 @@ def test_multiline_outputs_use_random_delimiters(tmp_path: Path) -> None:
     text = out.read_text()
     first = text.splitlines()[0]
     assert first.startswith("report<<ghadelimiter_") and len(first) > len("report<<ghadelimiter_") + 16
-    assert actions_io.read_outputs(out) == {"report": hostile, "speedup": "1.2"}
+    assert read_outputs(out) == {"report": hostile, "speedup": "1.2"}
     assert actions_io.format_output("a", "x").split("\n")[0] != actions_io.format_output("a", "x").split("\n")[0]
 
 
