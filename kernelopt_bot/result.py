@@ -49,6 +49,9 @@ class Recommendation:
     verified: bool
     detail: str = ""
 
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
 
 @dataclass
 class RunResult:

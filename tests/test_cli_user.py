@@ -20,7 +20,8 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from kernelopt_bot.cli import handle_errors, main, output_flags
+from kernelopt_bot.cli import main
+from kernelopt_bot.cli.options import handle_errors, output_flags
 from kernelopt_bot.pack.format import KernelPack
 from kernelopt_bot.pack.runtime import running_environment
 from kernelopt_bot.progress import Progress, plain_names
@@ -281,9 +282,9 @@ def test_graph_labels_read_as_names() -> None:
 @pytest.mark.parametrize(("item", "value"), [("compile_options=False", False), ("compile_options=true", True),
                                              ("gpu_seconds=None", None), ("wall_seconds=30.5", 30.5), ("4", 4)])
 def test_budget_values_read_as_a_person_types_them(item: str, value: object) -> None:
-    from kernelopt_bot.cli import _parse_budget
+    from kernelopt_bot.cli.options import parse_budget
 
-    assert list(_parse_budget((item,)).values()) == [value]
+    assert list(parse_budget((item,)).values()) == [value]
 
 
 def test_a_budget_value_that_is_no_number_is_bad_input() -> None:
