@@ -8,7 +8,7 @@ This module is the ``main`` group and registers every command; each lives with i
 :mod:`~kernelopt_bot.cli.suite_commands` (``suite``, ``suite-merge``),
 :mod:`~kernelopt_bot.cli.verify_commands` (``verify``, ``pin``) and
 :mod:`~kernelopt_bot.cli.store_commands` (``store ...``); ``bot``, ``sweep`` and ``export`` come
-from :mod:`kernelopt_bot.github.cli` and :mod:`kernelopt_bot.export_cli`. A command computes;
+from :mod:`kernelopt_bot.github.cli` and :mod:`kernelopt_bot.cli.export_command`. A command computes;
 :mod:`~kernelopt_bot.cli.render` shows the result (tables, console lines) and
 :mod:`~kernelopt_bot.cli.reports` holds what a command prints as JSON (``to_json``). What they
 share (options, start-up, error handling) is :mod:`~kernelopt_bot.cli.options`. The modules are
@@ -25,6 +25,7 @@ from __future__ import annotations
 import click
 
 from kernelopt_bot.cli.bench_command import bench
+from kernelopt_bot.cli.export_command import export
 from kernelopt_bot.cli.inspect_command import inspect
 from kernelopt_bot.cli.modes_command import modes
 from kernelopt_bot.cli.optimize_command import optimize
@@ -32,7 +33,6 @@ from kernelopt_bot.cli.options import output_flags
 from kernelopt_bot.cli.store_commands import store
 from kernelopt_bot.cli.suite_commands import suite, suite_merge
 from kernelopt_bot.cli.verify_commands import pin, verify
-from kernelopt_bot.export_cli import export
 from kernelopt_bot.github.cli import bot, sweep
 
 __all__ = ["bench", "bot", "export", "inspect", "main", "modes", "optimize", "pin", "store", "suite",
