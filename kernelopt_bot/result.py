@@ -7,8 +7,6 @@ sticky comment, the job summary and the sweep report. Standard library only.
 from __future__ import annotations
 
 import json
-import math
-from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -182,11 +180,3 @@ class RunResult:
     @classmethod
     def load(cls, path: str | Path) -> RunResult:
         return cls.from_json(json.loads(Path(path).read_text()))
-
-
-def geomean(values: Iterable[float | None]) -> float | None:
-    """Geometric mean of the positive, finite values (None when there are none)."""
-    values = [v for v in values if v is not None and v > 0 and math.isfinite(v)]
-    if not values:
-        return None
-    return math.exp(sum(math.log(v) for v in values) / len(values))

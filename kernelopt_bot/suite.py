@@ -24,9 +24,10 @@ from kernelopt_bot.capture.settings import CompileSettings
 from kernelopt_bot.errors import BadInputError
 from kernelopt_bot.fleet import Fleet, FleetJob, FleetResult, OnSlot
 from kernelopt_bot.job_process import run_alone
-from kernelopt_bot.result import RunResult, geomean
+from kernelopt_bot.result import RunResult
 from kernelopt_bot.search.llm.config import KEY_ENV_VARS
 from kernelopt_bot.shards import ALL, Shard
+from kernelopt_bot.stats import geomean, upper_median
 
 MANT = "mode=max-autotune-no-cudagraphs"
 # A suite run in a shell that sets up the LLM agents gives them to every problem, as optimize run
@@ -110,14 +111,9 @@ class SuiteResult:
                 "geomean_vs_default": geomean(vs_default),
                 "geomean_vs_max_autotune_no_cudagraphs": geomean(vs_mant),
                 "slowest": min(vs_default) if vs_default else None,
-                "optimize_seconds_median": _median([p.seconds for p in rows]),
+                "optimize_seconds_median": upper_median(p.seconds for p in rows),
             }
         return out
-
-
-def _median(values: list[float]) -> float | None:
-    values = sorted(values)
-    return values[len(values) // 2] if values else None
 
 
 def load_problems(root: Path, dtypes: tuple[str, ...] | None = None,

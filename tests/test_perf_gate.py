@@ -97,7 +97,7 @@ def test_out_of_memory_while_benchmarking_is_ours_and_a_crash_is_the_candidates(
 def test_two_hiccups_in_ten_rounds_do_not_set_the_noise_floor() -> None:
     """The H200 case: the repeat arm took 7x longer in two of ten rounds; the medians did not move,
     so neither does the floor. A third such round is no longer a hiccup."""
-    from kernelopt_bot.harness.bench import noise_floor
+    from kernelopt_bot.stats import noise_floor
 
     steady = [1.0, 1.005, 0.995, 1.01, 0.99, 1.0, 1.004, 0.996]
     assert noise_floor([*steady, 0.136, 0.152]) == pytest.approx(0.01)

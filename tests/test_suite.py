@@ -11,8 +11,8 @@ import pytest
 
 from kernelopt_bot.capture.settings import CompileSettings
 from kernelopt_bot.errors import BadInputError
-from kernelopt_bot.result import geomean
 from kernelopt_bot.shards import Shard
+from kernelopt_bot.stats import geomean
 from kernelopt_bot.suite import (
     Problem,
     ProblemResult,

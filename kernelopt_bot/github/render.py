@@ -20,7 +20,8 @@ from typing import Any
 import jinja2
 
 from kernelopt_bot.resources import templates_dir
-from kernelopt_bot.result import RunResult, geomean
+from kernelopt_bot.result import RunResult
+from kernelopt_bot.stats import geomean
 
 REPORT_MARKER = "<!-- kernelopt:report -->"
 PROPOSAL_MARKER = "<!-- kernelopt:proposal -->"

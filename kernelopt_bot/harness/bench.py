@@ -5,7 +5,7 @@ process (:mod:`kernelopt_bot.harness.arm_process`): the baseline, a second basel
 noise floor), and the packed model. Each round draws fresh inputs from a new seed, every arm
 times the same inputs (L2 flushed before each call, median of ``reps`` calls), and the arms take
 turns in a rotating order. Reported times are medians over rounds; the noise floor is the relative
-difference between the two baselines that 80% of the rounds stay within (:func:`noise_floor`). A model too large for two baseline
+difference between the two baselines that 80% of the rounds stay within (:func:`kernelopt_bot.stats.noise_floor`). A model too large for two baseline
 processes (:attr:`~kernelopt_bot.harness.model_arms.ModelArms.one_baseline`) has one, timed twice in each
 round: its noise floor is then that arm's against itself (``BenchResult.noise_from``).
 
@@ -15,7 +15,6 @@ but no time is reported.
 
 from __future__ import annotations
 
-import math
 import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -23,6 +22,7 @@ from typing import Any
 from kernelopt_bot.harness.arm_process import Arm, ArmProcess, ArmSpec
 from kernelopt_bot.harness.model_arms import ModelArms
 from kernelopt_bot.pack.format import KernelPack
+from kernelopt_bot.stats import noise_floor
 
 SEED_BASE = 1000
 
@@ -229,25 +229,6 @@ def _summarize(result: BenchResult) -> None:
         result.baseline_host_ms = statistics.median(row[0] for row in host)  # type: ignore[type-var]
         result.packed_host_ms = statistics.median(row[1] for row in host)  # type: ignore[type-var]
         result.host_noise_floor = noise_floor([row[0] / row[2] for row in host])  # type: ignore[operator]
-
-
-# The share of rounds whose baseline-against-baseline gap the noise floor covers (nearest rank).
-NOISE_QUANTILE = 0.8
-
-
-def noise_floor(ratios: list[float]) -> float | None:
-    """How far the baseline is from itself: the gap |baseline / repeat - 1| that 80% of the rounds
-    stay within: of 10 rounds the third-largest gap, of 5 rounds the second-largest.
-
-    Why not the largest: the speedup is a median over rounds, so one round in which the machine
-    hiccuped (a repeat arm at 0.175 ms where the other nine took 0.024 ms, seen on the H200) does not
-    move it, but it set the old floor to 86% and made every speedup "within the noise". The floor
-    still reads the spread of most rounds, and gate 4 keeps its own rule that the candidate is
-    faster in every round."""
-    gaps = sorted(abs(r - 1.0) for r in ratios)
-    if not gaps:
-        return None
-    return gaps[max(0, math.ceil(NOISE_QUANTILE * len(gaps)) - 1)]
 
 
 def _step_split(rounds: list[RoundResult]) -> dict[str, dict[str, float | None]]:
