@@ -25,6 +25,7 @@ from __future__ import annotations
 import click
 
 from kernelopt_bot.cli.bench_command import bench
+from kernelopt_bot.cli.config_commands import config
 from kernelopt_bot.cli.export_command import export
 from kernelopt_bot.cli.inspect_command import inspect
 from kernelopt_bot.cli.modes_command import modes
@@ -35,7 +36,7 @@ from kernelopt_bot.cli.suite_commands import suite, suite_merge
 from kernelopt_bot.cli.verify_commands import pin, verify
 from kernelopt_bot.github.cli import bot, sweep
 
-__all__ = ["bench", "bot", "export", "inspect", "main", "modes", "optimize", "pin", "store", "suite",
+__all__ = ["bench", "bot", "config", "export", "inspect", "main", "modes", "optimize", "pin", "store", "suite",
            "suite_merge", "sweep", "verify"]
 
 HELP_SETTINGS = {"help_option_names": ["-h", "--help"]}
@@ -51,7 +52,7 @@ def main() -> None:
     protect_this_process()  # children of the same user cannot read this process's memory or environ
 
 
-for _command in (inspect, bench, optimize, modes, suite, suite_merge, verify, pin, bot, sweep, export, store):
+for _command in (inspect, bench, optimize, modes, suite, suite_merge, verify, pin, bot, sweep, export, store, config):
     main.add_command(_command)
 
 

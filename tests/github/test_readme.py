@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from kernelopt_bot.config import KerneloptConfig, reference_table
+from kernelopt_bot.config import KerneloptConfig
 from kernelopt_bot.github.proposal import pack_file
 from tests.github.conftest import Harness, git
 from tests.helpers import user_env
@@ -51,10 +51,13 @@ def _table_keys(heading: str) -> set[str]:
 
 
 def test_config_reference_is_generated_from_the_model() -> None:
-    expected = reference_table()
+    """The README's table is what `kernelopt config keys` prints (run as a user runs it)."""
+    proc = subprocess.run([sys.executable, "-m", "kernelopt_bot.cli", "config", "keys"], capture_output=True,
+                          text=True, env=user_env(), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    expected = proc.stdout.rstrip("\n")
     assert _block("config-reference") == expected, (
-        "README.md's config reference is out of date; paste the output of\n"
-        "python -c 'from kernelopt_bot.config import reference_table; print(reference_table())'\n" + expected)
+        "README.md's config reference is out of date; paste the output of `kernelopt config keys`:\n" + expected)
 
 
 def test_every_config_key_has_a_row() -> None:

@@ -1,0 +1,37 @@
+"""``kernelopt config check`` and ``kernelopt config keys``, run as a user runs them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.helpers import run_cli
+
+
+def test_check_lists_the_runs_of_a_valid_config(tmp_path: Path) -> None:
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "mlp.py").write_text("")
+    config = tmp_path / ".kernelopt.yml"
+    config.write_text("targets:\n  - name: mlp\n    entry: models/mlp.py\n    mode: train\n    dtypes: [fp32, bf16]\n"
+                      "  - name: norm\n    entry: pkg.norms:make\n")
+    proc = run_cli("config", "check", str(config))
+    assert proc.returncode == 0, proc.stderr
+    assert f"{config}: valid; 2 target(s), 3 run(s) per sweep" in proc.stdout
+    assert "mlp: models/mlp.py (inferred kind, training step) in fp32, bf16" in proc.stdout
+
+
+def test_check_names_the_bad_key_its_line_and_exits_2(tmp_path: Path) -> None:
+    config = tmp_path / "bad.yml"
+    config.write_text("targets:\n  - name: mlp\n    entry: pkg.m:f\n    mdoe: train\n")
+    proc = run_cli("config", "check", str(config))
+    assert proc.returncode == 2
+    assert "targets[0].mdoe: is not a known setting; did you mean 'mode'?" in proc.stderr
+    missing = tmp_path / "missing.yml"
+    missing.write_text("targets:\n  - name: mlp\n    entry: models/none.py\n")
+    proc = run_cli("config", "check", str(missing))
+    assert proc.returncode == 2 and "'models/none.py' does not exist under" in proc.stderr
+
+
+def test_keys_prints_every_key() -> None:
+    proc = run_cli("config", "keys")
+    assert proc.returncode == 0, proc.stderr
+    assert "| `targets[].mode` | one of `inference`, `train` | `inference` |" in proc.stdout
