@@ -59,7 +59,10 @@ class FleetJob:
     timeout_s: float
     device: str | None = None
     flags: tuple[str, ...] = ()  # optimize's other options (--budget, --gamma, --store, ...)
-    pythonpath: tuple[str, ...] = ()  # where a ``pkg.mod:factory`` target imports from (a repository)
+    # Where the run starts: a ``pkg.mod:factory`` target is imported from there (a repository). Only
+    # the engine puts it on its import path: the optimize process holding a key runs with
+    # PYTHONSAFEPATH, so a repository's ``yaml.py`` cannot shadow what it imports.
+    cwd: Path | None = None
     secrets: tuple[str, ...] = ()  # variables the trusted optimize process keeps; all others are scrubbed
 
     @property
@@ -68,7 +71,7 @@ class FleetJob:
 
     def argv(self, command: Sequence[str]) -> list[str]:
         device = ["--device", self.device] if self.device else []
-        return [*command, self.target, "--dtype", self.dtype, *device, *self.flags, "--out", str(self.out)]
+        return [*command, self.target, "--dtype", self.dtype, *device, *self.flags, "--out", str(self.out.resolve())]
 
     def failed(self, reason: str, seconds: float) -> RunResult:
         """The result of a run that left none of its own: failed, for ``reason``."""
@@ -124,9 +127,11 @@ def last_step(path: Path) -> str | None:
 
 
 def _read_result(path: Path) -> RunResult | None:
+    """The run's result.json, or None when it is missing or not one (the engine, which runs the
+    target's code, can write there: whatever it holds is this job's failure, never the batch's)."""
     try:
         return RunResult.load(path)
-    except (OSError, ValueError, TypeError, KeyError):
+    except Exception:  # noqa: BLE001 - any content at all is possible
         return None
 
 
@@ -288,16 +293,22 @@ class Fleet:
         attempt = _Attempt(slot, index)
         try:
             with tempfile.TemporaryDirectory(prefix="kernelopt-job-", ignore_cleanup_errors=True) as home:
-                env = job_environment(home, slot.env, secrets=job.secrets, pythonpath=job.pythonpath)
+                # The secrets a job names reach its optimize process only (which keeps them from the
+                # engine); an ``after`` step (it may load the target, as `kernelopt modes` does) gets none.
+                trusted = job_environment(home, slot.env, secrets=job.secrets)
+                plain = job_environment(home, slot.env)
+
+                def run(argv: Sequence[str], log_path: Path, timeout_s: float, env: dict[str, str]) -> Exit:
+                    return run_command(argv, env=env, log_path=log_path, timeout_s=timeout_s, cpus=slot.cpus,
+                                       stop=stop, cwd=job.cwd)
 
                 def on_slot(argv: Sequence[str], log_path: Path, timeout_s: float) -> Exit:
-                    return run_command(argv, env=env, log_path=log_path, timeout_s=timeout_s, cpus=slot.cpus,
-                                       stop=stop)
+                    return run(argv, log_path, timeout_s, plain)
 
                 job.out.mkdir(parents=True, exist_ok=True)
                 (job.out / "result.json").unlink(missing_ok=True)  # the verdict read back is this attempt's
                 try:
-                    ended = on_slot(job.argv(self.command), job.out / LOG_NAME, job.timeout_s)
+                    ended = run(job.argv(self.command), job.out / LOG_NAME, job.timeout_s, trusted)
                 except OSError as exc:  # the command itself could not start: the same everywhere
                     attempt.result = job.failed(f"could not start {self.command[0]}: {exc}", 0.0)
                     attempt.result.save(job.out / "result.json")

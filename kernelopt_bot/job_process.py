@@ -42,7 +42,7 @@ class Exit:
 
 
 def run_command(argv: Sequence[str], *, env: Mapping[str, str], log_path: Path, timeout_s: float,
-                cpus: list[int] | None = None, stop: threading.Event | None = None) -> Exit:
+                cpus: list[int] | None = None, stop: threading.Event | None = None, cwd: Path | None = None) -> Exit:
     """Run ``argv`` in a session of its own with stdout and stderr in ``log_path``.
 
     At ``timeout_s``, or when ``stop`` is set, its whole process group is ended: SIGTERM, then
@@ -53,7 +53,7 @@ def run_command(argv: Sequence[str], *, env: Mapping[str, str], log_path: Path, 
     start = time.monotonic()
     with log_path.open("w") as log:
         proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                env=dict(env), start_new_session=True, preexec_fn=_child_setup(cpus))
+                                env=dict(env), start_new_session=True, preexec_fn=_child_setup(cpus), cwd=cwd)
     timed_out = stopped = False
     try:
         while not _ended(proc.pid):
@@ -115,15 +115,12 @@ def _child_setup(cpus: list[int] | None) -> Callable[[], None]:
     return setup
 
 
-def job_environment(home: str, extra: Mapping[str, str] | None = None, *, secrets: Iterable[str] = (),
-                    pythonpath: Sequence[str] = ()) -> dict[str, str]:
+def job_environment(home: str, extra: Mapping[str, str] | None = None, *, secrets: Iterable[str] = ()) -> dict[str, str]:
     """A job's whole environment: the scrubbed one of an isolated child (private ``HOME``), then
-    ``extra`` (its GPU), the ``secrets`` it names as they are here, and ``pythonpath`` first."""
+    ``extra`` (its GPU) and the ``secrets`` it names as they are here. ``PYTHONSAFEPATH``: the
+    folder a job starts in (a repository) is not put first on its import path (Python 3.11+)."""
     kept = {name: os.environ[name] for name in secrets if name in os.environ}
-    env = child_environment(home, {"PYTHONUNBUFFERED": "1", **(extra or {}), **kept})
-    if pythonpath:
-        env["PYTHONPATH"] = os.pathsep.join([*pythonpath, *filter(None, [env.get("PYTHONPATH")])])
-    return env
+    return child_environment(home, {"PYTHONUNBUFFERED": "1", "PYTHONSAFEPATH": "1", **(extra or {}), **kept})
 
 
 def run_alone(argv: Sequence[str], log_path: Path, timeout_s: float) -> Exit:

@@ -16,6 +16,7 @@ import json
 import os
 import shlex
 import statistics
+import sys
 import threading
 import time
 import traceback
@@ -97,7 +98,7 @@ def run_pipeline(target: str, *, device: str | None = None, dtype: str = "fp32",
                  llm: dict[str, Any] | None = None, store_path: str | Path | None = None,
                  log: Callable[[str], None] = lambda _m: None, shown_as: str | None = None,
                  compile_settings: CompileSettings | None = None, untimed_patch: bool = False,
-                 kind: str | None = None, train: bool = False) -> RunResult:
+                 kind: str | None = None, train: bool = False, import_root: Path | None = None) -> RunResult:
     """Run the whole pipeline on one target in an isolated engine process and write report.md,
     result.json and pack.json.
 
@@ -115,7 +116,10 @@ def run_pipeline(target: str, *, device: str | None = None, dtype: str = "fp32",
     GPU still gets a patch of the configs that pass gates 1-3, marked as not timed. ``kind``: the
     kind of target (module, triton, helion) a caller's config says it is; another kind fails the
     run as bad input before anything starts. ``train``: a module target is optimized as a training
-    step (forward and backward kernels; gate 3 checks the loss and every gradient)."""
+    step (forward and backward kernels; gate 3 checks the loss and every gradient). ``import_root``:
+    where a ``pkg.mod:factory`` target imports from (a repository): put on the engine's import path
+    only, never this process's, which may hold a key (a repository's ``yaml.py`` must not shadow
+    what it imports)."""
     from kernelopt_bot.harness.isolation import choose_isolation, protect_this_process
 
     protect_this_process()
@@ -139,7 +143,7 @@ def run_pipeline(target: str, *, device: str | None = None, dtype: str = "fp32",
                "started": start,  # the wall budget counts from here: the engine's start is part of the run
                "store_path": None if store_path is None else str(store_path),
                "reproduce": reproduce, "isolation": isolation.method, "untimed_patch": untimed_patch,
-               "train": train}
+               "train": train, "import_root": None if import_root is None else str(import_root)}
     with _engine_llm(llm, plan, log) as (engine_llm, folders, llm_problem):
         request["llm"], request["llm_problem"] = engine_llm, llm_problem
         return _run_engine(request, isolation, folders, engine_deadline_s(plan.wall_seconds), log, start)
@@ -231,6 +235,8 @@ def engine_main(conn: Channel, request: dict[str, Any]) -> None:
     def log(message: str) -> None:
         send(("log", message))
 
+    if request.get("import_root") and request["import_root"] not in sys.path:
+        sys.path.insert(0, request["import_root"])  # the target's repository, for pkg.mod:factory entries
     try:
         device = resolve_device(request["device"])
     except KerneloptError:
@@ -677,6 +683,7 @@ def _take_gate4_numbers(pack: KernelPack, result: RunResult) -> bool:
     result.speedup, result.noise_floor = gate4["speedup"], gate4.get("noise_floor")
     result.latency_ms = {"baseline": gate4.get("baseline_host_ms"), "optimized": gate4.get("packed_host_ms"),
                          "noise_floor": gate4.get("host_noise_floor")}
+    result.step_split_ms = dict(gate4.get("step_split_ms") or {})
     pack.measured = {k: gate4.get(k) for k in ("baseline_ms", "packed_ms", "speedup", "noise_floor")}
     return True
 

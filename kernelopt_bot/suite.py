@@ -64,7 +64,7 @@ class ProblemResult:
     seconds: float
     error: str | None = None
     gpu: int | None = None  # which GPU ran it with --gpus (an index as the suite saw them); None: the default
-    noise_floor: float | None = None  # the end-to-end bench's own (largest baseline/baseline-repeat gap)
+    noise_floor: float | None = None  # the end-to-end bench's own (stats.noise_floor: baseline against baseline)
     accepted: list[str] = field(default_factory=list)  # kernels whose replacement passed every gate
 
     @classmethod

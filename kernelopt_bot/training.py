@@ -22,21 +22,22 @@ import torch
 
 LossFn = Callable[[torch.nn.Module, Any], torch.Tensor]
 
-# Every step starts from this seed, in every arm: dropout and other random ops draw the same
-# numbers in the baseline, the candidate and the repeat (Inductor's generator is seeded from
-# torch's), so a comparison between compiled arms is like for like.
+# Every step starts from this seed, in every arm and in the eager referees: with Inductor's random
+# ops compiled as eager's (``fallback_random``, set where a training target loads), dropout draws
+# the same masks in the baseline, the candidate, the repeat and eager, so gate 3 compares like with like.
 STEP_SEED = 1234
 _WEIGHT_SEED = 4321
 
 
-def tensors(out: Any) -> list[torch.Tensor]:
-    """The floating tensors of a model's output (nested tuples, lists, dicts), in order."""
+def tensors(out: Any, *, floating_only: bool = False) -> list[torch.Tensor]:
+    """The tensors of a model's output (nested tuples, lists, dicts), in the order the gates
+    flatten them (a dict by sorted key); ``floating_only`` keeps the ones a loss can take."""
     if isinstance(out, torch.Tensor):
-        return [out] if out.is_floating_point() else []
+        return [out] if out.is_floating_point() or not floating_only else []
     if isinstance(out, (list, tuple)):
-        return [t for o in out for t in tensors(o)]
+        return [t for o in out for t in tensors(o, floating_only=floating_only)]
     if isinstance(out, dict):
-        return [t for k in sorted(out) for t in tensors(out[k])]
+        return [t for k in sorted(out) for t in tensors(out[k], floating_only=floating_only)]
     return []
 
 
@@ -48,19 +49,34 @@ class TrainingStep:
     backward all-ones gradients: the gradient of a softmax or a normalization is then exactly
     zero, and a wrong backward kernel would compare equal. A file's own ``get_loss(model, outputs)``
     replaces it.
+
+    A step in training mode changes the model's buffers (BatchNorm's running statistics): every
+    step starts from the buffers the model had when it was loaded (``buffers``), so an arm timed a
+    thousand times and the eager referee run once compute from the same state, and the buffers a
+    step leaves are among its results (a wrong running-variance update is a wrong result).
     """
 
-    def __init__(self, loss: LossFn | None = None) -> None:
+    def __init__(self, loss: LossFn | None = None, buffers: dict[str, torch.Tensor] | None = None) -> None:
         self.loss = loss
+        self.buffers = dict(buffers or {})
         self._weights: dict[tuple[Any, ...], torch.Tensor] = {}
-        # What each flattened result of the last full step is ("gradient of fc.weight", "loss",
-        # "output 0"): gate 3 names the gradient that differs, not an index.
+        # What each flattened result of the last full step is ("buffer bn.running_mean",
+        # "gradient of fc.weight", "loss", "output 0"): gate 3 names the one that differs.
         self.labels: list[str] = []
+
+    @classmethod
+    def of(cls, model: torch.nn.Module, loss: LossFn | None = None) -> TrainingStep:
+        """The step of ``model`` as loaded: its buffers now are where every step starts."""
+        return cls(loss, {name: b.detach().clone() for name, b in model.named_buffers()})
 
     def __call__(self, model: torch.nn.Module, call: Callable[..., Any], inputs: Sequence[Any], *,
                  backward: bool = True) -> dict[str, Any]:
-        """The step's loss, gradients and outputs. ``backward=False``: the forward half alone (as
-        the step runs it, recording what the backward needs), for timing the split of a step."""
+        """The step's buffers, gradients, loss and outputs. ``backward=False``: the forward half
+        alone (as the step runs it, recording what the backward needs), for timing the split of a step."""
+        with torch.no_grad():
+            for name, buf in model.named_buffers():
+                if name in self.buffers:
+                    buf.copy_(self.buffers[name])
         for p in model.parameters():
             p.grad = None
         leaves = tuple(x.detach().requires_grad_() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
@@ -79,12 +95,17 @@ class TrainingStep:
         grads += [(f"gradient of input {i}", x.grad) for i, x in enumerate(leaves)
                   if isinstance(x, torch.Tensor) and x.requires_grad]
         grads = [(name, g) for name, g in grads if g is not None]
+        buffers = [(f"buffer {name}", b.detach().clone()) for name, b in model.named_buffers() if name in self.buffers]
         outputs = [t.detach() for t in tensors(out)]
-        self.labels = [name for name, _ in grads] + ["loss"] + [f"output {j}" for j in range(len(outputs))]
-        return {"grads": [g for _, g in grads], "loss": loss.detach(), "outputs": outputs}
+        self.labels = ([name for name, _ in buffers] + [name for name, _ in grads] + ["loss"]
+                       + [f"output {j}" for j in range(len(outputs))])
+        return {"buffers": [b for _, b in buffers], "grads": [g for _, g in grads], "loss": loss.detach(),
+                "outputs": outputs}
 
     def default_loss(self, out: Any) -> torch.Tensor:
-        parts = [(t.float() * self._weight(t)).sum() for t in tensors(out)]
+        """In float32 at least (float64 for the referee): a bf16 model's loss is not rounded to bf16."""
+        parts = [(t.to(torch.promote_types(t.dtype, torch.float32)) * self._weight(t)).sum()
+                 for t in tensors(out, floating_only=True)]
         if not parts:
             raise ValueError("the model returns no floating tensor to take a loss of (define get_loss(model, outputs))")
         return torch.stack(parts).sum()
@@ -95,4 +116,3 @@ class TrainingStep:
             gen = torch.Generator(device="cpu").manual_seed(_WEIGHT_SEED)
             self._weights[key] = torch.rand(t.shape, generator=gen).add_(0.5).to(t.device)
         return self._weights[key]
-

@@ -373,7 +373,7 @@ def test_a_sweep_job_reaches_optimize_with_every_setting_of_its_config(tmp_path:
         ("https://llm.example/v1", "m", "MY_KEY")
     assert params["mode"] == "max-autotune" and params["config_items"] == ("coordinate_descent_tuning=true",)
     assert params["out_dir"] == str(tmp_path / "out" / "mlp.bf16")
-    assert fj.secrets[0] == "MY_KEY" and fj.pythonpath == (str(tmp_path.resolve()),)
+    assert fj.secrets[0] == "MY_KEY" and fj.cwd == tmp_path.resolve()
     assert fleet_job(TargetJob(name="a", entry="pkg.a:factory", dtype="fp32", device=None), tmp_path, tmp_path,
                      1.0).secrets == ()  # no LLM configured: no key for optimize either
 

@@ -213,3 +213,24 @@ def test_the_step_split_is_the_forward_and_the_step_less_its_forward() -> None:
     assert split["forward"] == {"baseline": 1.0, "optimized": 0.9}
     assert split["backward"]["baseline"] == pytest.approx(2.1) and split["backward"]["optimized"] == pytest.approx(1.6)
     assert _step_split([RoundResult(0, 1.0, 1.0, 1.0)]) == {}
+
+
+def test_dropout_batchnorm_and_integer_outputs_compare_like_with_like() -> None:
+    """Compiled dropout draws eager's masks (so the compiled step equals the eager one exactly),
+    every step starts from the buffers the model was loaded with, the buffers a step leaves and its
+    integer outputs are results gate 3 compares."""
+    from kernelopt_bot.capture.recorder import compile_fresh
+
+    target = load_target(str(TRAIN_TARGETS / "bn_dropout.py"), "cpu", "fp32", train=True)
+    inputs = target.make_inputs(2)
+    first = flatten_outputs(target.eager(*inputs))
+    labels = list(target.training.labels)  # type: ignore[union-attr]
+    assert labels[:3] == ["buffer bn.running_mean", "buffer bn.running_var", "buffer bn.num_batches_tracked"]
+    assert labels[-2:] == ["output 0", "output 1"] and first[-1].dtype == torch.int64
+    again = flatten_outputs(target.eager(*inputs))  # the second step starts where the first did
+    for a, b, label in zip(first, again, labels):
+        assert torch.equal(a, b), label
+    compiled = flatten_outputs(target.run(compile_fresh(target.model), inputs))
+    for a, b, label in zip(first, compiled, labels):
+        torch.testing.assert_close(b, a, msg=label)
+    assert first[labels.index("output 0")].eq(0).any()  # dropout did drop

@@ -53,6 +53,8 @@ def bench(target: str, pack_path: str | None, patch_path: str | None, device: st
         raise BadInputError(f"{target} is a {kind} target: "
                             + ("--patch is for kernel targets; give --pack" if kind == "module"
                                else "its result is a patch; give --patch"))
+    if train and kind != "module":
+        raise BadInputError(f"{target} is a {kind} target: --train is for a module's training step")
     device = options.start(target, device)
     if patch_path is not None:
         result = _bench_patch(target, patch_path, device, dtype, rounds, reps)

@@ -115,10 +115,11 @@ def _launch_config(text: str) -> LaunchConfig:
               help="Add to OUT if it already is a pack.")
 @options.DEVICE
 @options.DTYPE
+@options.TRAIN
 @options.output_flags
 @options.handle_errors
 def pin(target: str, kernel_name: str, config_json: str | None, source_file: str | None,
-        out_path: str, merge: bool, device: str | None, dtype: str) -> None:
+        out_path: str, merge: bool, device: str | None, dtype: str, train: bool) -> None:
     """Write a pack entry for one kernel of TARGET by hand (a config, a source, or both).
 
     The entry is guarded to this machine's torch, triton and GPU. A config for the compiler's
@@ -138,7 +139,7 @@ def pin(target: str, kernel_name: str, config_json: str | None, source_file: str
 
     with options.make_progress() as progress:
         progress.step(f"loading {target}")
-        tgt = load_target(target, device, dtype)
+        tgt = load_target(target, device, dtype, train=train)
         progress.step("compiling and capturing")
         cap = capture(tgt, record=False)
     kernel = _kernel(cap.artifact, kernel_name)

@@ -20,7 +20,6 @@ Results directory layout (the unit that travels between jobs as an artifact)::
 from __future__ import annotations
 
 import json
-import sys
 import time
 import traceback
 from collections.abc import Iterable
@@ -77,14 +76,13 @@ class DefaultRunner:
     def run(self, target_cfg: TargetJob, out_dir: Path) -> RunResult:
         from kernelopt_bot.pipeline import run_pipeline  # lazy: the engine is optional to import this
 
-        if str(self.repo_root) not in sys.path:
-            sys.path.insert(0, str(self.repo_root))  # for pkg.mod:factory entries
         # The command to reproduce is for a maintainer's checkout: the entry as the config names
         # it, relative to the repository root, not this runner's absolute path.
         return run_pipeline(_entry(target_cfg, self.repo_root), device=target_cfg.device, dtype=target_cfg.dtype,
                             out_dir=out_dir, budget=dict(target_cfg.budget), gamma=target_cfg.gamma,
                             llm=target_cfg.llm, shown_as=target_cfg.entry, kind=target_cfg.kind,
-                            compile_settings=CompileSettings.from_json(target_cfg.compile), train=target_cfg.train)
+                            compile_settings=CompileSettings.from_json(target_cfg.compile), train=target_cfg.train,
+                            import_root=self.repo_root)
 
 
 def _entry(job: TargetJob, repo_root: Path) -> str:
@@ -110,7 +108,7 @@ def fleet_job(job: TargetJob, repo_root: Path, out_dir: Path, timeout_s: float) 
                 flags += [f"--llm-{key.replace('_', '-')}", str(job.llm[key])]
         secrets = tuple(dict.fromkeys([*filter(None, [job.llm.get("api_key_env")]), *KEY_ENV_VARS]))
     return FleetJob(name=job.name, target=_entry(job, repo_root), dtype=job.dtype, out=out_dir, timeout_s=timeout_s,
-                    device=job.device, flags=tuple(flags), pythonpath=(str(repo_root.resolve()),), secrets=secrets)
+                    device=job.device, flags=tuple(flags), cwd=repo_root.resolve(), secrets=secrets)
 
 
 def make_jobs(cfg: KerneloptConfig, targets: Iterable[TargetConfig], *, budget: int | None = None,

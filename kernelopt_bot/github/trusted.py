@@ -328,11 +328,14 @@ class CheckedFolder:
 FOLDER_RE = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]{0,63})\.(?P<dtype>fp32|bf16|fp16)$")
 
 
-def reproduce_command(entry: str, device: str, dtype: str) -> str:
-    """The command a maintainer can paste, built only from validated parts and shell-quoted."""
+def reproduce_command(entry: str, device: str, dtype: str, *, train: bool = False) -> str:
+    """The command a maintainer can paste, built only from validated parts and shell-quoted
+    (``train`` from the trusted config: a training target's run is a training step's)."""
     parts = ["kernelopt", "optimize", entry, "--dtype", dtype]
     if device in ("cuda", "cpu"):
         parts += ["--device", device]
+    if train:
+        parts += ["--train"]
     return shlex.join(parts)
 
 
@@ -374,7 +377,9 @@ def check_folder(folder: Path, *, cfg: KerneloptConfig | None, allow_source: boo
                            error=f"results rejected by the publish stage: {exc}")
         pack = None
     result.target = entry
-    result.reproduce = reproduce_command(entry, result.device, dtype)
+    configured = cfg.target(name) if cfg is not None else None
+    result.reproduce = reproduce_command(entry, result.device, dtype,
+                                         train=configured is not None and configured.mode == "train")
     result.pack_entries = len(pack) if pack is not None else 0
     return CheckedFolder(name, dtype, result, pack if pack is not None and len(pack) else None, traceback)
 

@@ -347,7 +347,7 @@ class Cascade:
         perf = check_performance(
             baseline, arm, repeat, kernel.name, target=target.spec, device=self.device,
             dtype=dtype_name(target.dtype), gamma=opts.gamma, rounds=opts.rounds, reps=opts.reps,
-            kernel_timing=job, copy_gbps=self._roofline_gbps(),
+            kernel_timing=job, copy_gbps=self._roofline_gbps(), split_step=target.train,
         )
         clock.done("performance")
         return [model, perf]

@@ -40,10 +40,12 @@ def check_performance(baseline: Arm, candidate: Arm, repeat: Arm | None,
                       kernel_name: str, *, target: str, device: str, dtype: str,
                       gamma: float = DEFAULT_GAMMA, rounds: int = 10, reps: int = 20,
                       kernel_timing: dict[str, Any] | None = None, copy_gbps: float | None = None,
-                      timeout_s: float = 600.0) -> GateResult:
+                      timeout_s: float = 600.0, split_step: bool = False) -> GateResult:
     """Gate 4 on compiled arms (``candidate`` has the pack installed, ``repeat`` is a second baseline,
     or ``None`` for a model too large for two: the baseline is then timed twice a round).
-    ``numbers["arms"]`` records where the arms ran ("process" or "engine")."""
+    ``numbers["arms"]`` records where the arms ran ("process" or "engine"). ``split_step``: training
+    steps, whose forward and backward are timed apart too (one accepted candidate's numbers may
+    become the run's result)."""
     if device != "cuda":
         return GateResult.not_run("performance", NOT_MEASURED)
     numbers: dict[str, Any] = {"gamma": gamma}
@@ -61,7 +63,7 @@ def check_performance(baseline: Arm, candidate: Arm, repeat: Arm | None,
     numbers["arms"] = candidate.where
     try:
         result = compare_arms(baseline, candidate, repeat, target=target, device=device, dtype=dtype,
-                              rounds=rounds, reps=reps, timeout_s=timeout_s)
+                              rounds=rounds, reps=reps, timeout_s=timeout_s, split_step=split_step)
     except ArmError as exc:
         if is_infrastructure_text(str(exc)):  # out of memory (after the arm's own retry): ours
             raise InfrastructureFailure(f"benchmark: {exc}") from exc
@@ -70,7 +72,7 @@ def check_performance(baseline: Arm, candidate: Arm, repeat: Arm | None,
                    noise_floor=result.noise_floor, rounds=len(result.rounds),
                    baseline_host_ms=result.baseline_host_ms, packed_host_ms=result.packed_host_ms,
                    host_noise_floor=result.host_noise_floor,
-                   round_speedups=[r.speedup for r in result.rounds])
+                   round_speedups=[r.speedup for r in result.rounds], step_split_ms=result.step_split_ms)
     return judge(result, kernel_name, gamma, numbers)
 
 

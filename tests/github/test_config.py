@@ -58,6 +58,8 @@ def test_defaults() -> None:
      ".kernelopt.yml: llm.api_key: a literal key does not belong in the file"),
     ("targets:\n - name: a\n   entry: a.py\nllm: {base_url: 'https://x/v1', model: m, api_key_env: sk-live-123}\n",
      ".kernelopt.yml: llm.api_key_env: must name an environment variable"),
+    ("targets:\n - name: a\n   entry: a.py\nllm: {base_url: 'https://x/v1', model: m, api_key_env: KERNELOPT_LLM_APIKEY}\n",
+     ".kernelopt.yml: llm.api_key_env: 'KERNELOPT_LLM_APIKEY' is not named like a secret"),
     ("targets:\n - name: a\n   entry: a.py\nllm: {base_url: 'https://u:p@x/v1', model: m}\n",
      ".kernelopt.yml: llm.base_url: must not carry credentials"),
     ("targets:\n - name: a\n   entry: a.py\ngamma: 0.9\n",

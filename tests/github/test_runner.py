@@ -56,3 +56,21 @@ def test_default_runner_reproduce_command_names_the_entry_as_the_config_does(tmp
     assert str(tmp_path) not in result.reproduce
     saved = json.loads((tmp_path / "results" / "broken.bf16" / "result.json").read_text())
     assert saved["reproduce"] == result.reproduce
+
+
+def test_a_factory_entry_imports_from_the_repository_in_the_engine_only(tmp_path: Path) -> None:
+    """``pkg.mod:factory`` is imported from the repository by the engine; the bot's own process
+    (which may hold the LLM key) never puts the repository on its import path, where a file such
+    as the repository's ``yaml.py`` would shadow what the bot imports."""
+    import sys
+
+    repo = tmp_path / "repo"
+    (repo / "shop").mkdir(parents=True)
+    (repo / "shop" / "__init__.py").write_text("")
+    (repo / "shop" / "models.py").write_text(
+        "import torch\n\ndef make():\n    return torch.nn.Linear(8, 8), (torch.randn(4, 8),)\n")
+    job = TargetJob(name="linear", entry="shop.models:make", dtype="fp32", device="cpu",
+                    budget={"candidates": 0, "compile_options": False})
+    result = run_jobs(DefaultRunner(repo), [job], tmp_path / "results")[0].result
+    assert result.status == "ok", result.error
+    assert str(repo.resolve()) not in sys.path and "shop" not in sys.modules

@@ -300,3 +300,11 @@ def test_command_reply_is_one_per_comment_across_reruns(harness: Harness, gh: GH
     for _ in range(2):  # "re-run failed jobs" runs the same event again
         assert harness.bot("issue_comment", ev, repo_dir).code == 0
     assert len(_replies(gh, gh.pr, cid)) == 1
+
+
+def test_a_training_targets_reproduce_line_says_train() -> None:
+    from kernelopt_bot.github.trusted import reproduce_command
+
+    assert reproduce_command("models/mlp.py", "cuda", "bf16", train=True) == \
+        "kernelopt optimize models/mlp.py --dtype bf16 --device cuda --train"
+    assert reproduce_command("pkg.m:f", "?", "fp32") == "kernelopt optimize pkg.m:f --dtype fp32"
