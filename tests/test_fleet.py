@@ -388,3 +388,14 @@ def test_a_sweep_target_of_another_kind_fails_as_bad_input_through_the_real_cli(
     assert result.status == "failed" and result.error_kind == "bad input" and ran.attempts == 1
     assert result.error == "error: kernels/t.py is a module target, not the helion target the config says"
     assert result.reproduce.startswith("kernelopt optimize kernels/t.py --dtype fp32 --device cpu")
+
+
+def test_a_result_json_of_any_content_is_that_jobs_failure_not_the_batchs(tmp_path: Path) -> None:
+    """The engine runs the target's code and can write result.json: whatever it holds is read as no
+    result (that job failed), never an exception that would end every other job of the batch."""
+    from kernelopt_bot.fleet import _read_result
+
+    for content in ("[]", "null", '{"schema": "kernelopt-result/1"}', "not json", '{"schema": 1, "kernels": 5}'):
+        path = tmp_path / "result.json"
+        path.write_text(content)
+        assert _read_result(path) is None, content
