@@ -124,11 +124,6 @@ def load_target(spec: str, device: str | None = None, dtype: str | torch.dtype =
     else:
         raise TargetError(f"target {spec!r} is neither a .py file nor package.module:factory")
     if train:
-        # Random ops (dropout) drawn as eager draws them, from the step's seed: compiled arms and the
-        # eager and float64 referees then see the same masks, and gate 3 compares like with like.
-        import torch._inductor.config as inductor_config
-
-        inductor_config.fallback_random = True
         target.model.train()
         target.training = TrainingStep.of(target.model, _loss_function(module, spec))
     if check:

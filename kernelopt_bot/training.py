@@ -29,6 +29,12 @@ STEP_SEED = 1234
 _WEIGHT_SEED = 4321
 
 
+# Inductor config a training step is compiled with: random ops (dropout) drawn as eager draws them,
+# from the step's seed, so compiled arms and the eager and float64 referees see the same masks and
+# gate 3 compares like with like. Applied where a training target compiles (capture, each arm).
+COMPILE_CONFIG: dict[str, Any] = {"fallback_random": True}
+
+
 def tensors(out: Any, *, floating_only: bool = False) -> list[torch.Tensor]:
     """The tensors of a model's output (nested tuples, lists, dicts), in the order the gates
     flatten them (a dict by sorted key); ``floating_only`` keeps the ones a loss can take."""

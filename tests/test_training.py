@@ -219,8 +219,6 @@ def test_dropout_batchnorm_and_integer_outputs_compare_like_with_like() -> None:
     """Compiled dropout draws eager's masks (so the compiled step equals the eager one exactly),
     every step starts from the buffers the model was loaded with, the buffers a step leaves and its
     integer outputs are results gate 3 compares."""
-    from kernelopt_bot.capture.recorder import compile_fresh
-
     target = load_target(str(TRAIN_TARGETS / "bn_dropout.py"), "cpu", "fp32", train=True)
     inputs = target.make_inputs(2)
     first = flatten_outputs(target.eager(*inputs))
@@ -230,7 +228,7 @@ def test_dropout_batchnorm_and_integer_outputs_compare_like_with_like() -> None:
     again = flatten_outputs(target.eager(*inputs))  # the second step starts where the first did
     for a, b, label in zip(first, again, labels):
         assert torch.equal(a, b), label
-    compiled = flatten_outputs(target.run(compile_fresh(target.model), inputs))
+    compiled = flatten_outputs(target.run(capture(target).compiled, inputs))  # compiled as a training step is
     for a, b, label in zip(first, compiled, labels):
         torch.testing.assert_close(b, a, msg=label)
     assert first[labels.index("output 0")].eq(0).any()  # dropout did drop

@@ -9,6 +9,7 @@ real argument tensors at its call site, so any one kernel can later be run alone
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import types
 from collections.abc import Callable, Iterator
@@ -21,6 +22,7 @@ import torch
 from kernelopt_bot.capture.artifact import Artifact, parse_artifact
 from kernelopt_bot.device import prepare_device
 from kernelopt_bot.targets import Target, dtype_name
+from kernelopt_bot.training import COMPILE_CONFIG
 
 _FRESH = itertools.count()
 
@@ -181,7 +183,10 @@ def capture(target: Target, *, record: bool = True, mode: str | None = None,
     prepare_device(target.device)
     compiled = compile_fresh(target.model, mode=mode, options=options)
     inputs = target.make_inputs(0)
-    with collect_output_modules() as graphs:  # a training step compiles its backward here too
+    # A training step compiles its backward here too, both with the training config (nothing of it
+    # leaks into this process's other compiles).
+    training_config = torch._inductor.config.patch(COMPILE_CONFIG) if target.train else contextlib.nullcontext()
+    with training_config, collect_output_modules() as graphs:
         target.run(compiled, inputs)
     artifact = parse_artifact(
         [g.code for g in graphs],

@@ -106,6 +106,10 @@ def _serve(spec: ArmSpec, conn: Channel) -> None:
     own = target_settings(target.torch_compile, spec.target)
     if mode is None and not config and own is not None:  # as the target's file says
         mode, config = own.mode, own.config
+    if target.train:
+        from kernelopt_bot.training import COMPILE_CONFIG
+
+        config = {**config, **COMPILE_CONFIG}
     if config:
         torch._inductor.config.patch(config).__enter__()  # this process only, for its lifetime
     if spec.pack is not None:
