@@ -124,6 +124,18 @@ class RunResult:
         return sorted(rows, key=lambda r: (-r["chosen"], -r["accepted"], -r["gated"], r["strategy"]))
 
     @property
+    def step_halves(self) -> list[dict[str, Any]]:
+        """A training step's split as rows: ``half`` (forward, backward), ``baseline`` and
+        ``optimized`` ms, and the half's ``speedup`` (None where either time is missing or not
+        positive: a backward is the step less its forward, which noise can make so)."""
+        rows = []
+        for half, times in self.step_split_ms.items():
+            before, after = times.get("baseline"), times.get("optimized")
+            speedup = before / after if before and after and before > 0 and after > 0 else None
+            rows.append({"half": half, "baseline": before, "optimized": after, "speedup": speedup})
+        return rows
+
+    @property
     def best_recommendation(self) -> Recommendation | None:
         """The verified compiler option with the largest end-to-end speedup, if any."""
         verified = [r for r in self.recommendations if r.verified and r.speedup is not None]

@@ -13,8 +13,8 @@ from pathlib import Path
 from kernelopt_bot.result import RunResult
 
 
-def _x(before: float | None, after: float | None) -> str:
-    return "-" if not before or not after or before <= 0 or after <= 0 else f"{before / after:.3f}x"
+def _x(speedup: float | None) -> str:
+    return "-" if speedup is None else f"{speedup:.3f}x"
 
 
 def _ms(value: float | None) -> str:
@@ -28,10 +28,9 @@ def row(folder: Path) -> str:
         return f"| {folder.name} | no result ({exc}) |" + " |" * 8
     if r.status != "ok":
         return f"| {r.name} {r.dtype} | failed: {(r.error or '')[:120]} |" + " |" * 8
-    split = r.step_split_ms
-    halves = [f"{_ms(split[p]['baseline'])} -> {_ms(split[p]['optimized'])} "
-              f"({_x(split[p]['baseline'], split[p]['optimized'])})" if p in split else "-"
-              for p in ("forward", "backward")]
+    split = {h["half"]: h for h in r.step_halves}
+    halves = [f"{_ms(split[p]['baseline'])} -> {_ms(split[p]['optimized'])} ({_x(split[p]['speedup'])})"
+              if p in split else "-" for p in ("forward", "backward")]
     verified = {p: sum(1 for k in r.kernels if k.status == "accepted" and k.phase == p) for p in ("forward", "backward")}
     kernels = {p: sum(1 for k in r.kernels if k.phase == p) for p in ("forward", "backward")}
     noise = "-" if r.noise_floor is None else f"{100 * r.noise_floor:.2f}%"

@@ -129,7 +129,7 @@ def result_row(result: RunResult, *, why: str = "", pack_entries: int | None = N
         "name": result.name,
         "label": f"{result.name} {result.dtype}" + (" (training step)" if result.train else ""),
         "train": result.train,
-        "step_split_ms": result.step_split_ms,  # a training step's forward and backward, baseline and optimized
+        "step_halves": result.step_halves,  # a training step's forward and backward, baseline and optimized
         "target": result.target,
         "dtype": result.dtype,
         "device": result.device,

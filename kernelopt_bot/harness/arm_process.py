@@ -72,16 +72,10 @@ class ArmSpec:
 
 def flatten_outputs(out: Any, device: str = "cpu") -> list[Any]:
     """A model's output tensors (nested tuples, lists, dicts) as one flat list, on ``device``
-    (the CPU for sending through a pipe)."""
-    import torch
+    (the CPU for sending through a pipe), in the order a training step labels them."""
+    from kernelopt_bot.training import tensors
 
-    if isinstance(out, torch.Tensor):
-        return [out.detach().to(device)]
-    if isinstance(out, (list, tuple)):
-        return [t for o in out for t in flatten_outputs(o, device)]
-    if isinstance(out, dict):
-        return [t for k in sorted(out) for t in flatten_outputs(out[k], device)]
-    return []
+    return [t.detach().to(device) for t in tensors(out)]
 
 
 def _serve(spec: ArmSpec, conn: Channel) -> None:
