@@ -190,13 +190,13 @@ class LLMConfig(_Strict):
     @field_validator("api_key_env")
     @classmethod
     def _env(cls, v: str) -> str:
-        from kernelopt_bot.harness.isolation import is_secret
+        from kernelopt_bot.harness.isolation import key_name_problem
 
         if not ENV_NAME_RE.match(v):
             raise ValueError(f"must name an environment variable (like {DEFAULT_KEY_ENV}), not hold a key")
-        if not is_secret(v):  # a name every isolated child drops: the key never reaches model code
-            raise ValueError(f"{v!r} is not named like a secret (end it in _KEY, _TOKEN or _SECRET, like "
-                             f"{DEFAULT_KEY_ENV}): only such variables are kept from the processes that run model code")
+        problem = key_name_problem(v)  # a name every isolated child drops: the key never reaches model code
+        if problem:
+            raise ValueError(problem)
         return v
 
     def as_dict(self) -> dict[str, Any]:

@@ -35,3 +35,11 @@ def test_keys_prints_every_key() -> None:
     proc = run_cli("config", "keys")
     assert proc.returncode == 0, proc.stderr
     assert "| `targets[].mode` | one of `inference`, `train` | `inference` |" in proc.stdout
+
+
+def test_optimize_refuses_a_key_variable_not_named_like_a_secret() -> None:
+    """Such a name would pass the scrub into the processes that run model code."""
+    proc = run_cli("optimize", "examples/gelu.py", "--llm-base-url", "http://127.0.0.1:9/v1",
+                   "--llm-api-key-env", "KERNELOPT_LLM_APIKEY")
+    assert proc.returncode == 2
+    assert "--llm-api-key-env: 'KERNELOPT_LLM_APIKEY' is not named like a secret" in proc.stderr

@@ -81,11 +81,11 @@ def optimize(target: str, out_dir: str | None, device: str | None, dtype: str, b
     out = Path(out_dir) if out_dir else Path("kernelopt-out") / target_name(target)
     if llm_api_key_env is not None:
         from kernelopt_bot.errors import BadInputError
-        from kernelopt_bot.harness.isolation import is_secret
+        from kernelopt_bot.harness.isolation import key_name_problem
 
-        if not is_secret(llm_api_key_env):  # every isolated child drops such names: the key stays here
-            raise BadInputError(f"--llm-api-key-env {llm_api_key_env}: not named like a secret (end it in _KEY, "
-                                "_TOKEN or _SECRET): only such variables are kept from the processes that run model code")
+        problem = key_name_problem(llm_api_key_env)  # every isolated child drops such names: the key stays here
+        if problem:
+            raise BadInputError(f"--llm-api-key-env: {problem}")
     llm = {"base_url": llm_base_url, "model": llm_model, "api_key_env": llm_api_key_env} if llm_base_url else None
     plan = {**DEFAULT_BUDGET, **budget}
     make_dirs(out)

@@ -88,6 +88,15 @@ def is_secret(name: str) -> bool:
     return any(fnmatch.fnmatchcase(upper, p) for p in SECRET_PATTERNS)
 
 
+def key_name_problem(name: str) -> str | None:
+    """Why ``name`` may not hold the LLM key, or None: a key's variable must be named like a secret,
+    since only such names are kept from the processes that run model code."""
+    if is_secret(name):
+        return None
+    return (f"{name!r} is not named like a secret (end it in _KEY, _TOKEN or _SECRET, like "
+            "KERNELOPT_LLM_API_KEY): only such variables are kept from the processes that run model code")
+
+
 def child_environment(home: str | os.PathLike[str], extra: Mapping[str, str] | None = None,
                       environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """The whole environment of an isolated child: allowlisted names of ``environ`` (default
