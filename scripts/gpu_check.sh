@@ -132,7 +132,7 @@ part_noise() {  # the harness's noise floor (baseline against baseline, and an e
   # baseline) on NOISE_PROBLEMS ("level/file.py:dtype" each), launch-bound networks among them
   local rc=0 spec file dtype
   echo '{"format": "kernelopt-pack", "version": 1, "entries": []}' > "$R/empty_pack.json"
-  for spec in ${NOISE_PROBLEMS:-level3/mixer_block.py:fp32 level3/gpt_block.py:bf16 level1/softmax_channels.py:fp32}; do
+  for spec in ${NOISE_PROBLEMS:-level3/mixer_block.py:fp32 level3/gpt_block.py:bf16 level3/tiny_vit.py:fp32 level1/softmax_channels.py:fp32}; do
     file="${spec%%:*}" dtype="${spec##*:}"
     python3 -m kernelopt_bot.cli bench "benchmarks/$file" --pack "$R/empty_pack.json" --dtype "$dtype" --json \
       > "$R/noise_$(basename "$file" .py)_$dtype.json" 2> "$R/noise_$(basename "$file" .py)_$dtype.log" || rc=1

@@ -13,7 +13,8 @@ from kernelopt_bot.harness.timing import Timing, time_model
 
 
 class _Arm:
-    """An arm answering as a model arm does on a GPU: ``(gpu_ms, host_ms)`` per timing request."""
+    """An arm answering as a model arm does on a GPU: ``(gpu_ms, host_ms)`` per timing request;
+    ``jitter`` moves its host latency up in odd rounds (seeds) and down in even ones."""
 
     where = "process"
 
@@ -22,11 +23,11 @@ class _Arm:
         self.info: dict[str, Any] = {"applied": [], "skipped": []}
         self.ready = True
 
-    def request(self, op: str, *_args: Any, **_kwargs: Any) -> Any:
+    def request(self, op: str, *args: Any, **_kwargs: Any) -> Any:
         if op == "outputs":
             return [torch.ones(4)]
         self.calls += 1
-        wobble = self.jitter if self.calls % 2 else -self.jitter
+        wobble = self.jitter if args[0] % 2 else -self.jitter
         return (self.gpu_ms, self.host_ms * (1.0 + wobble))
 
 
@@ -50,11 +51,53 @@ def test_host_latency_is_summarised_beside_gpu_time() -> None:
 def test_one_baseline_is_timed_twice_a_round_for_the_noise_floor() -> None:
     """A model too large for two baseline processes: the one baseline answers both baseline
     turns of every round, and the result says where its noise floor came from."""
-    base = _Arm(1.0, 3.0, jitter=0.01)
+    base = _Arm(1.0, 3.0)
     result = compare_arms(base, _Arm(0.5, 1.0), None, target="t", device="cuda", dtype="fp32", rounds=4)
-    assert base.calls == 8 and result.speedup == 2.0
-    assert result.noise_floor == 0.0 and abs(result.host_noise_floor - 0.02 / 0.99) < 1e-9
+    assert base.calls == 2 * 4 * bench.PASSES_PER_ROUND and result.speedup == 2.0
+    assert result.noise_floor == 0.0 and result.host_noise_floor == 0.0
     assert "one baseline process" in result.noise_from and "one baseline" in result.to_json()["noise_from"]
+
+
+class _DriftingDevice:
+    """Three arms of one model on a device that slows down steadily: every timing request, by
+    any arm, makes the next one 1% slower (clocks dropping as the GPU heats)."""
+
+    def __init__(self) -> None:
+        self.requests = 0
+
+    def arm(self) -> Any:
+        device = self
+
+        class _Drifting(_Arm):
+            def request(self, op: str, *args: Any, **kwargs: Any) -> Any:
+                if op == "outputs":
+                    return [torch.ones(4)]
+                device.requests += 1
+                return (1.0 + 0.01 * device.requests, None)
+
+        return _Drifting(1.0, 0.0)
+
+
+@pytest.mark.parametrize("passes", [1, 4])
+def test_mirrored_passes_cancel_a_drift_of_the_device(monkeypatch: pytest.MonkeyPatch, passes: int) -> None:
+    """Timed one arm after the other, a drift reads as the arms differing (the baseline against
+    itself off by 2% a round); in mirrored passes every arm has the same median under it."""
+    monkeypatch.setattr(bench, "PASSES_PER_ROUND", passes)
+    device = _DriftingDevice()
+    result = compare_arms(device.arm(), device.arm(), device.arm(), target="t", device="cuda", dtype="fp32",
+                          rounds=3)
+    assert device.requests == 3 * 3 * passes
+    if passes == 1:
+        assert result.noise_floor is not None and result.noise_floor > 0.01
+    else:
+        assert result.noise_floor is not None and result.noise_floor < 1e-9
+        assert result.speedup is not None and abs(result.speedup - 1.0) < 1e-9
+
+
+def test_pass_orders_mirror_the_rounds_rotation() -> None:
+    turns = ["A", "B", "C"]
+    assert bench.pass_orders(turns, 0) == [["A", "B", "C"], ["C", "B", "A"]] * (bench.PASSES_PER_ROUND // 2)
+    assert bench.pass_orders(turns, 1)[:2] == [["B", "C", "A"], ["A", "C", "B"]]
 
 
 def test_without_host_latency_only_gpu_time_is_summarised() -> None:

@@ -3,8 +3,10 @@
 This harness is the source of every speedup the project reports. Three arms, each a separate
 process (:mod:`kernelopt_bot.harness.arm_process`): the baseline, a second baseline (for the
 noise floor), and the packed model. Each round draws fresh inputs from a new seed, every arm
-times the same inputs (L2 flushed before each call, median of ``reps`` calls), and the arms take
-turns in a rotating order. Reported times are medians over rounds; the noise floor is the relative
+times the same inputs (L2 flushed before each call), and the arms take turns in short passes, the
+order mirrored from one pass to the next (:func:`pass_orders`), so a drift of the device during a
+round weighs on all arms alike. An arm's time in a round is the median of its passes' medians;
+reported times are medians over rounds; the noise floor is the relative
 difference between the two baselines that 80% of the rounds stay within (:func:`kernelopt_bot.stats.noise_floor`). A model too large for two baseline
 processes (:attr:`~kernelopt_bot.harness.model_arms.ModelArms.one_baseline`) has one, timed twice in each
 round: its noise floor is then that arm's against itself (``BenchResult.noise_from``).
@@ -25,6 +27,10 @@ from kernelopt_bot.pack.format import KernelPack
 from kernelopt_bot.stats import noise_floor
 
 SEED_BASE = 1000
+# Each arm is timed in this many short passes a round, interleaved with the others (see
+# compare_arms), each pass at least MIN_PASS_REPS calls.
+PASSES_PER_ROUND = 4
+MIN_PASS_REPS = 3
 
 
 @dataclass
@@ -183,32 +189,53 @@ def compare_arms(base: Arm, packed: Arm, repeat: Arm | None, *, target: str,
     if device != "cuda":
         result.reason = "not measured: no CUDA device (interpreter mode)"
         return result
-    # Three turns a round, rotated: the baseline, the packed model and the baseline again (in
-    # its own process, or for a large model the same one).
+    # Three arms a round: the baseline, the packed model and the baseline again (in its own
+    # process, or for a large model the same one). A round is PASSES_PER_ROUND passes over the arms
+    # in a mirrored order (A B C, C B A, ...): a slow drift of the device (clocks, temperature) then
+    # falls on every arm alike instead of on whichever arm a round happened to time last.
     turns = [(base, "baseline"), (packed, "packed"), (repeat or base, "baseline-repeat")]
     if repeat is None:
         result.noise_from = "the one baseline process, timed twice a round (a large model)"
+    pass_reps = max(MIN_PASS_REPS, -(-reps // PASSES_PER_ROUND))
     for r in range(rounds):
         seed = SEED_BASE + r
-        times: dict[str, tuple[float | None, float | None]] = {}
-        order = turns[r % len(turns):] + turns[: r % len(turns)]
-        for w, label in order:
-            times[label] = w.request("time", seed, reps, timeout_s=timeout_s) or (None, None)
+        replies: dict[str, list[tuple[float | None, float | None]]] = {label: [] for _, label in turns}
+        forward: dict[str, list[float | None]] = {"baseline": [], "packed": []}
+        for order in pass_orders(turns, r):
+            for w, label in order:
+                replies[label].append(w.request("time", seed, pass_reps, timeout_s=timeout_s) or (None, None))
+            if split_step:
+                for w, label in [t for t in order if t[1] in forward]:
+                    reply = w.request("time", seed, pass_reps, "forward", timeout_s=timeout_s)
+                    forward[label].append(reply[0] if reply else None)
+        times = {label: (_median_of(g for g, _ in got), _median_of(h for _, h in got)) for label, got in replies.items()}
         result.rounds.append(RoundResult(
             seed, times["baseline"][0], times["packed"][0], times["baseline-repeat"][0],
-            times["baseline"][1], times["packed"][1], times["baseline-repeat"][1]))
-        if split_step:
-            halves = [(base, "baseline"), (packed, "packed")][:: 1 if r % 2 == 0 else -1]
-            forward = {label: (w.request("time", seed, reps, "forward", timeout_s=timeout_s) or (None, None))[0]
-                       for w, label in halves}
-            result.rounds[-1].baseline_forward_ms = forward["baseline"]
-            result.rounds[-1].packed_forward_ms = forward["packed"]
+            times["baseline"][1], times["packed"][1], times["baseline-repeat"][1],
+            baseline_forward_ms=_median_of(forward["baseline"]), packed_forward_ms=_median_of(forward["packed"])))
     # Re-check on inputs that were timed: a result cached or left behind by timing shows here.
     last = SEED_BASE + rounds - 1
     result.max_abs_diff_after_timing = _max_abs_diff(base.request("outputs", last, timeout_s=timeout_s),
                                                      packed.request("outputs", last, timeout_s=timeout_s), device)
     _summarize(result)
     return result
+
+
+def pass_orders(turns: list[Any], round_index: int) -> list[list[Any]]:
+    """The arms' order in each pass of one round: the round's rotation of ``turns``, then that
+    order mirrored, alternately (an ABBA design: under a linear drift every arm's pass times have
+    the same median). Rounds start at a different arm so no arm is always first after a pause."""
+    k = round_index % len(turns)
+    first = turns[k:] + turns[:k]
+    return [first if p % 2 == 0 else first[::-1] for p in range(PASSES_PER_ROUND)]
+
+
+def _median_of(values: Any) -> float | None:
+    """The median of a round's pass times, or None if any pass measured nothing (the CPU)."""
+    got = list(values)
+    if not got or any(v is None for v in got):
+        return None
+    return statistics.median(got)
 
 
 def _summarize(result: BenchResult) -> None:
