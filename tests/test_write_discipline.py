@@ -107,6 +107,19 @@ def test_a_float32_kernel_a_rounding_unit_off_on_average_is_honest_and_fp16_roun
     assert not systematic_bias(biased_like_fp16, ref, torch.float32).ok
 
 
+def test_a_variance_over_offset_inputs_is_not_held_to_the_bias_rule() -> None:
+    """Measured on the H200: an honest layer norm's rstd (another block size, so another Welford
+    merge order) over inputs offset by 1e3 was -5e-6 off the compiler's in every row: float32
+    loses ~6 digits to that offset. Under inputs built to cancel the bias rule does not apply
+    (the elementwise and norm rules still do); under ordinary inputs it does."""
+    gen = torch.Generator().manual_seed(11)
+    rstd = torch.rand(32768, generator=gen) + 0.5
+    reordered = rstd * (1 - 4.97e-6)
+    assert not compare(reordered, rstd).ok and "systematic" in compare(reordered, rstd).reason
+    assert compare(reordered, rstd, cancelling=True).ok
+    assert not compare(rstd * 1.01, rstd, cancelling=True).ok  # 1% off is still wrong elementwise
+
+
 def test_values_flushed_to_zero_are_caught() -> None:
     ref = torch.cat([torch.rand(900) + 0.5, torch.full((100,), 1e-9)])
     flushed = torch.where(ref < 1e-6, torch.zeros_like(ref), ref)
@@ -116,3 +129,35 @@ def test_values_flushed_to_zero_are_caught() -> None:
     one = ref.clone()
     one[-1] = 0.0  # a single exact zero (cancellation can do that honestly)
     assert compare(one, ref).ok
+
+
+def test_a_zero_dim_output_is_compared_bit_for_bit() -> None:
+    """A loss is a 0-dim tensor: the bitwise checks (untouched inputs, repeatable runs) flatten
+    it first (the H200 once raised "self.dim() cannot be 0 to view BFloat16 as Byte" there, and
+    the honest candidate was recorded as rejected)."""
+    from kernelopt_bot.verify.correctness import _same
+
+    a = torch.tensor(1.5, dtype=torch.bfloat16)
+    assert _same(a, a.clone()) and not _same(a, torch.tensor(2.5, dtype=torch.bfloat16))
+    assert not _same(a, a.reshape(1))
+
+
+def test_the_gates_own_failure_is_infrastructure_and_the_candidates_is_not() -> None:
+    from kernelopt_bot.harness.failures import InfrastructureFailure
+
+    cap = captured("gelu.py")
+    kernel = cap.artifact.kernels[0]
+    rec = cap.recording(kernel.graph, kernel.name)
+
+    def fine(_args: object) -> None:
+        return None
+
+    def raises(_args: object) -> None:
+        raise RuntimeError("the kernel's launch failed")
+
+    with pytest.raises(RuntimeError, match="the kernel's launch failed"):  # the candidate's: a verdict
+        check_correctness(kernel, rec.args, rec.kwargs, raises, fine, seeds=(0,), distributions=("normal",),
+                          device="cpu")
+    with pytest.raises(InfrastructureFailure, match="gate 2's own check failed: RuntimeError"):  # ours
+        check_correctness(kernel, rec.args, rec.kwargs, fine, raises, seeds=(0,), distributions=("normal",),
+                          device="cpu")

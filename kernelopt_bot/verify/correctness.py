@@ -35,6 +35,8 @@ from typing import Any
 import torch
 
 from kernelopt_bot.capture.artifact import TritonKernel
+from kernelopt_bot.errors import one_line
+from kernelopt_bot.harness.failures import InfrastructureFailure, is_out_of_memory, is_sticky_device_error
 from kernelopt_bot.verify.tolerance import compare
 from kernelopt_bot.verify.verdict import GateResult
 
@@ -220,8 +222,38 @@ def check_correctness(kernel: TritonKernel, recorded: tuple[Any, ...], kwargs: d
                       distributions: tuple[str, ...] = DISTRIBUTIONS, device: str) -> GateResult:
     """Compare a candidate launcher with the reference launcher over seeds and distributions.
 
-    ``launch_*`` are callables taking the argument tuple (they launch and return nothing).
+    ``launch_*`` are callables taking the argument tuple (they launch and return nothing). What
+    the candidate's launch raises (synchronized, so a kernel's fault counts) propagates: the
+    candidate failed. Anything else that raises here is the gate's own failure (its comparison,
+    the compiler's kernel) and is raised as an
+    :class:`~kernelopt_bot.harness.failures.InfrastructureFailure`, never a verdict.
     """
+
+    def candidate(args: tuple[Any, ...]) -> None:
+        try:
+            launch_candidate(args)
+            _sync(device)
+        except Exception as exc:
+            raise _CandidateRaised(exc) from exc
+
+    try:
+        return _check(kernel, recorded, candidate, launch_reference, seeds, distributions, device)
+    except _CandidateRaised as raised:
+        raise raised.error from None
+    except Exception as exc:
+        if is_out_of_memory(exc) or is_sticky_device_error(exc):
+            raise  # handled as such by the callers: freed and retried, or the process replaced
+        raise InfrastructureFailure(f"gate 2's own check failed: {type(exc).__name__}: {one_line(exc)}") from exc
+
+
+class _CandidateRaised(Exception):
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _check(kernel: TritonKernel, recorded: tuple[Any, ...], launch_candidate: Any, launch_reference: Any,
+           seeds: tuple[int, ...], distributions: tuple[str, ...], device: str) -> GateResult:
     roles = argument_roles(kernel, recorded)
     compared = [r for r in roles if r.role in ("out", "inout")]
     if not compared:
@@ -252,7 +284,7 @@ def check_correctness(kernel: TritonKernel, recorded: tuple[Any, ...], kwargs: d
         _sync(device)
         for r in compared:
             result = compare(cand_args[r.index], ref_args[r.index], what=r.name,
-                             check_flush=dist not in CANCELLING_DISTRIBUTIONS)
+                             cancelling=dist in CANCELLING_DISTRIBUTIONS)
             if not result.ok:
                 return GateResult.fail("correctness", f"{result.reason} ({where})",
                                        seed=seed, distribution=dist, prefill=prefill, **result.numbers)
@@ -328,5 +360,7 @@ def _repeatable(fresh: Any, first: tuple[Any, ...], compared: list[ArgRole], rea
 
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Bit-for-bit equality (NaN payloads and signed zeros included): an untouched input is."""
-    return bool(torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8)))
+    """Bit-for-bit equality (NaN payloads and signed zeros included): an untouched input is.
+    (Flattened first: a 0-dim tensor, a loss, cannot be viewed as bytes.)"""
+    return a.shape == b.shape and bool(torch.equal(a.contiguous().reshape(-1).view(torch.uint8),
+                                                   b.contiguous().reshape(-1).view(torch.uint8)))

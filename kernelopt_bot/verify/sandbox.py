@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kernelopt_bot.errors import KerneloptError, one_line
-from kernelopt_bot.harness.failures import is_out_of_memory
+from kernelopt_bot.harness.failures import InfrastructureFailure, is_out_of_memory
 from kernelopt_bot.harness.isolation import Channel, describe_exit, spawn_isolated
 
 SANDBOX_PROCESS = "kernelopt-sandbox"  # the children's name (isolation.processes_started counts by it)
@@ -60,7 +60,7 @@ def serve_job(conn: Channel, job: str, payload: dict[str, Any], limits: SandboxL
         reply = ("limit", f"out of memory (limit {limits.memory_mb} MiB)")
     except BaseException as exc:  # noqa: BLE001 - every failure is a result
         last = traceback.format_exc().strip().splitlines()[-1]
-        kind = "limit" if is_out_of_memory(exc) else "error"
+        kind = "limit" if is_out_of_memory(exc) or isinstance(exc, InfrastructureFailure) else "error"
         reply = (kind, f"{one_line(exc)} [{last[:300]}]")
     try:
         conn.send(reply)

@@ -130,12 +130,16 @@ class _Sums:
 
 def compare(candidate: torch.Tensor, reference: torch.Tensor,
             table: dict[torch.dtype, Tolerance] | None = None, what: str = "output", *,
-            check_flush: bool = True) -> Comparison:
+            cancelling: bool = False) -> Comparison:
     """Is ``candidate`` the same tensor as ``reference`` within the dtype's tolerance?
 
-    ``check_flush=False`` skips the flushed-to-zero rule, for inputs built to cancel (equal or zero
-    rows, a large common offset): there the reference's small values are rounding noise, and an
-    honest reordering may compute them as exactly 0.
+    ``cancelling``: the inputs were built to cancel (equal or zero rows, a large common offset).
+    The elementwise and norm rules hold as always; the flushed-to-zero and systematic-error rules
+    do not apply, because both assume the reference is accurate to a few rounding units, and there
+    it is not: its small values are rounding noise (an honest reordering may compute them as
+    exactly 0), and a variance over values offset by 1e3 loses about six digits in float32, so
+    two summation orders differ by a consistent 1e-6-1e-5 (an honest layer norm's rstd on the
+    H200: -5e-6 against the compiler's, in every row).
 
     The float64 work runs on the reference's device in pieces of at most
     :data:`~kernelopt_bot.harness.memory.CHUNK_ELEMENTS` elements (a candidate on another device
@@ -175,13 +179,13 @@ def compare(candidate: torch.Tensor, reference: torch.Tensor,
         return Comparison(False, f"{what}: relative norm error {rel_norm:.3g} > {tol.norm:g}", numbers)
     bias = sums.bias.result(reference.dtype)
     numbers.update(bias_signed=bias.signed, bias_bound=bias.bound)
-    if not bias.ok:
+    if not cancelling and not bias.ok:
         return Comparison(False, f"{what}: systematic error: mean signed relative error {bias.signed:+.3g} "
                                  f"exceeds {bias.bound:.3g} (rounding of {reference.dtype}, {COMPUTE_BIAS_UNITS:g} float32 "
                                  "rounding units, and 4 x the spread an unbiased error would have)", numbers)
     flushed, normal = sums.flushed, sums.normal
     numbers.update(flushed_to_zero=flushed)
-    if check_flush and flushed > FLUSH_FRACTION * normal and flushed > 1:
+    if not cancelling and flushed > FLUSH_FRACTION * normal and flushed > 1:
         return Comparison(False, f"{what}: {flushed} of {normal} normal nonzero reference values are exactly "
                                  "0 in the candidate (small values flushed to zero)", numbers)
     return Comparison(True, "within tolerance", numbers)
