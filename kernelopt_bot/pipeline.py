@@ -612,9 +612,10 @@ def _final_bench(cascade: Any, tgt: Any, pack: KernelPack, result: RunResult, ro
                 host = statistics.median(t[1] for t in times)
                 result.latency_ms = {"baseline": host, "optimized": host, "noise_floor": None}
             result.speedup = 1.0  # nothing replaced: the compiler's code runs
-            if tgt.train:  # where a training step's time goes, even with nothing to change in it
-                forward = statistics.median(baseline.request("time", 2000 + i, 20, "forward")[0] for i in range(rounds))
-                halves = {"forward": forward, "backward": result.baseline_ms - forward}
+            if tgt.train:  # where a training step's time goes, even with nothing to change in it (device time)
+                forward, step = (statistics.median(baseline.request("time", 2000 + i, 20, part, True)[0]
+                                                   for i in range(rounds)) for part in ("forward", "step"))
+                halves = {"forward": forward, "backward": step - forward}
                 result.step_split_ms = {half: {"baseline": ms, "optimized": ms} for half, ms in halves.items()}
         return pack
     if _take_gate4_numbers(pack, result):

@@ -41,8 +41,8 @@ def row(folder: Path) -> str:
 
 
 def main(folders: list[str]) -> None:
-    print("| problem | step ms (torch.compile) | step ms (with pack) | step speedup | noise floor | forward ms "
-          "| backward ms | verified fwd | verified bwd | optimize s |")
+    print("| problem | step ms (torch.compile) | step ms (with pack) | step speedup | noise floor | forward ms (GPU) "
+          "| backward ms (GPU) | verified fwd | verified bwd | optimize s |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for folder in folders:
         print(row(Path(folder)))

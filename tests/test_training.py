@@ -146,7 +146,7 @@ def test_report_shows_the_step_split(split: dict) -> None:
     text = render_report(result)
     assert "training step" in text
     if split:
-        assert "| backward of the training step, `torch.compile (default)` -> with pack | 2.0000 -> 1.6000 (1.250x) |" \
+        assert "| backward of the training step (GPU time, host hidden), `torch.compile (default)` -> with pack | 2.0000 -> 1.6000 (1.250x) |" \
             in text, text
     else:
         assert "of the training step" not in text
@@ -204,15 +204,51 @@ def test_an_arm_runs_training_steps_and_times_the_forward_half() -> None:
         arm.close()
 
 
-def test_the_step_split_is_the_forward_and_the_step_less_its_forward() -> None:
+def test_the_step_split_is_the_forward_and_the_step_less_its_forward_in_device_time() -> None:
+    """The halves come from the device-time measurements (host hidden), not from the step's
+    headline time, which on a host-bound forward would put a faster forward kernel in the backward."""
     from kernelopt_bot.harness.bench import RoundResult, _step_split
 
-    rounds = [RoundResult(i, 3.0 + 0.1 * i, 2.5, 3.0, baseline_forward_ms=1.0, packed_forward_ms=0.9) for i in range(3)]
-    rounds.append(RoundResult(9, 3.0, 2.5, 3.0))  # a round whose halves were not timed is left out
+    rounds = [RoundResult(i, 9.0, 9.0, 9.0, baseline_forward_ms=1.0, packed_forward_ms=0.9,
+                          baseline_step_device_ms=3.0 + 0.1 * i, packed_step_device_ms=2.5) for i in range(3)]
+    rounds.append(RoundResult(9, 3.0, 2.5, 3.0, baseline_forward_ms=1.0, packed_forward_ms=0.9))  # no device step
     split = _step_split(rounds)
     assert split["forward"] == {"baseline": 1.0, "optimized": 0.9}
     assert split["backward"]["baseline"] == pytest.approx(2.1) and split["backward"]["optimized"] == pytest.approx(1.6)
     assert _step_split([RoundResult(0, 1.0, 1.0, 1.0)]) == {}
+
+
+def test_a_split_step_comparison_asks_each_arm_for_both_halves_with_the_host_hidden() -> None:
+    from kernelopt_bot.harness import bench
+
+    class _TrainingArm:
+        where, ready = "process", True
+
+        def __init__(self, forward: float, step: float) -> None:
+            self.forward, self.step, self.info = forward, step, {"applied": [], "skipped": []}
+            self.asked: list[tuple] = []
+
+        def request(self, op: str, *args: object, **_kw: object) -> object:
+            if op == "outputs":
+                return [torch.ones(2)]
+            self.asked.append(args[2:])
+            hidden = len(args) > 3 and args[3]
+            if len(args) > 2 and args[2] == "forward":
+                return (self.forward, None)
+            return (self.step if hidden else self.step + 5.0, None)  # the host-bound headline differs
+
+    base, packed = _TrainingArm(1.0, 3.0), _TrainingArm(0.8, 2.8)
+    real = bench._max_abs_diff
+    bench._max_abs_diff = lambda a, b, _d="cpu": real(a, b, "cpu")  # type: ignore[assignment]
+    try:
+        result = bench.compare_arms(base, packed, _TrainingArm(1.0, 3.0), target="t", device="cuda", dtype="bf16",
+                                    rounds=2, split_step=True)
+    finally:
+        bench._max_abs_diff = real  # type: ignore[assignment]
+    assert ("forward", True) in base.asked and ("step", True) in base.asked and () in base.asked
+    assert result.step_split_ms["forward"] == {"baseline": 1.0, "optimized": 0.8}
+    assert result.step_split_ms["backward"] == {"baseline": 2.0, "optimized": pytest.approx(2.0)}
+    assert result.baseline_ms == 8.0 and result.packed_ms == 7.8  # the headline: the step as it runs
 
 
 def test_dropout_batchnorm_and_integer_outputs_compare_like_with_like() -> None:

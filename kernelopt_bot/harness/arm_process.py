@@ -84,7 +84,7 @@ def _serve(spec: ArmSpec, conn: Channel) -> None:
     from kernelopt_bot.capture.recorder import compile_fresh
     from kernelopt_bot.capture.settings import target_settings
     from kernelopt_bot.device import prepare_device
-    from kernelopt_bot.harness.timing import time_model
+    from kernelopt_bot.harness.timing import time_model, time_request
     from kernelopt_bot.pack import runtime
     from kernelopt_bot.pack.format import KernelPack
     from kernelopt_bot.target_kinds import target_kind
@@ -121,11 +121,11 @@ def _serve(spec: ArmSpec, conn: Channel) -> None:
         op, *args = conn.recv()
         if op == "quit":
             return
-        if op == "time":  # ("time", seed, reps[, "forward"]): a call, or a training step's forward alone
-            seed, reps, *part = args
+        if op == "time":  # ("time", seed, reps[, part[, hide_host]]): see harness.timing.TIME_REQUEST
+            seed, reps, part, hide_host = time_request(args)
             inputs = target.make_inputs(seed)
-            timing = time_model(target.device, functools.partial(target.run, compiled, inputs, part=(part or ["step"])[0]),
-                                reps=reps)
+            timing = time_model(target.device, functools.partial(target.run, compiled, inputs, part=part),
+                                reps=reps, hide_host=hide_host)
             conn.send(("ok", timing.reply()))
         elif op == "outputs":
             (seed,) = args

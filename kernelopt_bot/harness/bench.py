@@ -45,9 +45,12 @@ class RoundResult:
     baseline_host_ms: float | None = None
     packed_host_ms: float | None = None
     baseline_repeat_host_ms: float | None = None
-    # A training step's forward half alone (compare_arms(split_step=True)), in the same round
+    # A training step's split (compare_arms(split_step=True)), in the same round: the device's time
+    # alone (host hidden) of the forward half and of the whole step
     baseline_forward_ms: float | None = None
     packed_forward_ms: float | None = None
+    baseline_step_device_ms: float | None = None
+    packed_step_device_ms: float | None = None
 
     @property
     def speedup(self) -> float | None:
@@ -75,8 +78,8 @@ class BenchResult:
     max_abs_diff_after_timing: float | None = None
     reason: str = ""
     noise_from: str = "two baseline processes"
-    # A training step's time split (ms, medians over rounds): {"forward": {"baseline", "optimized"},
-    # "backward": {...}}; the backward is the step less its forward, timed in the same round.
+    # A training step's time split (ms of device time, medians over rounds): {"forward": {"baseline",
+    # "optimized"}, "backward": {...}}; the backward is the step less its forward, timed in the same round.
     step_split_ms: dict[str, dict[str, float | None]] = field(default_factory=dict)
 
     @property
@@ -200,19 +203,24 @@ def compare_arms(base: Arm, packed: Arm, repeat: Arm | None, *, target: str,
     for r in range(rounds):
         seed = SEED_BASE + r
         replies: dict[str, list[tuple[float | None, float | None]]] = {label: [] for _, label in turns}
-        forward: dict[str, list[float | None]] = {"baseline": [], "packed": []}
+        halves: dict[tuple[str, str], list[float | None]] = {
+            (label, part): [] for label in ("baseline", "packed") for part in ("forward", "step")}
         for order in pass_orders(turns, r):
             for w, label in order:
                 replies[label].append(w.request("time", seed, pass_reps, timeout_s=timeout_s) or (None, None))
-            if split_step:
-                for w, label in [t for t in order if t[1] in forward]:
-                    reply = w.request("time", seed, pass_reps, "forward", timeout_s=timeout_s)
-                    forward[label].append(reply[0] if reply else None)
+            if split_step:  # the device's time alone (host hidden) of the forward half and the whole step
+                for w, label in [t for t in order if t[1] in ("baseline", "packed")]:
+                    for part in ("forward", "step"):
+                        reply = w.request("time", seed, pass_reps, part, True, timeout_s=timeout_s)
+                        halves[(label, part)].append(reply[0] if reply else None)
         times = {label: (_median_of(g for g, _ in got), _median_of(h for _, h in got)) for label, got in replies.items()}
         result.rounds.append(RoundResult(
             seed, times["baseline"][0], times["packed"][0], times["baseline-repeat"][0],
             times["baseline"][1], times["packed"][1], times["baseline-repeat"][1],
-            baseline_forward_ms=_median_of(forward["baseline"]), packed_forward_ms=_median_of(forward["packed"])))
+            baseline_forward_ms=_median_of(halves[("baseline", "forward")]),
+            packed_forward_ms=_median_of(halves[("packed", "forward")]),
+            baseline_step_device_ms=_median_of(halves[("baseline", "step")]),
+            packed_step_device_ms=_median_of(halves[("packed", "step")])))
     # Re-check on inputs that were timed: a result cached or left behind by timing shows here.
     last = SEED_BASE + rounds - 1
     result.max_abs_diff_after_timing = _max_abs_diff(base.request("outputs", last, timeout_s=timeout_s),
@@ -259,14 +267,18 @@ def _summarize(result: BenchResult) -> None:
 
 
 def _step_split(rounds: list[RoundResult]) -> dict[str, dict[str, float | None]]:
-    """Forward and backward of a training step, baseline and optimized: medians over the rounds
-    that timed both halves (the backward of a round is its step less its forward)."""
-    timed = [r for r in rounds if r.baseline_forward_ms and r.packed_forward_ms and r.baseline_ms and r.packed_ms]
+    """Forward and backward of a training step, baseline and optimized, in device time (the host
+    hidden: see :func:`~kernelopt_bot.harness.timing.time_request`): medians over the rounds that
+    timed both halves (the backward of a round is its step less its forward)."""
+    timed = [r for r in rounds if r.baseline_forward_ms and r.packed_forward_ms
+             and r.baseline_step_device_ms and r.packed_step_device_ms]
     if not timed:
         return {}
     return {
         "forward": {"baseline": statistics.median(r.baseline_forward_ms for r in timed),  # type: ignore[misc]
                     "optimized": statistics.median(r.packed_forward_ms for r in timed)},  # type: ignore[misc]
-        "backward": {"baseline": statistics.median(r.baseline_ms - r.baseline_forward_ms for r in timed),  # type: ignore[operator]
-                     "optimized": statistics.median(r.packed_ms - r.packed_forward_ms for r in timed)},  # type: ignore[operator]
+        "backward": {"baseline": statistics.median(r.baseline_step_device_ms - r.baseline_forward_ms  # type: ignore[operator]
+                                                   for r in timed),
+                     "optimized": statistics.median(r.packed_step_device_ms - r.packed_forward_ms  # type: ignore[operator]
+                                                    for r in timed)},
     }

@@ -33,7 +33,7 @@ from kernelopt_bot.errors import one_line
 from kernelopt_bot.harness.arm_process import ArmRaised, flatten_outputs
 from kernelopt_bot.harness.failures import is_out_of_memory
 from kernelopt_bot.harness.memory import free_memory
-from kernelopt_bot.harness.timing import time_model
+from kernelopt_bot.harness.timing import time_model, time_request
 from kernelopt_bot.pack.format import integer_arguments
 from kernelopt_bot.pack.runtime import ShapeGuardedKernel, sizes_baked_in
 
@@ -128,14 +128,15 @@ class EngineArm:
         # Copies: a later call of the same compiled model must not change what was handed out.
         return [t.clone() for t in flatten_outputs(self._call(seed), self.capture.target.device)]
 
-    def _time(self, seed: int, reps: int, part: str = "step") -> tuple[float, float | None] | None:
+    def _time(self, *args: Any) -> tuple[float, float | None] | None:
+        seed, reps, part, hide_host = time_request(args)
         target = self.capture.target
         inputs = target.make_inputs(seed)
         return time_model(target.device, functools.partial(target.run, self.capture.compiled, inputs, part=part),
-                          reps=reps).reply()
+                          reps=reps, hide_host=hide_host).reply()
 
     def request(self, *message: Any, timeout_s: float = 600.0) -> Any:
-        """``("outputs", seed)`` or ``("time", seed, reps[, part])``, answered as a model arm answers.
+        """``("outputs", seed)`` or ``("time", seed, reps[, part[, hide_host]])``, answered as a model arm answers.
         ``timeout_s`` is accepted for the interface; trusted code in the engine is not killed."""
         op, *args = message
         if op == "outputs":

@@ -9,7 +9,7 @@ from __future__ import annotations
 import gc
 import statistics
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -173,6 +173,17 @@ def time_model(device: str, fn: Callable[[], Any], *, reps: int = 20, warmup: in
             latencies.append((time.perf_counter() - start) * 1000.0)
     timing.host_ms = statistics.median(latencies)
     return timing
+
+
+def time_request(args: Sequence[Any]) -> tuple[int, int, str, bool]:
+    """A model arm's ``("time", seed, reps[, part[, hide_host]])`` request's arguments: ``part`` is
+    what one call runs (``"step"``, the target's call; ``"forward"``, a training step's forward
+    half alone) and ``hide_host`` times the device alone (:func:`time_cuda`), as the split of a
+    training step into forward and backward needs: on a call whose host work outlasts its kernels
+    the events measure the host, and a faster kernel in one half would show in the other."""
+    seed, reps, *rest = args
+    part = str(rest[0]) if rest else "step"
+    return int(seed), int(reps), part, bool(rest[1]) if len(rest) > 1 else False
 
 
 class StepClock:
