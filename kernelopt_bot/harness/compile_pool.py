@@ -9,16 +9,17 @@ engine times kernels; a compile that crashes takes only its own process down, no
 
 One long-lived process per engine, started on first use (it imports torch and Triton's compiler
 once) and replaced after a kill. For each batch it forks short-lived children, one per core share,
-each compiling its part of the batch one variant after another: Triton's front end is Python and
+each taking the batch's next variant whenever it finishes one: Triton's front end is Python and
 holds the GIL, so threads in one process compiled a batch of ~60 reduction variants in 13-18 s on
-the H200's host, where forked processes share nothing but the cache on disk. A child that crashes
-loses only the variant it was compiling (reported as that variant's failure); the rest of its
-part goes to a new child. Killing the process at a deadline kills its process group, children
+the H200's host, where forked processes share nothing but the cache on disk (11 s for the same
+batch, the rest being the few variants that compile slowest). A child that crashes loses only the
+variant it was compiling (reported as that variant's failure) and is replaced. Killing the process at a deadline kills its process group, children
 included (and they die with their parent in any case).
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -78,36 +79,42 @@ def _import_compiler() -> None:
 
 
 def compile_forked(jobs: Sequence[tuple[int, str, str]], processes: int) -> Iterator[tuple[int, str | None]]:
-    """Compile ``jobs`` in up to ``processes`` forked children; yield ``(index, error or None)``
-    for each job as it finishes. A child that dies mid-job yields that job's crash and hands the
-    rest of its part to a new child."""
-    parts = [list(jobs[i::max(1, min(processes, len(jobs)))]) for i in range(max(1, min(processes, len(jobs))))]
+    """Compile ``jobs`` in up to ``processes`` forked children, each taking the next job as it
+    finishes one (a few variants take far longer than the rest: a fixed split would wait for the
+    child that drew them); yield ``(index, error or None)`` per job as it finishes. A child that
+    dies mid-job yields that job's crash and is replaced while jobs remain."""
+    queue = list(range(len(jobs)))[::-1]  # positions in ``jobs``, popped from the end
     selector = selectors.DefaultSelector()
     children: dict[int, _Child] = {}
 
-    def start(part: list[tuple[int, str, str]]) -> None:
-        child = _Child.fork(part)
+    def start() -> None:
+        child = _Child.fork(jobs)
         children[child.fd] = child
         selector.register(child.fd, selectors.EVENT_READ)
+        child.assign(queue.pop())
 
-    for part in parts:
-        if part:
-            start(part)
+    for _ in range(min(max(1, processes), len(jobs))):
+        start()
     try:
         while children:
             for key, _ in selector.select():
                 child = children[key.fd]
-                yield from child.read()
+                done = child.read()
+                if done is not None:
+                    yield jobs[done[0]][0], done[1]
+                    if queue:
+                        child.assign(queue.pop())
+                    else:
+                        child.finish()
                 if child.open:
                     continue
                 selector.unregister(key.fd)
                 del children[key.fd]
                 status = child.reap()
-                if child.pending:  # it died compiling its first pending job
-                    culprit, *rest = child.pending
-                    yield culprit[0], f"the compile process crashed while compiling it ({status})"
-                    if rest:
-                        start(rest)
+                if child.current is not None:  # it died compiling this one
+                    yield jobs[child.current][0], f"the compile process crashed while compiling it ({status})"
+                    if queue:
+                        start()
     finally:
         for child in children.values():
             child.kill()
@@ -115,57 +122,78 @@ def compile_forked(jobs: Sequence[tuple[int, str, str]], processes: int) -> Iter
 
 
 class _Child:
-    """One forked compile child: its pid, the read end of its result pipe, the jobs it has not
-    reported yet (in the order it compiles them)."""
+    """One forked compile child: it reads a job's position in the batch (which it has, forked
+    after the batch arrived) from one pipe, compiles it, writes ``[position, error]`` on another,
+    and exits when its job pipe closes."""
 
-    def __init__(self, pid: int, fd: int, pending: list[tuple[int, str, str]]) -> None:
-        self.pid, self.fd, self.pending = pid, fd, pending
+    def __init__(self, pid: int, fd: int, job_fd: int) -> None:
+        self.pid, self.fd, self.job_fd = pid, fd, job_fd
+        self.current: int | None = None
         self.open = True
         self._buffer = b""
 
     @classmethod
-    def fork(cls, part: list[tuple[int, str, str]]) -> _Child:
+    def fork(cls, jobs: Sequence[tuple[int, str, str]]) -> _Child:
         read_fd, write_fd = os.pipe()
+        job_read, job_write = os.pipe()
         pid = os.fork()
-        if pid == 0:  # the child: compile, report each job on the pipe, exit without cleanup
+        if pid == 0:  # the child: compile what it is handed, report each, exit without cleanup
             try:
                 os.close(read_fd)
+                os.close(job_write)
                 _die_with_parent()
-                for index, text, name in part:
-                    try:
-                        warm_cache(text, name)
-                        error = None
-                    except BaseException as exc:  # noqa: BLE001 - any failure is that variant's
-                        error = one_line(exc) or type(exc).__name__
-                    _write_all(write_fd, (json.dumps([index, error]) + "\n").encode())
+                with os.fdopen(job_read, "rb", buffering=0) as handed:
+                    for line in iter(handed.readline, b""):
+                        position = int(line)
+                        _, text, name = jobs[position]
+                        try:
+                            warm_cache(text, name)
+                            error = None
+                        except BaseException as exc:  # noqa: BLE001 - any failure is that variant's
+                            error = one_line(exc) or type(exc).__name__
+                        _write_all(write_fd, (json.dumps([position, error]) + "\n").encode())
             finally:
                 os._exit(0)
         os.close(write_fd)
-        return cls(pid, read_fd, list(part))
+        os.close(job_read)
+        return cls(pid, read_fd, job_write)
 
-    def read(self) -> list[tuple[int, str | None]]:
-        """The jobs it reported since the last read; at end of file the pipe is closed."""
+    def assign(self, position: int) -> None:
+        self.current = position
+        with contextlib.suppress(OSError):  # it died: its pipe's end of file reports the job as its crash
+            _write_all(self.job_fd, f"{position}\n".encode())
+
+    def finish(self) -> None:
+        """No more jobs: closing its job pipe lets it exit."""
+        if self.job_fd >= 0:
+            os.close(self.job_fd)
+            self.job_fd = -1
+
+    def read(self) -> tuple[int, str | None] | None:
+        """The job it just finished, or ``None`` (a partial line, or end of file: then ``open``
+        is false)."""
         data = os.read(self.fd, 1 << 16)
         if not data:
             os.close(self.fd)
             self.open = False
-            return []
+            return None
         self._buffer += data
-        *lines, self._buffer = self._buffer.split(b"\n")
-        done = []
-        for line in lines:
-            index, error = json.loads(line)
-            self.pending = [job for job in self.pending if job[0] != index]
-            done.append((index, error))
-        return done
+        if b"\n" not in self._buffer:
+            return None
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        position, error = json.loads(line)
+        self.current = None
+        return position, error
 
     def reap(self) -> str:
+        self.finish()
         _, status = os.waitpid(self.pid, 0)
         if os.WIFSIGNALED(status):
             return f"killed by signal {os.WTERMSIG(status)}"
         return f"exit code {os.WEXITSTATUS(status)}"
 
     def kill(self) -> None:
+        self.finish()
         try:
             os.kill(self.pid, signal.SIGKILL)
             os.waitpid(self.pid, 0)
