@@ -41,6 +41,13 @@ limited() {  # $1 part name; runs part_$1 in a child bash under the part's limit
   rc=$?
   echo "part $part: exit $rc after $((SECONDS - start)) s" | tee -a "$summary"
   [ "$rc" -eq 0 ] || status=1
+  pack_results
+}
+
+pack_results() {  # results.tgz as of now: if the call's own limit kills a later part, what ran so far comes back
+  find "$R" -name .gitignore -delete  # output folders ignore themselves for users; these results are kept
+  rm -rf "$R"/kpr/dry/files  # a PR proposal's files: a vendored third-party kernel stays out of what comes back
+  (cd "$OUT" && tar czf results.tgz.part r && mv results.tgz.part results.tgz)
 }
 
 run_tests() {  # $1 log name, rest: pytest args

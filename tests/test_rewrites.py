@@ -92,3 +92,14 @@ def test_rows_too_long_for_a_register_file_are_not_tried(wide: Capture) -> None:
     from kernelopt_bot.search.rewrites import wants_persistent
 
     assert wants_persistent(kernel, recording.args) and not wants_persistent(kernel, long_args)
+
+
+def test_the_choices_class_can_be_pickled_into_inductors_cache_key() -> None:
+    """Inductor pickles ``inductor_choices_class`` into its compile cache's key; a class defined
+    inside a function cannot be, and on the H200 every rewrite compile warned and skipped the cache."""
+    import pickle
+
+    from kernelopt_bot.search.rewrites import wide_rows_choices
+
+    choices = wide_rows_choices()
+    assert pickle.loads(pickle.dumps(choices)) is choices is wide_rows_choices()

@@ -58,10 +58,24 @@ def wants_persistent(kernel: TritonKernel, args: tuple[Any, ...]) -> bool:
     return kernel.name.startswith("triton_red_") and length is not None and 1 < length <= MAX_ROW
 
 
+_WIDE_ROWS_CHOICES: list[type] = []
+
+
+def __getattr__(name: str) -> Any:
+    """``WideRowsChoices`` by name, as pickle looks a class up: Inductor pickles the choices class
+    into its compile cache's key, and a class it cannot find by name made it skip the cache (and
+    warn with a traceback) on every compile of the rewrite."""
+    if name == "WideRowsChoices":
+        return wide_rows_choices()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def wide_rows_choices() -> type:
     """Inductor's heuristic choices with persistent reductions up to :data:`MAX_ROW` elements
     (rows reduced along the inner dimension, statically known lengths); every other choice is
-    Inductor's own."""
+    Inductor's own. Defined on first use (it imports Inductor), once, and findable by name."""
+    if _WIDE_ROWS_CHOICES:
+        return _WIDE_ROWS_CHOICES[0]
     from torch._inductor.choices import InductorChoices
     from torch._inductor.runtime.hints import ReductionHint
     from torch._inductor.virtualized import V
@@ -78,6 +92,8 @@ def wide_rows_choices() -> type:
                 return default
             return bool(V.graph.sizevars.statically_known_leq(features.reduction_numel, MAX_ROW))
 
+    WideRowsChoices.__qualname__ = "WideRowsChoices"
+    _WIDE_ROWS_CHOICES.append(WideRowsChoices)
     return WideRowsChoices
 
 
