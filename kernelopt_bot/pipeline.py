@@ -455,6 +455,7 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
                 limits=SearchLimits(max_kernels=plan.kernels, candidates_per_kernel=plan.candidates_per_kernel),
                 rewrites=rewrites,
             )
+            cascade.keep_on_device({(k.graph, k.name) for k in orchestrator.worth_searching()})
             log("searching")
             result.kernels, pack = orchestrator.run()
             _record_llm_status(result, llm_search, llm_problem, budget)

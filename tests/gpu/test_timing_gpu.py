@@ -30,3 +30,22 @@ def test_hide_host_measures_the_device_not_the_python_before_it() -> None:
     print(f"TIMING kernel {kernel_only:.4f} ms, host exposed {exposed:.4f} ms, host hidden {hidden:.4f} ms")
     assert exposed > 1.5  # the host's 2 ms show up between the events (the flush covers only part)
     assert hidden < kernel_only * 3 + 0.05  # the device's own time, give or take the launch
+
+
+def test_recordings_of_kernels_not_searched_leave_the_gpu() -> None:
+    """Before the search, the recorded arguments of every kernel but the searched ones move to host
+    memory (a training step records all of forward and backward)."""
+    from kernelopt_bot.capture.recorder import capture
+    from kernelopt_bot.targets import load_target
+    from kernelopt_bot.verify.cascade import Cascade
+    from tests.helpers import EXAMPLES
+
+    cap = capture(load_target(str(EXAMPLES / "mlp.py"), "cuda", "fp32", train=True))
+    keys = list(cap.recordings)
+    assert len(keys) >= 2
+    kept = {keys[0]}
+    with Cascade(cap) as cascade:
+        cascade.keep_on_device(kept)
+    for key, recording in cap.recordings.items():
+        tensors = [a for a in recording.args if isinstance(a, torch.Tensor)]
+        assert all(a.is_cuda == (key in kept) for a in tensors), key
