@@ -164,3 +164,20 @@ def test_strategy_rewrites_are_timed_on_their_own_space_and_descend(monkeypatch:
     labels = [c.label for batch in rewritten for c in batch]
     assert len(labels) == len(set(labels))
     assert proposals[0].candidate.source == rewrite.source and proposals[0].note == "strategy rewrite"
+
+
+def test_constexprs_the_search_does_not_vary_keep_the_compilers_values() -> None:
+    """A mix-order reduction's ``RSPLIT_SIZE`` is no block size the search varies; a config without
+    it leaves the kernel without a value for the name (on the H200 such variants did not compile)."""
+    from types import SimpleNamespace
+
+    from kernelopt_bot.pack.format import LaunchConfig
+    from kernelopt_bot.search.tuner import carried_values
+
+    kernel = SimpleNamespace(constexprs=["XBLOCK", "R0_BLOCK", "RSPLIT_SIZE"], size_hints={"x": 64, "r0_": 512})
+    chosen = LaunchConfig({"XBLOCK": 1, "R0_BLOCK": 512, "RSPLIT_SIZE": 8}, 8, 1)
+    carry = carried_values(kernel, chosen)  # type: ignore[arg-type]
+    varied = carry(LaunchConfig({"XBLOCK": 2, "R0_BLOCK": 256}, 4, 1))
+    assert varied.kwargs == {"RSPLIT_SIZE": 8, "XBLOCK": 2, "R0_BLOCK": 256} and varied.num_warps == 4
+    plain = LaunchConfig({"XBLOCK": 2}, 4, 1)
+    assert carried_values(kernel, None)(plain) is plain  # type: ignore[arg-type]

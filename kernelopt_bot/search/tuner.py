@@ -23,7 +23,7 @@ from kernelopt_bot.pack.format import LaunchConfig
 from kernelopt_bot.search.base import SearchContext, SearchStrategy
 from kernelopt_bot.search.rewrites import Rewrite
 from kernelopt_bot.search.seeds import max_autotune_configs
-from kernelopt_bot.search.space import configs, sample
+from kernelopt_bot.search.space import block_choices, configs, sample
 from kernelopt_bot.search.transforms import applicable
 
 # (original_ms, [ms or error per variant]) for a kernel's candidates, timed alone
@@ -61,6 +61,21 @@ def _on(rewrite: Rewrite, config: LaunchConfig) -> Candidate:
     """The rewrite on ``config`` (a config of its own launch space), its fixed values added."""
     pinned = LaunchConfig({**config.kwargs, **rewrite.fixed}, config.num_warps, config.num_stages)
     return Candidate(f"{rewrite.name} + {config.describe()}", source=rewrite.source, config=pinned, origin=ORIGIN)
+
+
+def carried_values(kernel: TritonKernel, chosen: LaunchConfig | None) -> Callable[[LaunchConfig], LaunchConfig]:
+    """A config with the compiler's values of the constexprs the search does not vary added
+    (``RSPLIT_SIZE`` of a mix-order reduction, say): without them the kernel has no value for
+    the name and does not compile (on the H200, 30 variants of a layer-norm backward did not)."""
+    varied = set(block_choices(kernel))
+    fixed = {k: v for k, v in (chosen.kwargs if chosen else {}).items() if k not in varied and k in kernel.constexprs}
+
+    def carry(config: LaunchConfig) -> LaunchConfig:
+        if not fixed:
+            return config
+        return LaunchConfig({**fixed, **config.kwargs}, config.num_warps, config.num_stages)
+
+    return carry
 
 
 def predicted_gain(share: float | None, original_ms: float, kernel_ms: float) -> float | None:
@@ -118,8 +133,9 @@ class TimedTuner(SearchStrategy):
 
     def propose(self, ctx: SearchContext, limit: int) -> list[Proposal]:
         kernel = ctx.kernel
-        space = {_key(c): c for c in configs(kernel)}
         chosen = LaunchConfig.from_json(ctx.chosen_config) if ctx.chosen_config else None
+        carry = carried_values(kernel, chosen)
+        space = {_key(c): c for c in map(carry, configs(kernel))}
         if self.timer is None:
             return self._untimed(ctx, space, chosen, limit)
 
@@ -151,9 +167,9 @@ class TimedTuner(SearchStrategy):
                     kind = "strategy rewrite" if extra and cand in extra else "source transformation"
                     transformed.append(Proposal(cand, self.name, ms, kind))
 
-        seeds = self.seeds(kernel)
+        seeds = [carry(c) for c in self.seeds(kernel)]
         space.update({_key(c): c for c in seeds})  # the compiler's configs are valid by construction
-        first = seeds + sample(kernel, self.sample_size, seed=self.seed)
+        first = seeds + [carry(c) for c in sample(kernel, self.sample_size, seed=self.seed)]
         if chosen is not None and _key(chosen) in space:
             first += neighbours(chosen, set(space))
         rewritten = [c for rw in ctx.rewrites for c in rewrite_candidates(rw, REWRITE_SAMPLE, seed=self.seed)]
@@ -203,7 +219,7 @@ class TimedTuner(SearchStrategy):
         """No GPU: one other valid config and one transformation, unranked."""
         proposals: list[Proposal] = []
         pick = neighbours(chosen, set(space)) if chosen and _key(chosen) in space else []
-        pick = pick or sample(ctx.kernel, 1, seed=self.seed)
+        pick = pick or [carried_values(ctx.kernel, chosen)(c) for c in sample(ctx.kernel, 1, seed=self.seed)]
         if pick:
             proposals.append(Proposal(Candidate(f"config {pick[0].describe()}", config=pick[0], origin=ORIGIN), self.name,
                                       None, "launch-config search (not timed: no GPU)"))
