@@ -121,7 +121,7 @@ def _serve(spec: ArmSpec, conn: Channel) -> None:
         op, *args = conn.recv()
         if op == "quit":
             return
-        if op == "time":  # ("time", seed, reps[, part[, hide_host]]): see harness.timing.TIME_REQUEST
+        if op == "time":  # ("time", seed, reps[, part[, hide_host]]): see harness.timing.time_request
             seed, reps, part, hide_host = time_request(args)
             inputs = target.make_inputs(seed)
             timing = time_model(target.device, functools.partial(target.run, compiled, inputs, part=part),

@@ -13,8 +13,9 @@ each taking the batch's next variant whenever it finishes one: Triton's front en
 holds the GIL, so threads in one process compiled a batch of ~60 reduction variants in 13-18 s on
 the H200's host, where forked processes share nothing but the cache on disk (11 s for the same
 batch, the rest being the few variants that compile slowest). A child that crashes loses only the
-variant it was compiling (reported as that variant's failure) and is replaced. Killing the process at a deadline kills its process group, children
-included (and they die with their parent in any case).
+variant it was compiling (reported as that variant's failure) and is replaced. Killing the
+process at a deadline kills its process group, children included (and they die with their parent
+in any case).
 """
 
 from __future__ import annotations

@@ -137,7 +137,7 @@ class TimedTuner(SearchStrategy):
         carry = carried_values(kernel, chosen)
         space = {_key(c): c for c in map(carry, configs(kernel))}
         if self.timer is None:
-            return self._untimed(ctx, space, chosen, limit)
+            return self._untimed(ctx, space, chosen, carry, limit)
 
         timed: dict[tuple, float] = {}  # launch configs alone
         transformed: list[Proposal] = []  # source transformations (on a config)
@@ -215,11 +215,11 @@ class TimedTuner(SearchStrategy):
         return [p for p in proposals if promising(share, original_ms, p.kernel_ms)][:limit]
 
     def _untimed(self, ctx: SearchContext, space: dict[tuple, LaunchConfig], chosen: LaunchConfig | None,
-                 limit: int) -> list[Proposal]:
+                 carry: Callable[[LaunchConfig], LaunchConfig], limit: int) -> list[Proposal]:
         """No GPU: one other valid config and one transformation, unranked."""
         proposals: list[Proposal] = []
         pick = neighbours(chosen, set(space)) if chosen and _key(chosen) in space else []
-        pick = pick or [carried_values(ctx.kernel, chosen)(c) for c in sample(ctx.kernel, 1, seed=self.seed)]
+        pick = pick or [carry(c) for c in sample(ctx.kernel, 1, seed=self.seed)]
         if pick:
             proposals.append(Proposal(Candidate(f"config {pick[0].describe()}", config=pick[0], origin=ORIGIN), self.name,
                                       None, "launch-config search (not timed: no GPU)"))

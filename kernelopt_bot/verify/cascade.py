@@ -103,7 +103,7 @@ class Cascade:
         moved = False
         for key, recording in self.capture.recordings.items():
             if key not in searched and any(isinstance(a, torch.Tensor) and a.is_cuda for a in recording.args):
-                recording.args = tuple(a.cpu() if isinstance(a, torch.Tensor) else a for a in recording.args)
+                recording.args = _on_host(recording.args)
                 moved = True
         if moved and self.device == "cuda":
             free_memory(self.device)
@@ -115,8 +115,8 @@ class Cascade:
         benchmark) have room. On a
         large model these are several copies of its activations."""
         for recording in self.capture.recordings.values():
-            recording.args = tuple(a.cpu() if isinstance(a, torch.Tensor) else a for a in recording.args)
-        self.capture.inputs = tuple(a.cpu() if isinstance(a, torch.Tensor) else a for a in self.capture.inputs)
+            recording.args = _on_host(recording.args)
+        self.capture.inputs = _on_host(self.capture.inputs)
         self.kernels.close()  # frees this process's cached GPU blocks, the arguments' included
 
     def __enter__(self) -> Cascade:
@@ -423,6 +423,11 @@ class Cascade:
             roof = device_roofline()
             self._copy_gbps = roof.copy_gbps if roof else None
         return self._copy_gbps
+
+
+def _on_host(values: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``values`` with every tensor moved to host memory (the others as they are)."""
+    return tuple(a.cpu() if isinstance(a, torch.Tensor) else a for a in values)
 
 
 def _is_infrastructure(outcome: SandboxOutcome) -> bool:
