@@ -691,6 +691,8 @@ def test_too_many_nodes_is_rejected(gelu: TritonKernel) -> None:
     "for i in range(0, in_ptr0):",
     "for i in [1, 2, 3]:",
     "for i in tl.range(0, 8, num_stages=100000):",
+    "for i in tl.range(0, 8, num_stages=xnumel):",  # a runtime value, not a constexpr
+    "for i in tl.range(0, 8, loop_unroll_factor=XBLOCK):",  # only num_stages takes a constexpr
     "for i in range(0, 8, 0):",
 ])
 def test_loop_trip_counts_are_static_and_bounded(gelu: TritonKernel, loop: str) -> None:
@@ -706,9 +708,23 @@ def test_huge_local_bound_is_seen_through(gelu: TritonKernel) -> None:
 
 
 @pytest.mark.parametrize("loop", ["for i in tl.static_range(4):", "for i in tl.range(0, xnumel, XBLOCK):",
-                                  "for i in range(0, 16, 2):", "for i in tl.range(0, 64, 8, num_stages=2):"])
+                                  "for i in range(0, 16, 2):", "for i in tl.range(0, 64, 8, num_stages=2):",
+                                  # Inductor's mix-order reductions: ``num_stages=NUM_STAGES``, a constexpr
+                                  # (the H200 rejected a layer norm's backward here as Inductor wrote it)
+                                  "for i in tl.range(0, xnumel, XBLOCK, num_stages=XBLOCK):"])
 def test_bounded_loops_pass(gelu: TritonKernel, loop: str) -> None:
     assert_passed(check_source(gelu, _after_load(gelu, f"{loop}\n        tmp0 = tmp0 + 0.0")))
+
+
+def test_a_pipelining_constexpr_is_capped_in_the_launch_config(looped: TritonKernel) -> None:
+    """A constexpr that sets a loop's ``num_stages`` gets its value from the launch config, which
+    gate 1 caps as it caps the launch's own num_stages."""
+    staged = dataclasses.replace(looped, params=[*looped.params, "NUM_STAGES"],
+                                 signature={**looped.signature, "NUM_STAGES": "constexpr"})
+    blocks = {"XBLOCK": 2, "R0_BLOCK": 64}
+    assert_passed(check_config(staged, LaunchConfig({**blocks, "NUM_STAGES": 4}, num_warps=4, num_stages=1), LIMITS))
+    result = check_config(staged, LaunchConfig({**blocks, "NUM_STAGES": 64}, num_warps=4, num_stages=1), LIMITS)
+    assert_rejected(result, "config-value", "NUM_STAGES=64")
 
 
 @pytest.mark.parametrize("line", ["x = 10 ** 10 ** 10", "x = 1 << (1 << 30)", "x = 2 ** 65 * 2 ** 65",

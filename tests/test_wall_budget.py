@@ -47,6 +47,17 @@ def test_a_candidate_is_not_started_without_the_time_to_finish() -> None:
     _orchestrator(Budget())._fits_in_wall_budget(proposal)  # no wall limit: never refused
 
 
+def test_the_first_candidate_s_warm_up_does_not_set_the_estimate_once_others_are_seen() -> None:
+    """The first candidate of a kind also warms what later ones reuse (on the H200 a training
+    step's first tuner candidate took 23 s, the next 14 s): alone it is the estimate, after
+    others the slowest of those is."""
+    orch = _orchestrator(Budget(max_wall_s=100.0))
+    orch._candidate_seconds[True].append(23.0)
+    assert orch.candidate_estimate_s(trusted=True) == 23.0
+    orch._candidate_seconds[True] += [14.0, 11.0]
+    assert orch.candidate_estimate_s(trusted=True) == 14.0
+
+
 def test_a_trusted_candidate_is_estimated_apart_from_the_others() -> None:
     """On a GPU the tuner's candidates run gates 2-4 in the engine (no process, no recompile):
     their estimate is their own, first the default for them, then what they took in this run."""

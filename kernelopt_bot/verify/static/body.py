@@ -289,9 +289,15 @@ class BodyChecker:
         for kw in node.keywords:
             value = const_int(kw.value, {}) if not isinstance(kw.value, ast.Constant) or not isinstance(
                 kw.value.value, bool) else int(kw.value.value)
-            if path != "tl.range" or kw.arg not in allowed.RANGE_KEYWORDS or value is None or not 0 <= value <= 16:
+            # Inductor's mix-order reductions pipeline with ``num_stages=NUM_STAGES``: a constexpr
+            # parameter, whose launch-config value gate 1 caps (check_config's MAX_NUM_STAGES)
+            constexpr = isinstance(kw.value, ast.Name) and kw.value.id in self.scope.constexpr_params \
+                and kw.arg == "num_stages"
+            small = constexpr or (value is not None and 0 <= value <= 16)
+            if path != "tl.range" or kw.arg not in allowed.RANGE_KEYWORDS or not small:
                 raise Reject("loop-bounds", f"'{describe(node)}': keyword {kw.arg}= must be one of tl.range's "
-                                            f"{sorted(allowed.RANGE_KEYWORDS)} with a small literal")
+                                            f"{sorted(allowed.RANGE_KEYWORDS)} with a small literal "
+                                            "(num_stages= also takes a constexpr parameter)")
         args = list(node.args)
         for arg in args:
             self.expr(arg)

@@ -88,6 +88,8 @@ def _check_config(original: TritonKernel, config: LaunchConfig, limits: DeviceLi
             raise Reject("config-value", f"{key}={value!r} is not a positive power of two")
         if value > MAX_TILE_NUMEL:
             raise Reject("config-value", f"{key}={value} exceeds the tile cap {MAX_TILE_NUMEL}")
+        if "STAGES" in key.upper() and value > MAX_NUM_STAGES:  # a loop's software pipelining depth
+            raise Reject("config-value", f"{key}={value} exceeds {MAX_NUM_STAGES} pipeline stages")
     missing = [c for c in constexprs if c in BLOCK_CONSTEXPRS and c not in config.kwargs]
     if missing:
         raise Reject("config-missing", f"block size(s) {missing} of {original.name} must be given")
