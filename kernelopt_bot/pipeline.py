@@ -308,8 +308,16 @@ def _run_pipeline_here(target: str, *, device: str | None, dtype: str, out_dir: 
                                         untimed_patch=untimed_patch)
             result.patch_path = None if patch is None else str(patch)
         else:
-            pack = _run(target, device, dtype, plan, settings, llm, store_path, result, phase_log, time.time() - start,
-                        work_watch, train)
+            from kernelopt_bot.device import resolve_device
+            from kernelopt_bot.harness.device_watch import DeviceMemoryWatch
+
+            watch = DeviceMemoryWatch(resolve_device(device), phase=lambda: phase_log.clock.current)
+            try:
+                with watch:
+                    pack = _run(target, device, dtype, plan, settings, llm, store_path, result, phase_log,
+                                time.time() - start, work_watch, train, watch)
+            finally:
+                _record_device_peaks(result, watch)
     except Exception as exc:  # one target's failure never kills a sweep
         poisoned = poisoned_in(exc)
         if poisoned is not None:  # cleanup on the poisoned device raised over it: the engine must go
@@ -327,6 +335,13 @@ def _run_pipeline_here(target: str, *, device: str | None, dtype: str, out_dir: 
     result.seconds = time.time() - start
     _write(out_dir, result, pack)
     return result
+
+
+def _record_device_peaks(result: RunResult, watch: Any) -> None:
+    """The device-wide peak of the run and of each phase (MiB), into ``result.processes``."""
+    result.processes["device_peak_mb"] = None if watch.peak_mb is None else round(watch.peak_mb, 1)
+    if watch.peaks_by_phase:
+        result.processes["device_peak_mb_by_phase"] = {k: round(v, 1) for k, v in watch.peaks_by_phase.items()}
 
 
 def _process_counts(device: str) -> dict[str, Any]:
@@ -359,6 +374,9 @@ def _processes_line(processes: dict[str, Any]) -> str:
         if processes.get("model_gpu_mb"):
             line += (f"; the compiled model alone holds {mib('model_gpu_mb')} "
                      f"({processes['device_peak_mb'] / processes['model_gpu_mb']:.1f}x)")
+    by_phase = processes.get("device_peak_mb_by_phase") or {}
+    if by_phase:
+        line += "\n    device peak by phase: " + ", ".join(f"{phase} {mb:.0f} MiB" for phase, mb in by_phase.items())
     return line
 
 
@@ -384,13 +402,15 @@ class _PhaseLog:
 def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: CompileSettings,
          llm: dict[str, Any] | None,
          store_path: str | Path | None, result: RunResult, log: Callable[[str], None], elapsed: float,
-         work_watch: WorkWatch = NO_WATCH, train: bool = False) -> KernelPack:
+         work_watch: WorkWatch = NO_WATCH, train: bool = False, watch: Any = None) -> KernelPack:
+    """The module pipeline: capture, profile, search, the compiler's options, the final benchmark.
+    ``watch``: the run's :class:`~kernelopt_bot.harness.device_watch.DeviceMemoryWatch`, already
+    sampling (its peak goes into the store's record of the run)."""
     import torch
 
     from kernelopt_bot.capture.recorder import capture, versions
     from kernelopt_bot.device import resolve_device
     from kernelopt_bot.harness.compile_pool import start_pool
-    from kernelopt_bot.harness.device_watch import DeviceMemoryWatch
     from kernelopt_bot.harness.kernel_service import compile_threads
     from kernelopt_bot.pack.runtime import running_environment
     from kernelopt_bot.profiling import profile
@@ -433,9 +453,8 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
         if pool is not None:
             pool.close()
         raise
-    watch = DeviceMemoryWatch(tgt.device)
     try:
-        with watch, Cascade(cap, plan.verify_options(), compile_settings=settings, work_watch=work_watch,
+        with Cascade(cap, plan.verify_options(), compile_settings=settings, work_watch=work_watch,
                             compile_pool=pool) as cascade:
             if tgt.device == "cuda":
                 # Gates 3-4 and the final benchmark need the baseline arms; they compile while the
@@ -477,7 +496,8 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
     finally:
         for search in llm_search:  # one LLM client a run, closed with it
             search.close()
-        result.processes["device_peak_mb"] = None if watch.peak_mb is None else round(watch.peak_mb, 1)
+        if watch is not None:
+            _record_device_peaks(result, watch)
         result.usage = budget.snapshot()
         store.runs.finish(run_id, result)
         store.close()

@@ -136,13 +136,23 @@ part_gpus() {  # issue 6: the same problems on one GPU, then on every GPU, each 
 }
 
 part_noise() {  # the harness's noise floor (baseline against baseline, and an empty pack against the
-  # baseline) on NOISE_PROBLEMS ("level/file.py:dtype" each), launch-bound networks among them
-  local rc=0 spec file dtype
+  # baseline) on NOISE_PROBLEMS ("level/file.py:dtype" each), launch-bound networks among them.
+  # NOISE_PIN=gpu-local: every process of each bench (the arms inherit it) on one core of the GPU's
+  # NUMA node as well, in turn with the unpinned runs, to see whether the arms' host placement is the noise
+  local rc=0 spec file dtype slug pin=""
   echo '{"format": "kernelopt-pack", "version": 1, "entries": []}' > "$R/empty_pack.json"
+  { lscpu | grep -iE "^(model name|numa|cpu\(s\)|on-line)"; nvidia-smi topo -m; } > "$R/cpu_topology.txt" 2>&1
+  if [ "${NOISE_PIN:-}" = gpu-local ]; then
+    pin="$(python3 scripts/gpu_local_core.py)" && echo "noise: pinned runs on core $pin" | tee -a "$summary"
+  fi
   for spec in ${NOISE_PROBLEMS:-level3/mixer_block.py:fp32 level3/gpt_block.py:bf16 level3/tiny_vit.py:fp32 level1/softmax_channels.py:fp32}; do
-    file="${spec%%:*}" dtype="${spec##*:}"
+    file="${spec%%:*}" dtype="${spec##*:}" slug="$(basename "$file" .py)_$dtype"
     python3 -m kernelopt_bot.cli bench "benchmarks/$file" --pack "$R/empty_pack.json" --dtype "$dtype" --json \
-      > "$R/noise_$(basename "$file" .py)_$dtype.json" 2> "$R/noise_$(basename "$file" .py)_$dtype.log" || rc=1
+      > "$R/noise_$slug.json" 2> "$R/noise_$slug.log" || rc=1
+    if [ -n "$pin" ]; then
+      taskset -c "$pin" python3 -m kernelopt_bot.cli bench "benchmarks/$file" --pack "$R/empty_pack.json" \
+        --dtype "$dtype" --json > "$R/noise_${slug}_pinned.json" 2> "$R/noise_${slug}_pinned.log" || rc=1
+    fi
   done
   python3 scripts/noise_table.py "$R"/noise_*.json | tee -a "$summary"
   return $rc

@@ -693,6 +693,10 @@ def test_too_many_nodes_is_rejected(gelu: TritonKernel) -> None:
     "for i in tl.range(0, 8, num_stages=100000):",
     "for i in tl.range(0, 8, num_stages=xnumel):",  # a runtime value, not a constexpr
     "for i in tl.range(0, 8, loop_unroll_factor=XBLOCK):",  # only num_stages takes a constexpr
+    # min() bounds a stop from above only: not a start, and max() bounds nothing from above
+    "for i in tl.range(min(0, xnumel - tl.program_id(0) * XBLOCK), xnumel):",
+    "for i in tl.range(0, max(XBLOCK, xnumel - tl.program_id(0) * XBLOCK), XBLOCK):",
+    "for i in tl.range(0, min(tl.program_id(0) * XBLOCK, tl.program_id(1) * 2), XBLOCK):",
     "for i in range(0, 8, 0):",
 ])
 def test_loop_trip_counts_are_static_and_bounded(gelu: TritonKernel, loop: str) -> None:
@@ -711,7 +715,10 @@ def test_huge_local_bound_is_seen_through(gelu: TritonKernel) -> None:
                                   "for i in range(0, 16, 2):", "for i in tl.range(0, 64, 8, num_stages=2):",
                                   # Inductor's mix-order reductions: ``num_stages=NUM_STAGES``, a constexpr
                                   # (the H200 rejected a layer norm's backward here as Inductor wrote it)
-                                  "for i in tl.range(0, xnumel, XBLOCK, num_stages=XBLOCK):"])
+                                  "for i in tl.range(0, xnumel, XBLOCK, num_stages=XBLOCK):",
+                                  # and their loop, as Inductor writes it (a local stop bounded by min())
+                                  "split_size = min(XBLOCK, xnumel - tl.program_id(0) * XBLOCK)\n"
+                                  "    for _ in tl.range(0, split_size, XBLOCK, num_stages=XBLOCK):"])
 def test_bounded_loops_pass(gelu: TritonKernel, loop: str) -> None:
     assert_passed(check_source(gelu, _after_load(gelu, f"{loop}\n        tmp0 = tmp0 + 0.0")))
 

@@ -9,16 +9,20 @@ total - free) and keeps the peak.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from types import TracebackType
 
 
 class DeviceMemoryWatch:
     """Peak device-wide memory in use (MiB) between ``__enter__`` and ``__exit__``; ``peak_mb``
-    stays None without CUDA."""
+    stays None without CUDA. ``phase`` (the run's current phase, as its log names it) splits the
+    peak by phase in ``peaks_by_phase``: which step holds the memory is what a plan to cut it needs."""
 
-    def __init__(self, device: str, interval_s: float = 0.2) -> None:
+    def __init__(self, device: str, interval_s: float = 0.2, phase: Callable[[], str | None] | None = None) -> None:
         self.device, self.interval_s = device, interval_s
         self.peak_mb: float | None = None
+        self.peaks_by_phase: dict[str, float] = {}
+        self._phase = phase
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -29,8 +33,14 @@ class DeviceMemoryWatch:
         if info is None:
             return
         free, total = info
-        used = (total - free) / 2**20
-        self.peak_mb = used if self.peak_mb is None else max(self.peak_mb, used)
+        self.record((total - free) / 2**20)
+
+    def record(self, used_mb: float) -> None:
+        """One reading of the memory in use, counted in the overall peak and its phase's."""
+        self.peak_mb = used_mb if self.peak_mb is None else max(self.peak_mb, used_mb)
+        phase = self._phase() if self._phase is not None else None
+        if phase:
+            self.peaks_by_phase[phase] = max(self.peaks_by_phase.get(phase, 0.0), used_mb)
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):

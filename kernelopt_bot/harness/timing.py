@@ -201,6 +201,11 @@ class StepClock:
         if isinstance(sent_at, (int, float)):
             self.seconds["start"] = round(self._last - sent_at, 2)
 
+    @property
+    def current(self) -> str | None:
+        """The step :meth:`begin` started and no later step ended, if any."""
+        return self._current
+
     def done(self, step: str) -> None:
         now = time.time()
         self.seconds[step] = round(self.seconds.get(step, 0.0) + now - self._last, 2)

@@ -303,7 +303,7 @@ class BodyChecker:
             self.expr(arg)
         start, stop, step = (ast.Constant(0), args[0], ast.Constant(1)) if len(args) == 1 else (
             args[0], args[1], args[2] if len(args) == 3 else ast.Constant(1))
-        values = [self.bound(b, node) for b in (start, stop, step)]
+        values = [self.bound(b, node, upper_only=b is stop) for b in (start, stop, step)]
         text = ast.unparse(node)
         trips = trip_count(*values) if all(v is not None for v in values) else 1  # type: ignore[arg-type]
         unroll = 1
@@ -320,19 +320,37 @@ class BodyChecker:
                                         f"loops); loops with literal bounds may run at most {MAX_LOOP_TRIPS} in all")
         return trips, unroll
 
-    def bound(self, node: ast.expr, loop: ast.Call) -> int | None:
+    def bound(self, node: ast.expr, loop: ast.Call, *, upper_only: bool = False) -> int | None:
         """A loop bound's literal value, or None for one bounded by the problem (a size parameter,
-        a block constexpr); anything else is rejected."""
+        a block constexpr); anything else is rejected. ``upper_only``: the loop's stop, which
+        only needs an upper bound (the start is bounded both ways, so the trips are too): Inductor's
+        mix-order reductions stop at ``split_size = min(RSPLIT_SIZE, xnumel - xoffset)``."""
         value = const_int(node, self.scope.known_ints)
         if value is not None:
             if abs(value) > MAX_LOOP_BOUND:
                 raise Reject("loop-bounds", f"'{ast.unparse(loop)}': bound {value} exceeds {MAX_LOOP_BOUND} "
                                             "(no tensor dimension is larger)")
             return value
+        if upper_only and self.bounded_above(node, set()):
+            return None
         if not self.bounded(node, set()):
             raise Reject("loop-bounds", f"'{ast.unparse(loop)}': bound '{ast.unparse(node)}' is not a size "
                                         "parameter, a constexpr or a literal")
         return None
+
+    def bounded_above(self, node: ast.expr, seen: set[str]) -> bool:
+        """Is ``node`` at most a bounded size? A bounded size is; ``min(...)`` is when any of its
+        arguments is; a local is when every value assigned to it is."""
+        if self.bounded(node, set()):
+            return True
+        if isinstance(node, ast.Name):
+            values = self.assigned.get(node.id, [])
+            if node.id in seen or node.id in self.scope.params or not values or any(v is None for v in values):
+                return False
+            return all(self.bounded_above(v, seen | {node.id}) for v in values if v is not None)
+        if isinstance(node, ast.Call) and not node.keywords and self.call_path(node) == "min":
+            return any(self.bounded_above(a, seen) for a in node.args)
+        return False
 
     def bounded(self, node: ast.expr, seen: set[str]) -> bool:
         scale = self.size_scale(node, seen)
