@@ -474,7 +474,6 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
                 limits=SearchLimits(max_kernels=plan.kernels, candidates_per_kernel=plan.candidates_per_kernel),
                 rewrites=rewrites,
             )
-            cascade.keep_on_device({(k.graph, k.name) for k in orchestrator.worth_searching()})
             log("searching")
             result.kernels, pack = orchestrator.run()
             _record_llm_status(result, llm_search, llm_problem, budget)
@@ -506,14 +505,11 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
 
 def _arm_mb_hint(cap: Any) -> float:
     """What a model arm is expected to hold (MiB) before one has said: this process's peak after
-    compiling and running the model, less the recorded kernel arguments an arm does not keep
-    (on the 30 GB RMS norm the peak was 63 GB for an arm of 29)."""
+    compiling and running the model, as an arm loads, compiles and runs the same model (the
+    recorded kernel arguments, which an arm does not keep, are in host memory)."""
     import torch
 
-    recorded = sum(a.untyped_storage().nbytes() for rec in cap.recordings.values() for a in rec.args
-                   if isinstance(a, torch.Tensor) and a.is_cuda)
-    peak = torch.cuda.max_memory_reserved()
-    return max(peak - recorded, peak / 4) / 2**20
+    return torch.cuda.max_memory_reserved() / 2**20
 
 
 def _strategy_rewrites(cap: Any, settings: CompileSettings, log: Callable[[str], None]) -> dict[tuple[int, str], list[Any]]:

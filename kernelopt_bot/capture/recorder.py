@@ -106,16 +106,25 @@ class KernelRecording:
     kernel: Any = field(default=None, repr=False)
 
 
-def snapshot(value: Any) -> Any:
-    """A copy of a kernel argument that keeps its storage layout (offset and strides)."""
+def snapshot(value: Any, device: str | torch.device | None = None) -> Any:
+    """A copy of a kernel argument that keeps its storage layout (offset and strides: a kernel
+    may reach its whole storage, not only the view), on ``device`` (default: where it is)."""
     if not isinstance(value, torch.Tensor):
         return value
+    where = value.device if device is None else torch.device(device)
     storage = value.untyped_storage()
-    copy = torch.empty(storage.nbytes(), dtype=torch.uint8, device=value.device)
+    copy = torch.empty(storage.nbytes(), dtype=torch.uint8, device=where)
     copy.copy_(torch.empty(0, dtype=torch.uint8, device=value.device).set_(storage))
-    out = torch.empty(0, dtype=value.dtype, device=value.device)
+    out = torch.empty(0, dtype=value.dtype, device=where)
     out.set_(copy.untyped_storage(), value.storage_offset(), value.size(), value.stride())
     return out
+
+
+def relocated(values: tuple[Any, ...], device: str) -> tuple[Any, ...]:
+    """``values`` with every tensor not already on ``device`` moved there, layout kept."""
+    where = torch.device(device)
+    return tuple(snapshot(a, where) if isinstance(a, torch.Tensor) and a.device.type != where.type else a
+                 for a in values)
 
 
 def launch_config(kernel: Any) -> dict[str, Any] | None:
@@ -146,8 +155,12 @@ class _Recorder:
             self._sink[key].calls += 1
         else:
             kept = {k: v for k, v in kwargs.items() if k != "stream"}
+            # Recordings go to host memory: every kernel of a model (of a training step, forward
+            # and backward) is recorded, only the one being searched needs its arguments on the
+            # GPU (Cascade.recording_on_device), and on the H200 the GPU copies of them all were
+            # most of the engine's peak.
             self._sink[key] = KernelRecording(self._graph, self._name,
-                                              tuple(snapshot(a) for a in args), kept,
+                                              tuple(snapshot(a, "cpu") for a in args), kept,
                                               kernel=self._kernel)
         out = self._kernel.run(*args, **kwargs)
         rec = self._sink[key]

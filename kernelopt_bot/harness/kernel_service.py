@@ -279,9 +279,12 @@ class KernelService:
         self._benches: dict[tuple[int, str], KernelBench] = {}
 
     def bench(self, kernel: TritonKernel) -> KernelBench:
+        """The kernel's bench, its recording asked for on every use: ``recording_of`` may keep only
+        one kernel's arguments on the GPU (the cascade's), so this one's come back if they left."""
         key = (kernel.graph, kernel.name)
+        recording = self._recording_of(*key)
         if key not in self._benches:
-            self._benches[key] = KernelBench(kernel, self._recording_of(*key), self.device, self.watch, self.pool)
+            self._benches[key] = KernelBench(kernel, recording, self.device, self.watch, self.pool)
         return self._benches[key]
 
     def time_variants(self, kernel: TritonKernel, variants: Sequence[Variant], *, reps: int = 50,

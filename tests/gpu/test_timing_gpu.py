@@ -32,9 +32,10 @@ def test_hide_host_measures_the_device_not_the_python_before_it() -> None:
     assert hidden < kernel_only * 3 + 0.05  # the device's own time, give or take the launch
 
 
-def test_recordings_of_kernels_not_searched_leave_the_gpu() -> None:
-    """Before the search, the recorded arguments of every kernel but the searched ones move to host
-    memory (a training step records all of forward and backward)."""
+def test_one_kernels_recorded_arguments_are_on_the_gpu_at_a_time() -> None:
+    """Recordings are made in host memory (a training step records all of forward and backward);
+    the kernel the search works on has its arguments on the GPU, and gives them back when another
+    kernel's are asked for; a kernel asked for again (its bench kept) gets them back."""
     from kernelopt_bot.capture.recorder import capture
     from kernelopt_bot.targets import load_target
     from kernelopt_bot.verify.cascade import Cascade
@@ -43,9 +44,19 @@ def test_recordings_of_kernels_not_searched_leave_the_gpu() -> None:
     cap = capture(load_target(str(EXAMPLES / "mlp.py"), "cuda", "fp32", train=True))
     keys = list(cap.recordings)
     assert len(keys) >= 2
-    kept = {keys[0]}
+
+    def on_gpu() -> set[tuple[int, str]]:
+        return {key for key, rec in cap.recordings.items()
+                if any(isinstance(a, torch.Tensor) and a.is_cuda for a in rec.args)}
+
+    assert on_gpu() == set()
+    first, second = (cap.artifact.kernel(f"g{g}:{n}") for g, n in keys[:2])
     with Cascade(cap) as cascade:
-        cascade.keep_on_device(kept)
-    for key, recording in cap.recordings.items():
-        tensors = [a for a in recording.args if isinstance(a, torch.Tensor)]
-        assert all(a.is_cuda == (key in kept) for a in tensors), key
+        timed = cascade.kernels.time_variants(first, [(None, None)], reps=5)
+        assert timed.original_ms is not None and on_gpu() == {keys[0]}
+        cascade.kernels.time_variants(second, [(None, None)], reps=5)
+        assert on_gpu() == {keys[1]}
+        again = cascade.kernels.time_variants(first, [(None, None)], reps=5)
+        assert again.original_ms is not None and on_gpu() == {keys[0]}
+        cascade.release_search_memory()
+        assert on_gpu() == set()

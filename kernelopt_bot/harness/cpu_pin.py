@@ -1,0 +1,37 @@
+"""Where a model arm's host work runs while it is timed.
+
+On the H200, a launch-bound network (1 ms a call, the host queueing its kernels) timed in three
+arm processes left to the scheduler measured 0.8 ms in one round and 1.5 ms in the next, arm by
+arm: a noise floor of 57-80%. The same bench with every process on one core measured 0.80 ms in
+every arm and round, a noise floor of 3%. So each arm, once compiled (compiling wants every core),
+moves all its threads to one timing core, the same for every arm of a run (they are asked in turn,
+never at once): the last core this process may use (core 0 takes most of a machine's interrupts),
+so jobs that a fleet gave disjoint CPU sets time on different cores.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+
+def timing_core() -> int | None:
+    """The core arms time on: the last of this process's allowed cores (None: no affinity API)."""
+    try:
+        allowed = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return None
+    return allowed[-1] if allowed else None
+
+
+def pin_process(core: int | None) -> bool:
+    """Move every thread of this process to ``core`` (threads started later inherit it from the
+    one that starts them). False where the platform cannot (the arm then times as it is)."""
+    if core is None or not os.path.isdir("/proc/self/task"):
+        return False
+    moved = False
+    for tid in os.listdir("/proc/self/task"):
+        with contextlib.suppress(OSError, ValueError):  # a thread that ended meanwhile
+            os.sched_setaffinity(int(tid), {core})
+            moved = True
+    return moved
