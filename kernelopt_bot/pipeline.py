@@ -342,6 +342,8 @@ def _record_device_peaks(result: RunResult, watch: Any) -> None:
     result.processes["device_peak_mb"] = None if watch.peak_mb is None else round(watch.peak_mb, 1)
     if watch.peaks_by_phase:
         result.processes["device_peak_mb_by_phase"] = {k: round(v, 1) for k, v in watch.peaks_by_phase.items()}
+    if watch.engine_peaks_by_phase:
+        result.processes["engine_peak_mb_by_phase"] = {k: round(v, 1) for k, v in watch.engine_peaks_by_phase.items()}
 
 
 def _process_counts(device: str) -> dict[str, Any]:
@@ -375,8 +377,11 @@ def _processes_line(processes: dict[str, Any]) -> str:
             line += (f"; the compiled model alone holds {mib('model_gpu_mb')} "
                      f"({processes['device_peak_mb'] / processes['model_gpu_mb']:.1f}x)")
     by_phase = processes.get("device_peak_mb_by_phase") or {}
+    engine = processes.get("engine_peak_mb_by_phase") or {}
     if by_phase:
-        line += "\n    device peak by phase: " + ", ".join(f"{phase} {mb:.0f} MiB" for phase, mb in by_phase.items())
+        line += "\n    device peak by phase (the engine's own in brackets): " + ", ".join(
+            f"{phase} {mb:.0f} MiB" + (f" ({engine[phase]:.0f})" if phase in engine else "")
+            for phase, mb in by_phase.items())
     return line
 
 

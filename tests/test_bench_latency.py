@@ -136,14 +136,15 @@ def test_the_device_peak_is_split_by_the_runs_phase() -> None:
     watch = DeviceMemoryWatch("cuda", phase=lambda: clock.current)
     watch.record(100.0)
     clock.begin("searching")
-    watch.record(300.0)
-    watch.record(200.0)
+    watch.record(300.0, 120.0)
+    watch.record(200.0, 150.0)
     clock.begin("end-to-end benchmark")
     watch.record(500.0)
     clock.stop()
     watch.record(50.0)
     assert watch.peak_mb == 500.0
     assert watch.peaks_by_phase == {"searching": 300.0, "end-to-end benchmark": 500.0}
+    assert watch.engine_peaks_by_phase == {"searching": 150.0}
 
 
 def test_the_processes_line_puts_the_device_peak_beside_the_models_own_memory() -> None:
@@ -153,7 +154,8 @@ def test_the_processes_line_puts_the_device_peak_beside_the_models_own_memory() 
                             "model_gpu_mb": 1000.0})
     assert "processes started: 5" in line and "3000 MiB on the device" in line and "(3.0x)" in line
     phases = _processes_line({"started": 5, "sandboxes": 0, "peak_gpu_mb": 900.0, "device_peak_mb": 3000.0,
-                              "device_peak_mb_by_phase": {"searching": 1200.4, "end-to-end benchmark": 3000.0}})
-    assert "device peak by phase: searching 1200 MiB, end-to-end benchmark 3000 MiB" in phases
+                              "device_peak_mb_by_phase": {"searching": 1200.4, "end-to-end benchmark": 3000.0},
+                              "engine_peak_mb_by_phase": {"searching": 800.0}})
+    assert "searching 1200 MiB (800), end-to-end benchmark 3000 MiB" in phases
     cpu = _processes_line({"started": 2, "sandboxes": 0, "peak_gpu_mb": None})
     assert "not measured in the engine" in cpu and "device" not in cpu

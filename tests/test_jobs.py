@@ -8,8 +8,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernelopt_bot.harness.kernel_service import PROBE_REPS, time_variant
-from kernelopt_bot.harness.timing import Timing
 from kernelopt_bot.verify.sandbox import SandboxLimits, run_sandboxed
 from tests.helpers import captured
 
@@ -81,23 +79,3 @@ def test_timing_job_leaves_a_variant_behind_at_the_compile_deadline(tmp_path: Pa
     assert time.monotonic() - started < 18  # neither the job nor the sandbox waited for the sleeper
     assert set(outcome.value["seconds"]) >= {"start", "load", "original", "compile", "timing"}
 
-
-class _FakeHarness:
-    """Times from a script: the probe's, then the full timing's."""
-
-    def __init__(self, medians: list[float]) -> None:
-        self.medians = medians
-        self.calls: list[int] = []
-
-    def time_kernel(self, kernel_obj: object, *, reps: int = 100, warmup: int = 5) -> Timing:
-        self.calls.append(reps)
-        return Timing(self.medians[len(self.calls) - 1])
-
-
-def test_a_variant_far_slower_than_the_original_keeps_its_probe_time() -> None:
-    slow = _FakeHarness([5.0])
-    assert time_variant(slow, object(), original_ms=1.0, reps=50) == 5.0
-    assert slow.calls == [PROBE_REPS]
-    close = _FakeHarness([1.2, 0.98])
-    assert time_variant(close, object(), original_ms=1.0, reps=50) == 0.98
-    assert close.calls == [PROBE_REPS, 50]

@@ -157,7 +157,7 @@ class _Recorder:
             kept = {k: v for k, v in kwargs.items() if k != "stream"}
             # Recordings go to host memory: every kernel of a model (of a training step, forward
             # and backward) is recorded, only the one being searched needs its arguments on the
-            # GPU (Cascade.recording_on_device), and on the H200 the GPU copies of them all were
+            # GPU (KernelService.bench), and on the H200 the GPU copies of them all were
             # most of the engine's peak.
             self._sink[key] = KernelRecording(self._graph, self._name,
                                               tuple(snapshot(a, "cpu") for a in args), kept,

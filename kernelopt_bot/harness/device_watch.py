@@ -16,12 +16,15 @@ from types import TracebackType
 class DeviceMemoryWatch:
     """Peak device-wide memory in use (MiB) between ``__enter__`` and ``__exit__``; ``peak_mb``
     stays None without CUDA. ``phase`` (the run's current phase, as its log names it) splits the
-    peak by phase in ``peaks_by_phase``: which step holds the memory is what a plan to cut it needs."""
+    peak by phase in ``peaks_by_phase``: which step holds the memory is what a plan to cut it needs;
+    ``engine_peaks_by_phase`` is this process's own share (what its caching allocator holds), so
+    the engine's part and the arms' part of a phase's peak can be told apart."""
 
     def __init__(self, device: str, interval_s: float = 0.2, phase: Callable[[], str | None] | None = None) -> None:
         self.device, self.interval_s = device, interval_s
         self.peak_mb: float | None = None
         self.peaks_by_phase: dict[str, float] = {}
+        self.engine_peaks_by_phase: dict[str, float] = {}
         self._phase = phase
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -33,14 +36,19 @@ class DeviceMemoryWatch:
         if info is None:
             return
         free, total = info
-        self.record((total - free) / 2**20)
+        import torch
 
-    def record(self, used_mb: float) -> None:
-        """One reading of the memory in use, counted in the overall peak and its phase's."""
+        self.record((total - free) / 2**20, torch.cuda.memory_reserved() / 2**20)
+
+    def record(self, used_mb: float, engine_mb: float | None = None) -> None:
+        """One reading of the memory in use (and of this process's own), counted in the overall
+        peak and its phase's."""
         self.peak_mb = used_mb if self.peak_mb is None else max(self.peak_mb, used_mb)
         phase = self._phase() if self._phase is not None else None
         if phase:
             self.peaks_by_phase[phase] = max(self.peaks_by_phase.get(phase, 0.0), used_mb)
+            if engine_mb is not None:
+                self.engine_peaks_by_phase[phase] = max(self.engine_peaks_by_phase.get(phase, 0.0), engine_mb)
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from kernelopt_bot.capture.artifact import TritonKernel
-from kernelopt_bot.capture.recorder import KernelRecording
+from kernelopt_bot.capture.recorder import KernelRecording, relocated
 from kernelopt_bot.errors import one_line
 from kernelopt_bot.harness.compile_pool import LATE, CompilePool, start_pool
 from kernelopt_bot.harness.failures import InfrastructureFailure, is_out_of_memory
@@ -265,8 +265,11 @@ class KernelService:
     """Trusted kernel work inside the engine, which already holds the target, its capture and
     the recorded arguments: one :class:`KernelBench` per kernel, built on first use and kept.
 
-    ``recording_of(graph, name)`` gives a kernel's recording (the capture's). Nothing here knows
-    the cascade; only trusted candidates may be sent (their code runs in this process)."""
+    ``recording_of(graph, name)`` gives a kernel's recording (the capture's, its arguments in host
+    memory). The kernel worked on has its arguments on the device, one kernel at a time: the next
+    one takes its place (a training step records every kernel of forward and backward; on the
+    H200 their GPU copies were most of the engine's peak). Nothing here knows the cascade; only
+    trusted candidates may be sent (their code runs in this process)."""
 
     def __init__(self, device: str, recording_of: Callable[[int, str], KernelRecording],
                  watch: WorkWatch = NO_WATCH, pool: CompilePool | None = None) -> None:
@@ -277,15 +280,28 @@ class KernelService:
         self.pool = pool if pool is not None else start_pool(device, compile_threads())
         self._recording_of = recording_of
         self._benches: dict[tuple[int, str], KernelBench] = {}
+        self._on_device: tuple[int, str] | None = None  # whose recorded arguments are on the device
 
     def bench(self, kernel: TritonKernel) -> KernelBench:
-        """The kernel's bench, its recording asked for on every use: ``recording_of`` may keep only
-        one kernel's arguments on the GPU (the cascade's), so this one's come back if they left."""
+        """The kernel's bench, its recorded arguments on the device (back there if another
+        kernel's took their place since)."""
         key = (kernel.graph, kernel.name)
         recording = self._recording_of(*key)
+        if self._on_device != key:
+            self._to_host()
+            recording.args = relocated(recording.args, self.device)
+            self._on_device = key
         if key not in self._benches:
             self._benches[key] = KernelBench(kernel, recording, self.device, self.watch, self.pool)
         return self._benches[key]
+
+    def _to_host(self) -> None:
+        """The arguments on the device, if any, back to host memory."""
+        if self._on_device is not None:
+            last = self._recording_of(*self._on_device)
+            last.args = relocated(last.args, "cpu")
+            self._on_device = None
+            free_memory(self.device)
 
     def time_variants(self, kernel: TritonKernel, variants: Sequence[Variant], *, reps: int = 50,
                       deadline_s: float = COMPILE_DEADLINE_S) -> TimedVariants:
@@ -333,8 +349,9 @@ class KernelService:
             raise
 
     def close(self) -> None:
-        """Drop every kernel's compiled variants and harness (their GPU memory goes with them), and
-        end the compile process."""
+        """Drop every kernel's compiled variants and harness (their GPU memory goes with them),
+        put the recorded arguments back in host memory, and end the compile process."""
+        self._to_host()
         self._benches.clear()
         if self.pool is not None:
             self.pool.close()

@@ -24,7 +24,7 @@ import torch
 
 from kernelopt_bot.candidate import DEFAULT_GAMMA, Candidate, candidate_pack
 from kernelopt_bot.capture.artifact import TritonKernel
-from kernelopt_bot.capture.recorder import Capture, KernelRecording, relocated
+from kernelopt_bot.capture.recorder import Capture, relocated
 from kernelopt_bot.capture.settings import CompileSettings
 from kernelopt_bot.device import device_limits
 from kernelopt_bot.errors import one_line
@@ -84,8 +84,7 @@ class Cascade:
         # Trusted candidates' gate 2 and timing, in this process (the engine): no process started.
         # Each piece of it is watched: work that brings this process down is skipped by the next.
         self.work_watch = work_watch
-        self._on_device: tuple[int, str] | None = None  # whose recorded arguments are on the GPU
-        self.kernels = KernelService(target.device, self.recording_on_device, work_watch, compile_pool)
+        self.kernels = KernelService(target.device, capture.recording, work_watch, compile_pool)
 
     @property
     def device(self) -> str:
@@ -96,34 +95,14 @@ class Cascade:
         self.kernels.close()
         self._workdir.cleanup()
 
-    def recording_on_device(self, graph: int, name: str) -> KernelRecording:
-        """A kernel's recording with its arguments on the device, for its timing and gate 2.
-        Recordings are kept in host memory (a training step records every kernel of forward and
-        backward: on the H200 the engine held 24.6 GB for a cross-entropy step whose compiled
-        model holds 3.2 GB); one kernel's arguments are on the GPU at a time, so the kernel asked
-        for now takes the place of the last one."""
-        key = (graph, name)
-        recording = self.capture.recording(graph, name)
-        if self._on_device != key:
-            if self._on_device is not None:
-                last = self.capture.recording(*self._on_device)
-                last.args = relocated(last.args, "cpu")
-                free_memory(self.device)
-            recording.args = relocated(recording.args, self.device)
-            self._on_device = key
-        return recording
-
     def release_search_memory(self) -> None:
         """The search is over: what only it needed leaves the GPU (the kernel service's compiled
         variants and argument copies; the recorded arguments and the capture's inputs, moved to
         host memory), so the model arms that come next (the compiler's options, the final
         benchmark) have room. On a
         large model these are several copies of its activations."""
-        for recording in self.capture.recordings.values():
-            recording.args = relocated(recording.args, "cpu")
-        self._on_device = None
-        self.capture.inputs = relocated(self.capture.inputs, "cpu")
-        self.kernels.close()  # frees this process's cached GPU blocks, the arguments' included
+        self.kernels.close()  # the searched kernel's arguments back to host memory, cached blocks freed
+        self.capture.inputs = relocated(self.capture.inputs, "cpu")  # frees this process's cached GPU blocks, the arguments' included
 
     def __enter__(self) -> Cascade:
         return self
@@ -136,7 +115,8 @@ class Cascade:
         key = (kernel.graph, kernel.name)
         if key not in self._args_paths:
             path = Path(self._workdir.name) / f"g{kernel.graph}_{kernel.name}.pt"
-            torch.save(list(self.recording_on_device(*key).args), path)
+            # host or device, the sandbox loads them onto its device (map_location), layout kept
+            torch.save(list(self.capture.recording(*key).args), path)
             self._args_paths[key] = str(path)
         return self._args_paths[key]
 

@@ -35,7 +35,8 @@ def test_hide_host_measures_the_device_not_the_python_before_it() -> None:
 def test_one_kernels_recorded_arguments_are_on_the_gpu_at_a_time() -> None:
     """Recordings are made in host memory (a training step records all of forward and backward);
     the kernel the search works on has its arguments on the GPU, and gives them back when another
-    kernel's are asked for; a kernel asked for again (its bench kept) gets them back."""
+    kernel's are asked for; a kernel asked for again (its bench kept) gets them back. The sandbox's
+    copy of them is saved from host memory and loaded onto the GPU with their layout."""
     from kernelopt_bot.capture.recorder import capture
     from kernelopt_bot.targets import load_target
     from kernelopt_bot.verify.cascade import Cascade
@@ -58,5 +59,9 @@ def test_one_kernels_recorded_arguments_are_on_the_gpu_at_a_time() -> None:
         assert on_gpu() == {keys[1]}
         again = cascade.kernels.time_variants(first, [(None, None)], reps=5)
         assert again.original_ms is not None and on_gpu() == {keys[0]}
+        saved = torch.load(cascade._args_path(second), map_location="cuda", weights_only=True)
+        recorded = cap.recording(*keys[1]).args
+        assert [tuple(a.stride()) for a in saved if isinstance(a, torch.Tensor)] == \
+            [tuple(a.stride()) for a in recorded if isinstance(a, torch.Tensor)]
         cascade.release_search_memory()
         assert on_gpu() == set()
