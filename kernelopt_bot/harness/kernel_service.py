@@ -287,7 +287,7 @@ class KernelService:
         kernel's took their place since)."""
         key = (kernel.graph, kernel.name)
         recording = self._recording_of(*key)
-        if self._on_device != key:
+        if self.device == "cuda" and self._on_device != key:  # elsewhere the arguments stay where they are
             self._to_host()
             recording.args = relocated(recording.args, self.device)
             self._on_device = key

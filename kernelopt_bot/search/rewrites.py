@@ -167,13 +167,22 @@ def persistent_rewrites(capture: Any, mode: str | None = None) -> dict[tuple[int
     qualifies, and no compile is spent then. Runs in the engine, beside the capture."""
     import torch
     from torch._inductor import config as inductor_config
+    from torch._inductor.virtualized import V
 
     from kernelopt_bot.capture.recorder import capture as capture_again
 
     wanted = qualifying(capture)
     if not wanted:
         return {}
-    with inductor_config.patch(inductor_choices_class=wide_rows_choices()):
+    from torch._functorch import config as functorch_config
+
+    choices = wide_rows_choices()
+    # Inductor builds its choices handler once per thread, on the first compile (the capture's),
+    # and keeps it: the handler is set, not only the config. And the compile caches do not key on
+    # the choices (torch 2.13): with them on, this compile was the capture's own, read back from
+    # the cache (no persistent twin), or would have left its kernels for the next plain compile.
+    with inductor_config.patch(inductor_choices_class=choices, fx_graph_cache=False), \
+            functorch_config.patch(enable_autograd_cache=False), V.set_choices_handler(choices()):
         other = capture_again(capture.target, record=False, mode=mode)
     donors = list(other.artifact.kernels)
     del other
