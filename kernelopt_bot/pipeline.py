@@ -465,7 +465,7 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
                 # Gates 3-4 and the final benchmark need the baseline arms; they compile while the
                 # tuner times variants instead of after it, where the GPU holds them beside this
                 # process (an arm needs about what this process needed to compile the model).
-                cascade.model_arms.arm_mb_hint = _arm_mb_hint(cap)
+                cascade.model_arms.arm_mb_hint = _arm_mb_hint()
                 if cascade.model_arms.one_baseline:
                     log(f"    a large model (~{cascade.model_arms.arm_mb_hint / 1024:.0f} GiB an arm): one baseline arm, "
                         "timed twice a round for the noise floor, and at most two model arms at once")
@@ -508,7 +508,7 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
     return pack
 
 
-def _arm_mb_hint(cap: Any) -> float:
+def _arm_mb_hint() -> float:
     """What a model arm is expected to hold (MiB) before one has said: this process's peak after
     compiling and running the model, as an arm loads, compiles and runs the same model (the
     recorded kernel arguments, which an arm does not keep, are in host memory)."""
