@@ -697,6 +697,7 @@ def test_too_many_nodes_is_rejected(gelu: TritonKernel) -> None:
     "for i in tl.range(min(0, xnumel - tl.program_id(0) * XBLOCK), xnumel):",
     "for i in tl.range(0, max(XBLOCK, xnumel - tl.program_id(0) * XBLOCK), XBLOCK):",
     "for i in tl.range(0, min(tl.program_id(0) * XBLOCK, tl.program_id(1) * 2), XBLOCK):",
+    "for i in tl.range(0, min(XBLOCK, 0 - tl.program_id(0) * XBLOCK), -1):",  # counting down past it
     "for i in range(0, 8, 0):",
 ])
 def test_loop_trip_counts_are_static_and_bounded(gelu: TritonKernel, loop: str) -> None:

@@ -101,8 +101,8 @@ class Cascade:
         host memory), so the model arms that come next (the compiler's options, the final
         benchmark) have room. On a
         large model these are several copies of its activations."""
-        self.kernels.close()  # the searched kernel's arguments back to host memory, cached blocks freed
-        self.capture.inputs = relocated(self.capture.inputs, "cpu")  # frees this process's cached GPU blocks, the arguments' included
+        self.capture.inputs = relocated(self.capture.inputs, "cpu")
+        self.kernels.close()  # the searched kernel's arguments to host memory; frees the cached GPU blocks
 
     def __enter__(self) -> Cascade:
         return self

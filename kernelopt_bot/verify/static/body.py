@@ -303,7 +303,11 @@ class BodyChecker:
             self.expr(arg)
         start, stop, step = (ast.Constant(0), args[0], ast.Constant(1)) if len(args) == 1 else (
             args[0], args[1], args[2] if len(args) == 3 else ast.Constant(1))
-        values = [self.bound(b, node, upper_only=b is stop) for b in (start, stop, step)]
+        # A stop bounded only from above bounds the trips only while the loop counts up
+        step_value = const_int(step, self.scope.known_ints)
+        counts_up = (step_value is not None and step_value > 0) or (
+            isinstance(step, ast.Name) and step.id in self.scope.constexpr_params)  # gate 1: powers of two
+        values = [self.bound(b, node, upper_only=b is stop and counts_up) for b in (start, stop, step)]
         text = ast.unparse(node)
         trips = trip_count(*values) if all(v is not None for v in values) else 1  # type: ignore[arg-type]
         unroll = 1
