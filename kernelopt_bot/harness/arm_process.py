@@ -84,7 +84,7 @@ def _serve(spec: ArmSpec, conn: Channel) -> None:
     from kernelopt_bot.capture.recorder import compile_fresh
     from kernelopt_bot.capture.settings import target_settings
     from kernelopt_bot.device import prepare_device
-    from kernelopt_bot.harness.cpu_pin import pin_process, timing_core
+    from kernelopt_bot.harness.cpu_pin import time_on_one_core
     from kernelopt_bot.harness.timing import time_model, time_request
     from kernelopt_bot.pack import runtime
     from kernelopt_bot.pack.format import KernelPack
@@ -112,7 +112,7 @@ def _serve(spec: ArmSpec, conn: Channel) -> None:
     compiled = compile_fresh(target.model, mode=mode)
     target.run(compiled, target.make_inputs(0))
     if target.device == "cuda":  # compiled (with every core): its timing keeps to one (harness.cpu_pin)
-        pin_process(timing_core())
+        time_on_one_core()
     conn.send(("ready", {
         "applied": [a.kernel_name for a in runtime.applied()],
         "skipped": [f"{s.kernel_name}: {s.reason}" for s in runtime.skipped()],
@@ -142,7 +142,7 @@ def _serve_kernel_target(spec: ArmSpec, conn: Channel) -> None:
     folder (an original, or a copy with a patch applied), run as written."""
     import torch
 
-    from kernelopt_bot.harness.cpu_pin import pin_process, timing_core
+    from kernelopt_bot.harness.cpu_pin import time_on_one_core
     from kernelopt_bot.harness.timing import time_model
     from kernelopt_bot.helion_targets import load_helion
     from kernelopt_bot.launchers import load_launcher
@@ -152,7 +152,7 @@ def _serve_kernel_target(spec: ArmSpec, conn: Channel) -> None:
     target = load(spec.target, spec.device, spec.dtype)
     target.run(0)
     if target.device == "cuda":
-        pin_process(timing_core())
+        time_on_one_core()
     conn.send(("ready", {"applied": [], "skipped": [],
                          "gpu_mb": torch.cuda.max_memory_reserved() / 2**20 if target.device == "cuda" else None}))
     while True:

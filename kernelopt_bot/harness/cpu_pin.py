@@ -7,6 +7,12 @@ every arm and round, a noise floor of 3%. So each arm, once compiled (compiling 
 moves all its threads to one timing core, the same for every arm of a run (they are asked in turn,
 never at once): the last core this process may use (core 0 takes most of a machine's interrupts),
 so jobs that a fleet gave disjoint CPU sets time on different cores.
+
+Pinned that way, the arms still measured 1.4 ms a call and a 19% noise floor where the whole bench
+under ``taskset`` measured 0.8 ms and 3%: a process started on every core sized torch's CPU thread
+pool for every core, and after a parallel region (the inputs drawn on the CPU each request) those
+threads spin-wait, now on the one core the arm launches kernels from. :func:`time_on_one_core`
+also shrinks the pool to one thread, as ``taskset`` at start-up did.
 """
 
 from __future__ import annotations
@@ -35,3 +41,16 @@ def pin_process(core: int | None) -> bool:
             os.sched_setaffinity(int(tid), {core})
             moved = True
     return moved
+
+
+def time_on_one_core() -> int | None:
+    """This process from now on does its host work on the timing core alone: every thread moved
+    there and torch's CPU parallelism cut to one thread (its pool's idle workers would otherwise
+    spin on that core after each parallel region). Returns the core, or None where nothing moved."""
+    import torch
+
+    core = timing_core()
+    if not pin_process(core):
+        return None
+    torch.set_num_threads(1)
+    return core
