@@ -31,6 +31,11 @@ SEED_BASE = 1000
 # compare_arms), each pass at least MIN_PASS_REPS calls.
 PASSES_PER_ROUND = 4
 MIN_PASS_REPS = 3
+# A pass lasts at least MIN_PASS_MS of calls, up to MAX_PASS_REPS calls: 5 calls of a launch-bound
+# network (0.73 ms, tiny_vit on the H200) left each round's median at the mercy of one slow
+# launch, and the baselines 3% apart; the calls are cheap where they are short.
+MIN_PASS_MS = 20.0
+MAX_PASS_REPS = 40
 
 
 @dataclass
@@ -78,6 +83,7 @@ class BenchResult:
     max_abs_diff_after_timing: float | None = None
     reason: str = ""
     noise_from: str = "two baseline processes"
+    pass_reps: int | None = None  # the calls each arm made in each pass (:func:`pass_reps_for`)
     # A training step's time split (ms of device time, medians over rounds): {"forward": {"baseline",
     # "optimized"}, "backward": {...}}; the backward is the step less its forward, timed in the same round.
     step_split_ms: dict[str, dict[str, float | None]] = field(default_factory=dict)
@@ -199,7 +205,8 @@ def compare_arms(base: Arm, packed: Arm, repeat: Arm | None, *, target: str,
     turns = [(base, "baseline"), (packed, "packed"), (repeat or base, "baseline-repeat")]
     if repeat is None:
         result.noise_from = "the one baseline process, timed twice a round (a large model)"
-    pass_reps = max(MIN_PASS_REPS, -(-reps // PASSES_PER_ROUND))
+    pass_reps = pass_reps_for(reps, _call_ms([base, packed, repeat], timeout_s))
+    result.pass_reps = pass_reps
     for r in range(rounds):
         seed = SEED_BASE + r
         replies: dict[str, list[tuple[float | None, float | None]]] = {label: [] for _, label in turns}
@@ -227,6 +234,27 @@ def compare_arms(base: Arm, packed: Arm, repeat: Arm | None, *, target: str,
                                                      packed.request("outputs", last, timeout_s=timeout_s), device)
     _summarize(result)
     return result
+
+
+def pass_reps_for(reps: int, call_ms: float | None) -> int:
+    """The calls an arm makes in one pass: ``reps`` a round spread over its passes (at least
+    MIN_PASS_REPS), more for a short call, so that a pass lasts MIN_PASS_MS (at most MAX_PASS_REPS
+    calls); ``call_ms``: the fastest arm's time for one call (None: not known)."""
+    spread = max(MIN_PASS_REPS, -(-reps // PASSES_PER_ROUND))
+    if not call_ms or call_ms <= 0:
+        return spread
+    return max(spread, min(MAX_PASS_REPS, -(-int(MIN_PASS_MS * 1000) // max(1, int(call_ms * 1000)))))
+
+
+def _call_ms(arms: list[Arm | None], timeout_s: float) -> float | None:
+    """One call's time, the fastest of the arms' (a short pass of each, on the inputs of no round:
+    it also warms every arm up before the first round)."""
+    times: list[float] = []
+    for arm in {id(a): a for a in arms if a is not None}.values():
+        reply = arm.request("time", SEED_BASE - 1, MIN_PASS_REPS, timeout_s=timeout_s)
+        if reply and reply[0]:
+            times.append(float(reply[0]))
+    return min(times) if times else None
 
 
 def pass_orders(turns: list[Any], round_index: int) -> list[list[Any]]:
