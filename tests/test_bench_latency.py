@@ -55,7 +55,8 @@ def test_one_baseline_is_timed_twice_a_round_for_the_noise_floor() -> None:
     turns of every round, and the result says where its noise floor came from."""
     base = _Arm(1.0, 3.0)
     result = compare_arms(base, _Arm(0.5, 1.0), None, target="t", device="cuda", dtype="fp32", rounds=4)
-    assert base.calls == 1 + 2 * 4 * bench.PASSES_PER_ROUND and result.speedup == 2.0  # 1: how long a call takes
+    # 2: the warm-up's passes (steady from the second)
+    assert base.calls == 2 + 2 * 4 * bench.PASSES_PER_ROUND and result.speedup == 2.0 and result.warmup_passes == 2
     assert result.noise_floor == 0.0 and result.host_noise_floor == 0.0
     assert "one baseline process" in result.noise_from and "one baseline" in result.to_json()["noise_from"]
 
@@ -88,7 +89,7 @@ def test_mirrored_passes_cancel_a_drift_of_the_device(monkeypatch: pytest.Monkey
     device = _DriftingDevice()
     result = compare_arms(device.arm(), device.arm(), device.arm(), target="t", device="cuda", dtype="fp32",
                           rounds=3)
-    assert device.requests == 3 + 3 * 3 * passes  # 3: each arm's first request, how long a call takes
+    assert device.requests == 3 * result.warmup_passes + 3 * 3 * passes
     if passes == 1:
         assert result.noise_floor is not None and result.noise_floor > 0.01
     else:
@@ -170,10 +171,42 @@ def test_a_short_call_is_timed_more_often_in_each_pass(call_ms: float, expected:
     base, packed, repeat = _Arm(call_ms, call_ms), _Arm(call_ms * 2, call_ms), _Arm(call_ms, call_ms)
     result = compare_arms(base, packed, repeat, target="t", device="cuda", dtype="fp32", rounds=2, reps=20)
     assert result.pass_reps == expected == bench.pass_reps_for(20, call_ms)
-    assert base.reps[0] == bench.MIN_PASS_REPS and set(base.reps[1:]) == {expected}
+    assert base.reps[0] == bench.MIN_PASS_REPS and set(base.reps[1:]) == {expected}  # the warm-up's first pass
     assert set(packed.reps[1:]) == {expected}  # the fastest arm's call sets every arm's pass
     assert result.to_json()["pass_reps"] == expected
 
 
 def test_without_a_time_for_a_call_the_reps_are_spread_over_the_passes() -> None:
     assert bench.pass_reps_for(20, None) == 5 and bench.pass_reps_for(2, None) == bench.MIN_PASS_REPS
+
+
+class _SettlingArm(_Arm):
+    """An arm whose first timing requests come back slow by ``factors`` (something else had the
+    machine, more at first, less later), then steady."""
+
+    def __init__(self, gpu_ms: float, factors: list[float]) -> None:
+        super().__init__(gpu_ms, gpu_ms)
+        self.factors = factors
+
+    def request(self, op: str, *args: Any, **kwargs: Any) -> Any:
+        reply = super().request(op, *args, **kwargs)
+        if op == "time" and self.calls <= len(self.factors):
+            factor = self.factors[self.calls - 1]
+            return (reply[0] * factor, reply[1] * factor)
+        return reply
+
+
+def test_the_rounds_start_once_every_arm_times_steadily() -> None:
+    """A disturbance at the start lasts through the warm-up, not into the rounds: the baseline
+    against itself then reads 0, where three disturbed rounds of ten read 50%."""
+    base, packed, repeat = _SettlingArm(1.0, [1.6, 1.3, 1.2]), _SettlingArm(0.5, [1.5, 1.2]), _SettlingArm(1.0, [])
+    result = compare_arms(base, packed, repeat, target="t", device="cuda", dtype="fp32", rounds=4)
+    assert result.warmup_passes == 5  # base slow in passes 1-3, steady in 4 and 5
+    assert result.noise_floor == 0.0 and result.speedup == 2.0
+
+
+def test_the_warm_up_ends_after_its_time_even_if_an_arm_never_settles(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bench, "WARMUP_MAX_S", 0.0)
+    base = _SettlingArm(1.0, [1.5, 1.2, 1.4, 1.1] * 10)
+    result = compare_arms(base, _Arm(0.5, 0.5), _Arm(1.0, 1.0), target="t", device="cuda", dtype="fp32", rounds=2)
+    assert result.warmup_passes == 1 and result.speedup is not None

@@ -18,6 +18,7 @@ but no time is reported.
 from __future__ import annotations
 
 import statistics
+import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -36,6 +37,11 @@ MIN_PASS_REPS = 3
 # launch, and the baselines 3% apart; the calls are cheap where they are short.
 MIN_PASS_MS = 20.0
 MAX_PASS_REPS = 40
+# Before the first round every arm is timed in turn until each pass is within STEADY_WITHIN of
+# that arm's previous one (at most WARMUP_MAX_S): on the H200 a launch-bound network's first three
+# rounds once took 1.0-1.6 ms a call and the next seven 0.8 ms, in every arm alike.
+STEADY_WITHIN = 0.03
+WARMUP_MAX_S = 3.0
 
 
 @dataclass
@@ -84,6 +90,7 @@ class BenchResult:
     reason: str = ""
     noise_from: str = "two baseline processes"
     pass_reps: int | None = None  # the calls each arm made in each pass (:func:`pass_reps_for`)
+    warmup_passes: int = 0  # the passes of every arm before the first round (:func:`_steady_call_ms`)
     # A training step's time split (ms of device time, medians over rounds): {"forward": {"baseline",
     # "optimized"}, "backward": {...}}; the backward is the step less its forward, timed in the same round.
     step_split_ms: dict[str, dict[str, float | None]] = field(default_factory=dict)
@@ -205,8 +212,8 @@ def compare_arms(base: Arm, packed: Arm, repeat: Arm | None, *, target: str,
     turns = [(base, "baseline"), (packed, "packed"), (repeat or base, "baseline-repeat")]
     if repeat is None:
         result.noise_from = "the one baseline process, timed twice a round (a large model)"
-    pass_reps = pass_reps_for(reps, _call_ms([base, packed, repeat], timeout_s))
-    result.pass_reps = pass_reps
+    call_ms, result.warmup_passes = _steady_call_ms([base, packed, repeat], reps, timeout_s)
+    pass_reps = result.pass_reps = pass_reps_for(reps, call_ms)
     for r in range(rounds):
         seed = SEED_BASE + r
         replies: dict[str, list[tuple[float | None, float | None]]] = {label: [] for _, label in turns}
@@ -246,15 +253,26 @@ def pass_reps_for(reps: int, call_ms: float | None) -> int:
     return max(spread, min(MAX_PASS_REPS, -(-int(MIN_PASS_MS * 1000) // max(1, int(call_ms * 1000)))))
 
 
-def _call_ms(arms: list[Arm | None], timeout_s: float) -> float | None:
-    """One call's time, the fastest of the arms' (a short pass of each, on the inputs of no round:
-    it also warms every arm up before the first round)."""
-    times: list[float] = []
-    for arm in {id(a): a for a in arms if a is not None}.values():
-        reply = arm.request("time", SEED_BASE - 1, MIN_PASS_REPS, timeout_s=timeout_s)
-        if reply and reply[0]:
-            times.append(float(reply[0]))
-    return min(times) if times else None
+def _steady_call_ms(arms: list[Arm | None], reps: int, timeout_s: float) -> tuple[float | None, int]:
+    """Warm every arm up until its time holds still, and say how long one call takes (the fastest
+    arm's last pass, which sets :func:`pass_reps_for`), with the passes that took. The passes run
+    on the inputs of no round. Without times (no CUDA) one pass, to warm the arms up."""
+    unique = {id(a): a for a in arms if a is not None}
+    last: dict[int, float] = {}
+    started, passes, pass_reps = time.monotonic(), 0, MIN_PASS_REPS
+    while True:
+        now: dict[int, float] = {}
+        for key, arm in unique.items():
+            reply = arm.request("time", SEED_BASE - 1, pass_reps, timeout_s=timeout_s)
+            if reply and reply[0]:
+                now[key] = float(reply[0])
+        passes += 1
+        if not now:
+            return None, passes
+        steady = all(key in last and abs(ms / last[key] - 1.0) <= STEADY_WITHIN for key, ms in now.items())
+        last, pass_reps = now, pass_reps_for(reps, min(now.values()))
+        if steady or time.monotonic() - started > WARMUP_MAX_S:
+            return min(now.values()), passes
 
 
 def pass_orders(turns: list[Any], round_index: int) -> list[list[Any]]:
