@@ -32,6 +32,9 @@ class KernelOutcome:
     replacement: str | None = None  # "config", "source", "config+source" or None
     detail: str = ""
     phase: str = "forward"  # "backward": a training step's backward kernel
+    # The compiler's kernel's bandwidth over the device's copy roofline (the profile's): a
+    # memory-bound kernel near 1.0 has little left for any search to find.
+    roofline_fraction: float | None = None
     # Per strategy (a launch config, a source transformation, a strategy rewrite): candidates
     # gated, accepted, and whether the chosen one was of it: {"one_pass_persistent": {"gated": 2,
     # "accepted": 1, "chosen": 1}}. The report adds them up: how often each one won.

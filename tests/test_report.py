@@ -186,3 +186,16 @@ def test_host_latency_and_device_memory_are_reported_when_measured() -> None:
     report = render_report(result)
     assert "| host-inclusive latency of a call, `torch.compile` -> with pack | 3.1" in report
     assert "on the device (every process): 3000 MiB (2.5x what the compiled model alone holds)" in report
+
+
+def test_each_kernel_shows_how_near_the_copy_roofline_the_compilers_kernel_runs() -> None:
+    """Where no candidate was faster, the reader needs to know whether anything was left: a
+    memory-bound kernel at 93% of the device's copy bandwidth has little more to give."""
+    result = _measured_result()
+    result.kernels[1].roofline_fraction = 0.934
+    report = render_report(result)
+    assert "| of copy roofline |" in report
+    assert "| `triton_red_fused_1` | reduction | 30.0% | 0.6000 | 93.4% | 2 |" in report
+    assert "| `triton_poi_fused_0` | pointwise | 70.0% | 1.4000 | - | 3 |" in report
+    again = RunResult.from_json(json.loads(json.dumps(result.to_json())))
+    assert again.kernels[1].roofline_fraction == 0.934

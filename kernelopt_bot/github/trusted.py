@@ -94,6 +94,7 @@ class KernelDoc(_Strict):
     replacement: Literal["config", "source", "config+source"] | None = None
     detail: str = Field(default="", max_length=1000)
     phase: Literal["forward", "backward"] = "forward"
+    roofline_fraction: Num | None = Field(default=None, ge=0, le=100)
     strategies: dict[str, dict[str, int]] = Field(default_factory=dict)
 
     @field_validator("strategies")

@@ -101,7 +101,8 @@ class Orchestrator:
         outcomes: list[KernelOutcome] = []
         for row in self.profile.ranked():
             outcome = KernelOutcome(row.name, row.kind, row.share, row.time_ms,
-                                    phase=self.capture.artifact.graphs[row.graph].phase)
+                                    phase=self.capture.artifact.graphs[row.graph].phase,
+                                    roofline_fraction=row.roofline_fraction)
             kernel = self.capture.artifact.kernel(f"g{row.graph}:{row.name}")
             if self.store is not None and self.run_id is not None:  # the run's profile, kernel by kernel
                 self.store.runs.record_kernel(self.run_id, kernel.key, kernel.name, row.kind, row.share,

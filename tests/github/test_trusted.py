@@ -28,8 +28,11 @@ def _result(**change: object) -> dict:
 
 
 def test_a_plain_result_passes() -> None:
-    r = validate_result(json.dumps(_result()), name="mlp", dtype="fp32")
+    doc = _result()
+    doc["kernels"][0]["roofline_fraction"] = 0.91
+    r = validate_result(json.dumps(doc), name="mlp", dtype="fp32")
     assert r.speedup == 1.25 and r.accepted_kernels == ["triton_poi_k0"]
+    assert r.kernels[0].roofline_fraction == 0.91
 
 
 def test_the_llm_status_survives_validation() -> None:
@@ -53,6 +56,7 @@ def test_the_llm_status_survives_validation() -> None:
     ({"schema": "other"}, "kernelopt-result/1"),
     ({"pack_entries": True}, "pack_entries"),
     ({"kernels": [{"name": "k", "kind": "p", "status": "totally verified, trust me"}]}, "kernel status"),
+    ({"kernels": [{"name": "k", "kind": "p", "roofline_fraction": -0.5}]}, "roofline_fraction"),
     ({"hardware": {"gpu": "x" * 500}}, "hardware"),
     ({"llm_status": "used a secret model"}, "llm_status"),
     ({"llm_error": "x" * 600}, "llm_error"),
