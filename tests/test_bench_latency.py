@@ -20,7 +20,6 @@ class _Arm:
 
     def __init__(self, gpu_ms: float, host_ms: float, jitter: float = 0.0) -> None:
         self.gpu_ms, self.host_ms, self.jitter, self.calls = gpu_ms, host_ms, jitter, 0
-        self.reps: list[int] = []  # the calls each timing request asked for
         self.info: dict[str, Any] = {"applied": [], "skipped": []}
         self.ready = True
 
@@ -28,7 +27,6 @@ class _Arm:
         if op == "outputs":
             return [torch.ones(4)]
         self.calls += 1
-        self.reps.append(args[1])
         wobble = self.jitter if args[0] % 2 else -self.jitter
         return (self.gpu_ms, self.host_ms * (1.0 + wobble))
 
@@ -162,22 +160,6 @@ def test_the_processes_line_puts_the_device_peak_beside_the_models_own_memory() 
     assert "searching 1200 MiB (800), end-to-end benchmark 3000 MiB" in phases
     cpu = _processes_line({"started": 2, "sandboxes": 0, "peak_gpu_mb": None})
     assert "not measured in the engine" in cpu and "device" not in cpu
-
-
-@pytest.mark.parametrize(("call_ms", "expected"), [(10.0, 5), (1.0, 20), (0.73, 28), (0.01, bench.MAX_PASS_REPS)])
-def test_a_short_call_is_timed_more_often_in_each_pass(call_ms: float, expected: int) -> None:
-    """20 reps a round are 5 calls a pass: of a 0.7 ms network that is one slow launch from a
-    different median. The arms are asked for a pass of MIN_PASS_MS instead, capped."""
-    base, packed, repeat = _Arm(call_ms, call_ms), _Arm(call_ms * 2, call_ms), _Arm(call_ms, call_ms)
-    result = compare_arms(base, packed, repeat, target="t", device="cuda", dtype="fp32", rounds=2, reps=20)
-    assert result.pass_reps == expected == bench.pass_reps_for(20, call_ms)
-    assert base.reps[0] == bench.MIN_PASS_REPS and set(base.reps[1:]) == {expected}  # the warm-up's first pass
-    assert set(packed.reps[1:]) == {expected}  # the fastest arm's call sets every arm's pass
-    assert result.to_json()["pass_reps"] == expected
-
-
-def test_without_a_time_for_a_call_the_reps_are_spread_over_the_passes() -> None:
-    assert bench.pass_reps_for(20, None) == 5 and bench.pass_reps_for(2, None) == bench.MIN_PASS_REPS
 
 
 class _SettlingArm(_Arm):

@@ -32,16 +32,11 @@ SEED_BASE = 1000
 # compare_arms), each pass at least MIN_PASS_REPS calls.
 PASSES_PER_ROUND = 4
 MIN_PASS_REPS = 3
-# A pass lasts at least MIN_PASS_MS of calls, up to MAX_PASS_REPS calls: 5 calls of a launch-bound
-# network (0.73 ms, tiny_vit on the H200) left each round's median at the mercy of one slow
-# launch, and the baselines 3% apart; the calls are cheap where they are short.
-MIN_PASS_MS = 20.0
-MAX_PASS_REPS = 40
 # Before the first round every arm is timed in turn until each pass is within STEADY_WITHIN of
 # that arm's previous one (at most WARMUP_MAX_S): on the H200 a launch-bound network's first three
 # rounds once took 1.0-1.6 ms a call and the next seven 0.8 ms, in every arm alike.
 STEADY_WITHIN = 0.03
-WARMUP_MAX_S = 3.0
+WARMUP_MAX_S = 2.0
 
 
 @dataclass
@@ -89,8 +84,7 @@ class BenchResult:
     max_abs_diff_after_timing: float | None = None
     reason: str = ""
     noise_from: str = "two baseline processes"
-    pass_reps: int | None = None  # the calls each arm made in each pass (:func:`pass_reps_for`)
-    warmup_passes: int = 0  # the passes of every arm before the first round (:func:`_steady_call_ms`)
+    warmup_passes: int = 0  # the passes of every arm before the first round (:func:`_warm_up`)
     # A training step's time split (ms of device time, medians over rounds): {"forward": {"baseline",
     # "optimized"}, "backward": {...}}; the backward is the step less its forward, timed in the same round.
     step_split_ms: dict[str, dict[str, float | None]] = field(default_factory=dict)
@@ -212,8 +206,8 @@ def compare_arms(base: Arm, packed: Arm, repeat: Arm | None, *, target: str,
     turns = [(base, "baseline"), (packed, "packed"), (repeat or base, "baseline-repeat")]
     if repeat is None:
         result.noise_from = "the one baseline process, timed twice a round (a large model)"
-    call_ms, result.warmup_passes = _steady_call_ms([base, packed, repeat], reps, timeout_s)
-    pass_reps = result.pass_reps = pass_reps_for(reps, call_ms)
+    pass_reps = max(MIN_PASS_REPS, -(-reps // PASSES_PER_ROUND))
+    result.warmup_passes = _warm_up([base, packed, repeat], pass_reps, timeout_s)
     for r in range(rounds):
         seed = SEED_BASE + r
         replies: dict[str, list[tuple[float | None, float | None]]] = {label: [] for _, label in turns}
@@ -243,23 +237,13 @@ def compare_arms(base: Arm, packed: Arm, repeat: Arm | None, *, target: str,
     return result
 
 
-def pass_reps_for(reps: int, call_ms: float | None) -> int:
-    """The calls an arm makes in one pass: ``reps`` a round spread over its passes (at least
-    MIN_PASS_REPS), more for a short call, so that a pass lasts MIN_PASS_MS (at most MAX_PASS_REPS
-    calls); ``call_ms``: the fastest arm's time for one call (None: not known)."""
-    spread = max(MIN_PASS_REPS, -(-reps // PASSES_PER_ROUND))
-    if not call_ms or call_ms <= 0:
-        return spread
-    return max(spread, min(MAX_PASS_REPS, -(-int(MIN_PASS_MS * 1000) // max(1, int(call_ms * 1000)))))
-
-
-def _steady_call_ms(arms: list[Arm | None], reps: int, timeout_s: float) -> tuple[float | None, int]:
-    """Warm every arm up until its time holds still, and say how long one call takes (the fastest
-    arm's last pass, which sets :func:`pass_reps_for`), with the passes that took. The passes run
-    on the inputs of no round. Without times (no CUDA) one pass, to warm the arms up."""
+def _warm_up(arms: list[Arm | None], pass_reps: int, timeout_s: float) -> int:
+    """Time every arm in turn, a pass each, until each arm's pass is within STEADY_WITHIN of its
+    previous one (at most WARMUP_MAX_S), on the inputs of no round; the passes it took. Without
+    times (no CUDA) one pass, which still warms the arms up."""
     unique = {id(a): a for a in arms if a is not None}
     last: dict[int, float] = {}
-    started, passes, pass_reps = time.monotonic(), 0, MIN_PASS_REPS
+    started, passes = time.monotonic(), 0
     while True:
         now: dict[int, float] = {}
         for key, arm in unique.items():
@@ -267,12 +251,10 @@ def _steady_call_ms(arms: list[Arm | None], reps: int, timeout_s: float) -> tupl
             if reply and reply[0]:
                 now[key] = float(reply[0])
         passes += 1
-        if not now:
-            return None, passes
         steady = all(key in last and abs(ms / last[key] - 1.0) <= STEADY_WITHIN for key, ms in now.items())
-        last, pass_reps = now, pass_reps_for(reps, min(now.values()))
-        if steady or time.monotonic() - started > WARMUP_MAX_S:
-            return min(now.values()), passes
+        if not now or steady or time.monotonic() - started > WARMUP_MAX_S:
+            return passes
+        last = now
 
 
 def pass_orders(turns: list[Any], round_index: int) -> list[list[Any]]:
