@@ -161,3 +161,41 @@ def test_the_gates_own_failure_is_infrastructure_and_the_candidates_is_not() -> 
     with pytest.raises(InfrastructureFailure, match="gate 2's own check failed: RuntimeError"):  # ours
         check_correctness(kernel, rec.args, rec.kwargs, fine, raises, seeds=(0,), distributions=("normal",),
                           device="cpu")
+
+
+def test_gate2_holds_at_most_two_trials_buffers_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each trial draws full-size buffers; a trial's must be gone before the next are drawn. The
+    caching allocator keeps whatever the peak reserved, and the engine holds that beside the model
+    arms for the rest of the run. At any launch, at most two sets exist: the candidate's output
+    being compared or repeated, and the buffers launched on (the repeat check on a GPU included)."""
+    import weakref
+
+    from kernelopt_bot.verify import correctness
+
+    cap = captured("gelu.py")
+    kernel = cap.artifact.kernels[0]
+    rec = cap.recording(kernel.graph, kernel.name)
+    alive: weakref.WeakSet[torch.Tensor] = weakref.WeakSet()
+    real_draw = correctness.trial_arguments
+
+    def registered(*args: object, **kwargs: object) -> tuple[object, ...]:
+        out = real_draw(*args, **kwargs)  # type: ignore[arg-type]
+        alive.update(a for a in out if isinstance(a, torch.Tensor))
+        return out
+
+    sets_at_launch: list[int] = []
+    tensors_per_set = sum(isinstance(a, torch.Tensor) for a in rec.args)
+
+    def gelu(args: tuple[object, ...]) -> None:
+        sets_at_launch.append(len(alive) // tensors_per_set)
+        x, out = args[0], args[1]
+        assert isinstance(x, torch.Tensor) and isinstance(out, torch.Tensor)
+        out.copy_(torch.nn.functional.gelu(x.float()).to(out.dtype))
+
+    monkeypatch.setattr(correctness, "trial_arguments", registered)
+    monkeypatch.setattr(correctness, "_sync", lambda _device: None)  # the repeat check's path, on the CPU
+    gate = check_correctness(kernel, rec.args, rec.kwargs, gelu, gelu, seeds=(0, 1), distributions=("normal",),
+                             device="cuda")
+    assert gate.passed, gate.reason
+    assert len(sets_at_launch) == 2 + (correctness.REPEATS_ON_GPU - 1) + 2  # trial 0, its repeats, trial 1
+    assert max(sets_at_launch) <= 2, sets_at_launch

@@ -289,10 +289,15 @@ def _check(kernel: TritonKernel, recorded: tuple[Any, ...], launch_candidate: An
                 return GateResult.fail("correctness", f"{result.reason} ({where})",
                                        seed=seed, distribution=dist, prefill=prefill, **result.numbers)
             worst = max(worst, float(result.numbers.get("rel_norm_err", 0.0)))
+        # Each trial's buffers go before the next are drawn (the caching allocator keeps what a
+        # trial's peak reserved, and the engine's search holds it beside the model arms): the
+        # repeat check needs the candidate's first output, not the compiler's.
+        del ref_args
         if device == "cuda" and trial == 0:
             problem = _repeatable(fresh, cand_args, compared, read_only, launch_candidate, launch_reference, device)
             if problem is not None:
                 return GateResult.fail("correctness", f"{problem} ({where})", seed=seed)
+        del cand_args
     how = "write sets recorded in the interpreter" if traced else (
         f"{REPEATS_ON_GPU} bitwise-identical runs" if device == "cuda" else "no write-set record")
     return GateResult.ok("correctness", f"matched the compiler's kernel on {len(plan)} trials "
@@ -345,6 +350,7 @@ def _repeatable(fresh: Any, first: tuple[Any, ...], compared: list[ArgRole], rea
             return problem
         differs = next((r.name for r in compared if not _same(first[r.index], again[r.index])), None)
         if differs is None:
+            del again  # before the next repeat's buffers are drawn
             continue
         ref_runs = []
         for _ in range(REPEATS_ON_GPU):
