@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
+from kernelopt_bot.candidate import Candidate
 from kernelopt_bot.capture.artifact import parse_output_code
+from kernelopt_bot.capture.recorder import capture
+from kernelopt_bot.pack.format import LaunchConfig
 from kernelopt_bot.search.space import configs, sample
-from kernelopt_bot.search.transforms import applicable, pipelined_reduction_loop
+from kernelopt_bot.search.transforms import applicable, pipelined_reduction_loop, shifted_sums_for_welford
+from kernelopt_bot.search.tuner import ORIGIN
+from kernelopt_bot.targets import load_target
+from kernelopt_bot.verify.cascade import Cascade, VerifyOptions
 from kernelopt_bot.verify.static import check_config, check_source
+from tests.helpers import DEVICE
 
 H200 = Path(__file__).resolve().parent / "fixtures" / "output_code" / "torch-2.11.0"
 
@@ -40,3 +48,70 @@ def test_launch_space_is_valid_for_gate_1() -> None:
     assert any(c.kwargs.get("R0_BLOCK") == 16384 for c in space)  # a whole row in one iteration
     for config in sample(kernel, 40, seed=1):
         assert check_config(kernel, config).passed, config.describe()
+
+
+def _loop_bodies(source: str) -> list[str]:
+    """The text of each ``for r0_offset`` loop of a kernel (up to the next line indented less)."""
+    return re.findall(r"^( +)for r0_offset in[^\n]*\n((?:\1 [^\n]*\n)+)", source, re.M)
+
+
+@pytest.mark.parametrize("name", ["linear_epilogue.py", "mlp_bf16.py", "graph_break_g0.py"])
+def test_welford_loops_of_real_kernels_become_shifted_sums_without_a_division(name: str) -> None:
+    kernel = next(k for k in parse_output_code((H200 / name).read_text()).kernels
+                  if "welford_reduce" in k.source)
+    new = shifted_sums_for_welford(kernel.source)
+    assert new is not None and "welford_reduce" not in new
+    assert "triton_helpers.welford(" in new  # the lanes are still combined by Inductor's own helper
+    shifted_loop = next(body for _, body in _loop_bodies(new) if "_shift" in body)
+    assert "/" not in shifted_loop
+    assert check_source(kernel, new).passed
+    assert shifted_sums_for_welford(new) is None  # once only
+    assert dict(applicable(kernel.source))["shifted_sums_for_welford"] == new
+
+
+def test_no_welford_no_shifted_sums() -> None:
+    for name in ("softmax.py", "gelu.py", "rmsnorm.py"):
+        assert shifted_sums_for_welford(parse_output_code((H200 / name).read_text()).kernels[0].source) is None
+
+
+LAYER_NORM_FAR_FROM_ZERO = '''
+import torch
+
+class Model(torch.nn.Module):
+    """Layer norm over 3000-wide rows (not a multiple of any block: masked lanes) of values near
+    1000 with a spread of 0.5: summing squares unshifted would cancel the variance away in fp32."""
+    def __init__(self):
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(3000)
+
+    def forward(self, x):
+        return self.norm(x)
+
+def get_inputs():
+    return [torch.randn(5, 3000) * 0.5 + 1000.0]
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_shifted_sums_pass_gates_1_to_3_on_a_layer_norm_far_from_zero(tmp_path: Path) -> None:
+    """With 256-wide blocks each lane sums 11-12 values: the shifted sums pass the gates; the same
+    sums without the shift (the textbook sum of squares) lose the variance to cancellation (a
+    relative error near 1e-2, against Welford's 1e-4) and the gates reject them."""
+    path = tmp_path / "layer_norm_far.py"
+    path.write_text(LAYER_NORM_FAR_FROM_ZERO)
+    captured = capture(load_target(str(path), DEVICE, "fp32"))
+    kernel = next(k for k in captured.artifact.kernels if "welford_reduce" in k.source)
+    new = shifted_sums_for_welford(kernel.source)
+    assert new is not None
+    unshifted = re.sub(r"(\w+)_shift = tl\.where\(\w+_weight == 0, \w+, \w+_shift\)", r"\1_shift = \1_shift", new)
+    assert unshifted != new
+    blocks = LaunchConfig({"XBLOCK": 1, "R0_BLOCK": 256}, num_warps=4, num_stages=1)
+    with Cascade(captured, VerifyOptions(seeds=(0, 1), rounds=1)) as gates:
+        verdict = gates.verify(kernel, Candidate("shifted_sums_for_welford", source=new, config=blocks, origin=ORIGIN))
+        textbook = gates.verify(kernel, Candidate("unshifted sums", source=unshifted, config=blocks, origin=ORIGIN))
+    assert verdict.infrastructure is None and textbook.infrastructure is None
+    assert [g.name for g in verdict.gates if g.passed] == ["static", "correctness", "model"], verdict.gates
+    failed = [g.name for g in textbook.gates if g.passed is False]
+    assert failed and failed[0] in ("correctness", "model"), textbook.gates

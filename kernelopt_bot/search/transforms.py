@@ -43,9 +43,58 @@ def drop_eviction_hints(source: str) -> str | None:
     return new if new != source else None
 
 
+_WELFORD_STEP = re.compile(
+    r"^(?P<indent>[ \t]*)(?P<acc>\w+)_mean_next, (?P=acc)_m2_next, (?P=acc)_weight_next = "
+    r"triton_helpers\.welford_reduce\(\s*(?P<value>\w+),\s*(?P=acc)_mean,\s*(?P=acc)_m2,\s*(?P=acc)_weight,"
+    r"[^()\n]*(?:\n[^()\n]*)?\)[ \t]*$", re.M)
+
+
+def shifted_sums_for_welford(source: str) -> str | None:
+    """Looped mean/variance reductions (layer norm, group norm, var, std): Inductor accumulates
+    each lane with Welford's update, one division per element (``mean += delta / count``). This
+    accumulates the lane's sum and sum of squares instead, shifted by the lane's first value so
+    that a large mean does not cancel the variance away (the shifted-data algorithm), with no
+    division in the loop; the lanes' (mean, M2, count) are formed once after it and combined by
+    Inductor's own ``triton_helpers.welford``, as before. Rounding differs from Welford's, which
+    gates 2 and 3 judge like any candidate's."""
+    accumulators = [step["acc"] for step in _WELFORD_STEP.finditer(source)]
+    if not accumulators or any(f"{acc}_shift" in source for acc in accumulators):
+        return None
+    new = source
+    for acc in accumulators:
+        step = next(m for m in _WELFORD_STEP.finditer(new) if m["acc"] == acc)
+        init = re.search(rf"^(?P<indent>[ \t]*){acc}_mean = (?P<zeros>tl\.zeros\([^\n]*\))[ \t]*$", new, re.M)
+        combine = re.search(rf"^(?P<indent>[ \t]*)\w+, \w+, \w+ = triton_helpers\.welford\("
+                            rf"{acc}_mean, {acc}_m2, {acc}_weight, \d+\)[ \t]*$", new, re.M)
+        if init is None or combine is None or not init.end() < step.start() < step.end() < combine.start():
+            return None
+        indent, value, c = step["indent"], step["value"], combine["indent"]
+        accumulate = "\n".join([
+            f"{indent}{acc}_shift = tl.where({acc}_weight == 0, {value}, {acc}_shift)",
+            f"{indent}{acc}_delta = {value} - {acc}_shift",
+            f"{indent}{acc}_mean_next = {acc}_mean + {acc}_delta",
+            f"{indent}{acc}_m2_next = {acc}_m2 + {acc}_delta * {acc}_delta",
+            f"{indent}{acc}_weight_next = {acc}_weight + 1",
+        ])
+        # The lane's (sum, sum of squares, count) of shifted values into Welford's (mean, M2,
+        # count); an empty lane is (0, 0, 0), which the combine weighs at nothing.
+        finish = "\n".join([
+            f"{c}{acc}_count = tl.where({acc}_weight == 0, 1.0, {acc}_weight)",
+            f"{c}{acc}_m2 = tl.where({acc}_weight == 0, 0.0, "
+            f"tl.maximum({acc}_m2 - {acc}_mean * ({acc}_mean / {acc}_count), 0.0))",
+            f"{c}{acc}_mean = tl.where({acc}_weight == 0, 0.0, {acc}_shift + {acc}_mean / {acc}_count)",
+        ])
+        # Spliced from the last position back, so the earlier matches' offsets still hold.
+        new = new[:combine.start()] + finish + "\n" + new[combine.start():]
+        new = new[:step.start()] + accumulate + new[step.end():]
+        new = new[:init.end()] + f"\n{init['indent']}{acc}_shift = {init['zeros']}" + new[init.end():]
+    return new
+
+
 TRANSFORMS: tuple[Callable[[str], str | None], ...] = (
     pipelined_reduction_loop(2),
     pipelined_reduction_loop(3),
+    shifted_sums_for_welford,
     flip_eviction,
     drop_eviction_hints,
 )
