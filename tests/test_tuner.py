@@ -11,6 +11,7 @@ from kernelopt_bot.capture.artifact import parse_output_code
 from kernelopt_bot.profiling import KernelProfile
 from kernelopt_bot.search.base import SearchContext
 from kernelopt_bot.search.tuner import TimedTuner, predicted_gain, promising
+from kernelopt_bot.verify.static import check_source
 
 H200 = Path(__file__).resolve().parent / "fixtures" / "output_code" / "torch-2.11.0"
 
@@ -46,7 +47,9 @@ def test_tuner_sends_only_promising_variants(share: float, expect_proposals: boo
 
     ctx = SearchContext(kernel, _profile(share), None, "cuda")
     proposals = TimedTuner(timer, sample_size=6).propose(ctx, 3)
-    assert len(calls) == 2 and calls[0] >= 6  # one sample job, one descent job with the transformations
+    # one sample job, one descent job with the transformations, and one for those transformations
+    # stacked (each beat its config by 1.25%)
+    assert len(calls) == 3 and calls[0] >= 6 and calls[2] == 1
     if expect_proposals:
         assert len(proposals) == 3 and proposals[0].kernel_ms == pytest.approx(0.79)
     else:  # 1% of the model: 20% on the kernel moves the model by 0.2%, not worth a gate run
@@ -64,12 +67,14 @@ def test_descent_continues_while_it_improves_and_transformations_are_timed_once(
 
     proposals = TimedTuner(timer, sample_size=4, descent_rounds=3).propose(
         SearchContext(kernel, _profile(1.0), None, "cuda"), 5)
-    assert len(batches) == 4
+    assert len(batches) == 5  # the sample, three descent rounds, the winning transformations stacked
     sources = [c for batch in batches for c in batch if c.source is not None]
     labels = [c.label for c in sources]
     assert len(labels) == len(set(labels))  # no transformation timed twice on the same config
-    assert all(b[0].source is None for b in batches)
-    assert proposals and proposals[0].kernel_ms == pytest.approx(0.9 * 0.95 ** 4)
+    assert all(b[0].source is None for b in batches[:-1])
+    assert [c.label.split(" + ")[0] for c in batches[-1]] == ["stacked_transforms"]
+    assert proposals and proposals[0].kernel_ms == pytest.approx(0.9 * 0.95 ** 5)
+    assert proposals[0].note == "source transformations, stacked"
 
 
 @pytest.mark.parametrize("fixture", ["softmax_bf16.py", "rmsnorm_bf16.py", "attention_block_bf16.py", "gelu.py"])
@@ -181,3 +186,42 @@ def test_constexprs_the_search_does_not_vary_keep_the_compilers_values() -> None
     assert varied.kwargs == {"RSPLIT_SIZE": 8, "XBLOCK": 2, "R0_BLOCK": 256} and varied.num_warps == 4
     plain = LaunchConfig({"XBLOCK": 2}, 4, 1)
     assert carried_values(kernel, None)(plain) is plain  # type: ignore[arg-type]
+
+
+def test_transformations_that_each_win_are_stacked_and_one_that_loses_is_left_out() -> None:
+    """On a layer norm's Welford loop (H200 output code): pipelining and the shifted sums each
+    beat the config alone; flipping the eviction hints does not. The stack carries the two
+    winners, on the config they won on, and is proposed when it is faster than either."""
+    kernel = next(k for k in parse_output_code((H200 / "mlp_bf16.py").read_text()).kernels
+                  if "welford_reduce" in k.source)
+    gains = {"pipelined_loop_2": 0.9, "shifted_sums_for_welford": 0.85, "stacked_transforms": 0.7}
+    batches: list[list[Candidate]] = []
+
+    def timer(_kernel: object, cands: list[Candidate]) -> tuple[float, list[float | str | None]]:
+        batches.append(cands)
+        return 1.0, [gains.get(c.label.split(" + ")[0], 1.0) for c in cands]
+
+    proposals = TimedTuner(timer, sample_size=4, descent_rounds=1).propose(
+        SearchContext(kernel, _profile(1.0), None, "cuda"), 3)
+    (stacked,) = batches[-1]
+    assert stacked.label.startswith("stacked_transforms + ") and stacked.source is not None
+    assert "num_stages=2)" in stacked.source and "_shift = tl.where(" in stacked.source
+    assert "welford_reduce" not in stacked.source and "evict_first" in kernel.source
+    assert stacked.source.count("evict_first") == kernel.source.count("evict_first")  # not flipped
+    on = next(c for c in batches[1] if c.label.startswith("pipelined_loop_2 + ")).config
+    assert stacked.config == on
+    assert check_source(kernel, stacked.source).passed  # gate 1: it parses, keeps the contract, compiles
+    assert proposals[0].candidate == stacked and proposals[0].kernel_ms == pytest.approx(0.7)
+
+
+def test_one_winning_transformation_is_not_stacked() -> None:
+    kernel = next(k for k in parse_output_code((H200 / "mlp_bf16.py").read_text()).kernels
+                  if "welford_reduce" in k.source)
+    batches: list[list[Candidate]] = []
+
+    def timer(_kernel: object, cands: list[Candidate]) -> tuple[float, list[float | str | None]]:
+        batches.append(cands)
+        return 1.0, [0.8 if c.label.startswith("shifted_sums_for_welford") else 1.0 for c in cands]
+
+    TimedTuner(timer, sample_size=4, descent_rounds=1).propose(SearchContext(kernel, _profile(1.0), None, "cuda"), 3)
+    assert not any(c.label.startswith("stacked_transforms") for batch in batches for c in batch)

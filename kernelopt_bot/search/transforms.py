@@ -100,6 +100,22 @@ TRANSFORMS: tuple[Callable[[str], str | None], ...] = (
 )
 
 
+STACKED = "stacked_transforms"
+
+
+def stack(source: str, names: list[str]) -> tuple[str, list[str]]:
+    """``source`` with the named transformations applied one on another, in the order given;
+    one that no longer applies to what the earlier ones made (two pipelining depths, both
+    eviction rewrites) is skipped. Returns the source and the names that applied."""
+    by_name = {t.__name__: t for t in TRANSFORMS}
+    applied: list[str] = []
+    for name in names:
+        new = by_name[name](source) if name in by_name else None
+        if new is not None and new != source:
+            source, applied = new, [*applied, name]
+    return source, applied
+
+
 def applicable(source: str) -> list[tuple[str, str]]:
     """(name, new source) for every transformation that applies to ``source``."""
     out = []

@@ -4,7 +4,8 @@ Per kernel: the configs the compiler's own max-autotune would try (:mod:`.seeds`
 starts where the compiler's ends), a seeded sample of the launch space and the neighbours of the
 compiler's chosen config, the strategy rewrites the compiler can generate for it
 (:mod:`.rewrites`: a looped reduction as one pass, each with a sample of its own launch space),
-then coordinate descent from the best, then our source transformations on top of the best config.
+then coordinate descent from the best, then our source transformations on top of the best config,
+and those of them that each won, stacked.
 Everything is timed alone with the per-kernel harness, one variant at a time on the GPU. Every
 candidate is ours (launch configs, our own transformations of the compiler's source), marked
 ``origin="tuner"``: timing and gate 2 run inside the engine, no process is started for them. Only proposals faster than the compiler's kernel by a margin go on to the gates.
@@ -24,7 +25,7 @@ from kernelopt_bot.search.base import SearchContext, SearchStrategy
 from kernelopt_bot.search.rewrites import Rewrite
 from kernelopt_bot.search.seeds import max_autotune_configs
 from kernelopt_bot.search.space import block_choices, configs, sample
-from kernelopt_bot.search.transforms import applicable
+from kernelopt_bot.search.transforms import STACKED, applicable, stack
 
 # (original_ms, [ms or error per variant]) for a kernel's candidates, timed alone
 # (the gates' ``time_variants``: :class:`kernelopt_bot.search.orchestrator.Gates`).
@@ -164,7 +165,8 @@ class TimedTuner(SearchStrategy):
                 if cand.source is None and cand.config is not None:
                     timed[_key(cand.config)] = ms
                 else:
-                    kind = "strategy rewrite" if extra and cand in extra else "source transformation"
+                    kind = ("source transformations, stacked" if cand.label.startswith(STACKED) else
+                            "strategy rewrite" if extra and cand in extra else "source transformation")
                     transformed.append(Proposal(cand, self.name, ms, kind))
 
         seeds = [carry(c) for c in self.seeds(kernel)]
@@ -204,6 +206,9 @@ class TimedTuner(SearchStrategy):
             transformed_on.add(ranked[0])
             if best_ms() >= before * 0.99:  # a round that gained under 1% (configs or rewrites) ends it
                 break
+        stacked = self._stacked(kernel.source, transformed, timed, set(by_source))
+        if stacked is not None:
+            run_job([], None, [stacked])
         if not timed or original_ms is None:
             return []
         ranked = sorted(timed, key=timed.__getitem__)
@@ -213,6 +218,30 @@ class TimedTuner(SearchStrategy):
         proposals.sort(key=lambda p: p.kernel_ms if p.kernel_ms is not None else float("inf"))
         share = ctx.profile.share if ctx.profile is not None else None
         return [p for p in proposals if promising(share, original_ms, p.kernel_ms)][:limit]
+
+    @staticmethod
+    def _stacked(source: str, transformed: list[Proposal], timed: dict[tuple, float],
+                 rewrites: set[str]) -> Candidate | None:
+        """The source transformations that each beat their config alone by 1%, applied together on
+        it (fastest first): each was timed on its own, and wins of different kinds (a pipelined
+        loop, shifted sums, eviction hints) may add up. None unless two or more apply together."""
+        winners: dict[tuple, list[tuple[float, str]]] = {}
+        for p in transformed:
+            cand = p.candidate
+            if cand.source in rewrites or cand.config is None or p.kernel_ms is None:
+                continue
+            alone = timed.get(_key(cand.config))
+            if alone is not None and p.kernel_ms < alone * 0.99:
+                winners.setdefault(_key(cand.config), []).append((p.kernel_ms, cand.label.split(" + ", 1)[0]))
+        if not winners:
+            return None
+        key, found = min(winners.items(), key=lambda item: min(item[1])[0])
+        config = next(p.candidate.config for p in transformed
+                      if p.candidate.config is not None and _key(p.candidate.config) == key)
+        new, applied = stack(source, [name for _, name in sorted(found)])
+        if len(applied) < 2:
+            return None
+        return Candidate(f"{STACKED} + {config.describe()}", source=new, config=config, origin=ORIGIN)
 
     def _untimed(self, ctx: SearchContext, space: dict[tuple, LaunchConfig], chosen: LaunchConfig | None,
                  carry: Callable[[LaunchConfig], LaunchConfig], limit: int) -> list[Proposal]:
