@@ -494,6 +494,7 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
                 left = budget.wall_s_left()
                 with _arms_end_by(cascade.model_arms, None if left is None else left + reserve):
                     pack = _final_bench(cascade, tgt, pack, result, plan.rounds, final_arm)
+            _option_with_pack(cascade.model_arms, tgt, pack, result, plan, budget, reserve, log)
             result.pack_entries = len(pack)
             base = cascade.model_arms.baseline_info()
             result.processes["model_gpu_mb"] = None if not base.get("gpu_mb") else round(base["gpu_mb"], 1)
@@ -568,6 +569,32 @@ def _recommend_in_time(model_arms: Any, tgt: Any, gamma: float, rounds: int, bud
 
     with _arms_end_by(model_arms, budget.wall_s_left()):
         return recommend(model_arms, tgt, gamma=gamma, rounds=rounds, time_left=time_left)
+
+
+def _option_with_pack(model_arms: Any, tgt: Any, pack: KernelPack, result: RunResult, plan: RunPlan,
+                      budget: Any, reserve: float, log: Callable[[str], None]) -> None:
+    """The best verified compiler option with the final pack on top, in what is left of the run's
+    wall time (the search's budget and the final benchmark's reserve): the figure a user who takes
+    both gets, beside each alone. Added to the recommendations as ``"<option> + pack"``."""
+    from kernelopt_bot.search.compile_options import measure_with_pack
+
+    best = result.best_recommendation
+    if best is None or not len(pack) or result.speedup is None or tgt.device != "cuda":
+        return
+
+    def time_left() -> float | None:
+        if budget.max_wall_s is None:
+            return None
+        return budget.max_wall_s + reserve - budget.elapsed_s()
+
+    log("measuring the best option with the pack")
+    left = time_left()
+    with _arms_end_by(model_arms, None if left is None else max(1.0, left)):
+        both = measure_with_pack(model_arms, tgt, best, pack, gamma=plan.gamma, rounds=plan.rounds,
+                                 time_left=time_left)
+    if both is not None:
+        log(f"    {both.option}: {'-' if both.speedup is None else f'{both.speedup:.3f}x'} {both.detail}")
+        result.recommendations.append(both)
 
 
 @contextlib.contextmanager

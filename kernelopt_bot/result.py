@@ -41,14 +41,23 @@ class KernelOutcome:
     strategies: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
+# The suffix of a recommendation that is a compiler option with the run's pack installed on top.
+WITH_PACK = " + pack"
+
+
 @dataclass
 class Recommendation:
-    """A whole-model compiler option, measured end to end against the default compile."""
+    """A whole-model compiler option, measured end to end against the run's baseline compile;
+    ``"<option> + pack"``: the best verified option with the run's pack installed on top."""
 
     option: str  # e.g. "mode=max-autotune-no-cudagraphs", "coordinate_descent_tuning=True"
     speedup: float | None
     verified: bool
     detail: str = ""
+
+    @property
+    def with_pack(self) -> bool:
+        return self.option.endswith(WITH_PACK)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -140,9 +149,26 @@ class RunResult:
 
     @property
     def best_recommendation(self) -> Recommendation | None:
-        """The verified compiler option with the largest end-to-end speedup, if any."""
-        verified = [r for r in self.recommendations if r.verified and r.speedup is not None]
+        """The verified compiler option (alone) with the largest end-to-end speedup, if any."""
+        verified = [r for r in self.recommendations if r.verified and r.speedup is not None and not r.with_pack]
         return max(verified, key=lambda r: r.speedup or 0.0) if verified else None
+
+    @property
+    def option_with_pack(self) -> Recommendation | None:
+        """The best verified option measured with the pack on top, where the run measured it."""
+        return next((r for r in self.recommendations if r.with_pack), None)
+
+    @property
+    def best_verified_speedup(self) -> float | None:
+        """What a user gets taking everything this run verified: the largest of the pack's
+        speedup, the best option's and the option's with the pack, over the baseline compile
+        (1.0 on a GPU where none was verified: the compiler's code stays; None without one)."""
+        found = [r.speedup for r in self.recommendations if r.verified and r.speedup is not None]
+        if self.status == "ok" and self.speedup is not None:
+            found.append(self.speedup)
+        if not found:
+            return 1.0 if self.device == "cuda" and self.status == "ok" else None
+        return max(1.0, *found)
 
     @property
     def usage_rows(self) -> list[dict[str, Any]]:

@@ -199,3 +199,32 @@ def test_each_kernel_shows_how_near_the_copy_roofline_the_compilers_kernel_runs(
     assert "| `triton_poi_fused_0` | pointwise | 70.0% | 1.4000 | - | 3 |" in report
     again = RunResult.from_json(json.loads(json.dumps(result.to_json())))
     assert again.kernels[1].roofline_fraction == 0.934
+
+
+def test_the_best_option_with_the_pack_is_its_own_headline_and_not_the_recommended_option() -> None:
+    """Issue 13: the pack over the user's settings, and the best verified setting plus the pack."""
+    result = _measured_result()
+    result.recommendations.append(Recommendation("mode=max-autotune-no-cudagraphs + pack", 1.31, True,
+                                                 "1 of 1 pack entries applied; 1.31x > 1.03"))
+    assert result.best_recommendation is not None
+    assert result.best_recommendation.option == "mode=max-autotune-no-cudagraphs"  # an option alone
+    assert result.best_verified_speedup == 1.31
+    headline = render_report(result).partition("## Kernels")[0]
+    lines = headline.splitlines()
+    option = next(i for i, line in enumerate(lines) if line.startswith("- **Compiler option:**"))
+    assert lines[option + 1] == ("- **Option and pack together:** `mode=max-autotune-no-cudagraphs + pack` is "
+                                 "**1.310x** faster than `torch.compile (default)` (verified)")
+    result.recommendations[-1] = Recommendation("mode=max-autotune-no-cudagraphs + pack", None, False,
+                                                "not measured: the wall-time budget ran out")
+    assert result.best_verified_speedup == 1.25  # the pack's own
+    assert "- **Option and pack together:** not measured: the wall-time budget ran out" in render_report(result)
+    result.recommendations.pop()
+    assert "Option and pack together" not in render_report(result)
+
+
+def test_what_a_run_verified_counts_at_least_one_on_a_gpu() -> None:
+    result = _measured_result()
+    result.speedup, result.recommendations = 1.0, []
+    assert result.best_verified_speedup == 1.0
+    result.device, result.speedup = "cpu", None
+    assert result.best_verified_speedup is None

@@ -82,6 +82,24 @@ def test_geomean_counts_fallbacks_as_one_on_a_gpu() -> None:
     assert cpu.levels()["1"]["geomean_vs_default"] is None
 
 
+def test_the_best_verified_figure_takes_an_option_or_the_option_with_the_pack_where_it_beats_the_pack() -> None:
+    """Issue 13's level-3 criterion is "with the recommended setting": per problem the best of the
+    pack, the best verified option and the two together; a shard without the figure counts its
+    pack's (a lower bound), a failed problem 1.0."""
+    def row(path: str, status: str, speedup: float | None, best: float | None) -> ProblemResult:
+        return ProblemResult(Problem(path, 3, "fp32"), status, speedup, None, 1.0, 1.0, 0, 10.0, speedup_best=best)
+
+    suite = SuiteResult([row("a.py", "ok", 1.0, 2.25), row("b.py", "ok", 1.1, 1.3), row("c.py", "ok", 1.2, None),
+                         row("d.py", "failed", None, None)], device="cuda")
+    level = suite.levels()["3"]
+    assert level["geomean_best_verified"] == pytest.approx(geomean([2.25, 1.3, 1.2, 1.0]))
+    assert level["geomean_vs_default"] == pytest.approx(geomean([1.0, 1.1, 1.2, 1.0]))
+    table = markdown(suite)
+    assert "geomean, best verified (option, pack or both)" in table and "| 2.250 |" in table
+    again = ProblemResult.from_json(dict(suite.to_json()["problems"][0]))
+    assert again.speedup_best == 2.25  # kept in suite.json, so merged shards keep it
+
+
 def test_bad_suite_input() -> None:
     with pytest.raises(BadInputError):
         Shard.parse("3/2")

@@ -215,7 +215,8 @@ def suite_levels(result: SuiteResult, out_dir: str) -> None:
     for level, row in result.levels().items():
         console.print(f"level {level}: {row['problems']} problems, geomean vs default "
                       f"{_fmt(row['geomean_vs_default'], '.3f', 'not measured')}, vs max-autotune-no-cudagraphs "
-                      f"{_fmt(row['geomean_vs_max_autotune_no_cudagraphs'], '.3f', 'not measured')}")
+                      f"{_fmt(row['geomean_vs_max_autotune_no_cudagraphs'], '.3f', 'not measured')}, best verified "
+                      f"(option, pack or both) {_fmt(row['geomean_best_verified'], '.3f', 'not measured')}")
     console.print(escape(f"wrote {out_dir}/suite.md and suite.json"))
 
 

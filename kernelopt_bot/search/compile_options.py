@@ -17,7 +17,8 @@ from kernelopt_bot.harness.arm_process import Arm, ArmError
 from kernelopt_bot.harness.bench import compare_arms
 from kernelopt_bot.harness.failures import InfrastructureFailure, is_out_of_memory
 from kernelopt_bot.harness.model_arms import ModelArms
-from kernelopt_bot.result import Recommendation
+from kernelopt_bot.pack.format import KernelPack
+from kernelopt_bot.result import WITH_PACK, Recommendation
 from kernelopt_bot.targets import Target
 from kernelopt_bot.verify.model import check_model
 from kernelopt_bot.verify.perf import judge
@@ -95,6 +96,53 @@ def recommend(model_arms: ModelArms, target: Target, *, gamma: float, rounds: in
                     arm.close()
     return [done.get(o.label) or Recommendation(o.label, None, False, "not measured: the wall-time budget ran out")
             for o in options]
+
+
+def measure_with_pack(model_arms: ModelArms, target: Target, best: Recommendation, pack: KernelPack, *,
+                      gamma: float, rounds: int = 10, reps: int = 20,
+                      options: tuple[CompileOption, ...] = COMPILE_OPTIONS,
+                      time_left: Callable[[], float | None] | None = None) -> Recommendation | None:
+    """The best verified option with ``pack`` installed on top, against the same baseline: what a
+    user who takes both gets (the pack's kernels were verified under the baseline's compile; the
+    option's compile is checked again by gate 3, and its speedup by gate 4's rules). None where
+    there is nothing to measure: no such option, or an empty pack. Never raises for the option."""
+    option = next((o for o in options if o.label == best.option), None)
+    if option is None or not len(pack) or model_arms.device != "cuda":
+        return None
+    both = CompileOption(option.label + WITH_PACK, option.mode, option.config)
+    left = time_left() if time_left is not None else None
+    if left is not None and left < MIN_OPTION_S:
+        return Recommendation(both.label, None, False, "not measured: the wall-time budget ran out")
+    try:
+        baseline, repeat = model_arms.baselines()
+    except ArmError as exc:
+        return Recommendation(both.label, None, False, f"not measured: the baseline arms did not start ({exc})")
+    try:
+        arm: Arm | ArmError = model_arms.candidate(pack, label=both.label, mode=both.mode, config=both.config,
+                                                   wait=False)
+    except ArmError as exc:
+        arm = exc
+    try:
+        if not isinstance(arm, ArmError):
+            try:
+                arm.wait_ready()
+                model_arms.settle()  # nothing is timed while an arm compiles
+            except ArmError as exc:
+                return _measure(both, exc, target, baseline, repeat, model_arms.device, model_arms.dtype,
+                                gamma=gamma, rounds=rounds, reps=reps, time_left=time_left)
+            applied = set(arm.info.get("applied") or [])
+            if not applied:  # the option's compile has other kernels: this would be the option alone
+                return Recommendation(both.label, None, False, "not measured: the pack applies to none of the "
+                                                               "kernels this option compiles")
+        found = _measure(both, arm, target, baseline, repeat, model_arms.device, model_arms.dtype,
+                         gamma=gamma, rounds=rounds, reps=reps, time_left=time_left)
+        if not isinstance(arm, ArmError) and found.speedup is not None:
+            entries = {e.kernel_name for e in pack.entries.values()}
+            found.detail = (f"{len(applied & entries)} of {len(entries)} pack entries applied; " + found.detail).strip()
+        return found
+    finally:
+        if not isinstance(arm, ArmError):
+            arm.close()
 
 
 def _measure(option: CompileOption, arm: Arm | ArmError, target: Target, baseline: Arm,

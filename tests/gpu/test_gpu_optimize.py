@@ -40,3 +40,10 @@ def test_optimize_softmax_bf16_finds_a_verified_win_within_two_minutes(tmp_path:
     report = (tmp_path / "report.md").read_text()
     assert "Where the time went" in report and "accepted" in report
     assert json.loads((tmp_path / "result.json").read_text())["verified_kernels"] == len(accepted)
+    # Where an option was verified too, the run measures it with the pack on top in the time left
+    # (issue 13): a figure or the reason there is none, never a crash.
+    if result.best_recommendation is not None:
+        both = result.option_with_pack
+        assert both is not None and both.option == result.best_recommendation.option + " + pack"
+        assert both.speedup is not None or both.detail.startswith("not measured") or both.detail.startswith("failed")
+        print("OPTION WITH PACK:", both.option, both.speedup, both.verified, both.detail)

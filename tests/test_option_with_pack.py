@@ -1,0 +1,93 @@
+"""The best verified compiler option with the run's pack on top (issue 13 item 3): what is
+measured, and what is reported instead of a number when it cannot be. The measurement itself
+(gates 3 and 4 on a real arm) runs on the GPU (tests/gpu/test_gpu_optimize.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kernelopt_bot.harness.arm_process import ArmError
+from kernelopt_bot.pack.format import KernelPack, LaunchConfig, PackEntry
+from kernelopt_bot.result import Recommendation
+from kernelopt_bot.search.compile_options import MIN_OPTION_S, measure_with_pack
+
+BEST = Recommendation("mode=max-autotune-no-cudagraphs", 1.2, True, "1.2x > 1.03")
+
+
+def _pack() -> KernelPack:
+    pack = KernelPack()
+    pack.add(PackEntry("a" * 64, "triton_per_fused__softmax_0", config=LaunchConfig({"XBLOCK": 4})))
+    return pack
+
+
+class _Arm:
+    def __init__(self, applied: list[str], fails: ArmError | None = None) -> None:
+        self.info = {"applied": applied}
+        self.fails = fails
+        self.closed = False
+
+    def wait_ready(self) -> None:
+        if self.fails is not None:
+            raise self.fails
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class _Arena:
+    device, dtype = "cuda", "fp32"
+
+    def __init__(self, arm: _Arm | None = None) -> None:
+        self.arm = arm
+        self.started: list[dict[str, Any]] = []
+
+    def baselines(self) -> tuple[None, None]:
+        return None, None
+
+    def candidate(self, pack: KernelPack | None, **kwargs: Any) -> _Arm:
+        assert self.arm is not None, "no arm may start"
+        self.started.append({"pack": pack, **kwargs})
+        return self.arm
+
+    def settle(self) -> None:
+        pass
+
+
+def test_nothing_to_measure_without_a_known_option_or_a_pack() -> None:
+    arena = _Arena()
+    assert measure_with_pack(arena, None, Recommendation("an option of no one's", 1.5, True), _pack(),  # type: ignore[arg-type]
+                             gamma=1.03) is None
+    assert measure_with_pack(arena, None, BEST, KernelPack(), gamma=1.03) is None  # type: ignore[arg-type]
+    assert arena.started == []
+
+
+def test_without_the_time_for_a_compile_it_is_reported_not_measured() -> None:
+    arena = _Arena()
+    found = measure_with_pack(arena, None, BEST, _pack(), gamma=1.03,  # type: ignore[arg-type]
+                              time_left=lambda: MIN_OPTION_S - 1)
+    assert found == Recommendation("mode=max-autotune-no-cudagraphs + pack", None, False,
+                                   "not measured: the wall-time budget ran out")
+    assert arena.started == []
+
+
+def test_the_arm_compiles_the_option_with_the_pack_and_a_pack_that_applies_to_nothing_is_no_figure() -> None:
+    arm = _Arm(applied=[])
+    arena = _Arena(arm)
+    found = measure_with_pack(arena, None, BEST, _pack(), gamma=1.03)  # type: ignore[arg-type]
+    (started,) = arena.started
+    assert started["mode"] == "max-autotune-no-cudagraphs" and len(started["pack"]) == 1
+    assert found is not None and found.speedup is None and not found.verified
+    assert "the pack applies to none of the kernels this option compiles" in found.detail
+    assert arm.closed
+
+
+def test_an_arm_that_does_not_compile_is_the_options_failure_or_the_budgets() -> None:
+    arm = _Arm(applied=[], fails=ArmError("the model raised: boom"))
+    found = measure_with_pack(_Arena(arm), None, BEST, _pack(), gamma=1.03, time_left=lambda: 60.0)  # type: ignore[arg-type]
+    assert found is not None and found.detail.startswith("failed: ") and "boom" in found.detail
+    assert arm.closed
+    left = iter([60.0, 0.0])  # time enough to start it; none when its compile was cut off
+    arm = _Arm(applied=[], fails=ArmError("no answer to ready within 40 s"))
+    found = measure_with_pack(_Arena(arm), None, BEST, _pack(), gamma=1.03, time_left=lambda: next(left))  # type: ignore[arg-type]
+    assert found is not None and "wall-time budget ran out while it compiled" in found.detail
+    assert arm.closed
