@@ -51,9 +51,12 @@ def block_choices(kernel: TritonKernel) -> dict[str, list[int]]:
 
 
 def configs(kernel: TritonKernel, limits: DeviceLimits | None = None,
-            warps: tuple[int, ...] = (2, 4, 8, 16, 32), stages: tuple[int, ...] = (1,)) -> Iterator[LaunchConfig]:
+            warps: tuple[int, ...] = (1, 2, 4, 8, 16, 32), stages: tuple[int, ...] = (1,)) -> Iterator[LaunchConfig]:
     """Every valid config of the space: tile within budget, warps within the block limit, and
-    at most :data:`MAX_ELEMENTS_PER_THREAD` elements per thread."""
+    at most :data:`MAX_ELEMENTS_PER_THREAD` elements per thread. One warp is in it: a reduction
+    over short rows then needs no exchange between warps through shared memory (on the H200 the
+    gates accepted liger-kernel's layer norm and RMS norm on short rows at 1.118x and 1.038x with
+    one warp where it gives four)."""
     limits = limits or DeviceLimits()
     choices = block_choices(kernel)
     names = list(choices)
