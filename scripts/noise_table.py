@@ -1,11 +1,20 @@
 """The harness's noise on an unchanged model: one row per ``kernelopt bench --json`` result given
-(an empty pack, so every arm is the compiled model). Prints a Markdown table."""
+(an empty pack, so every arm is the compiled model). Prints a Markdown table.
+
+Beside the harness's own floor (each arm's median over a round's passes, baseline against
+baseline), it computes the floor of the same rounds with the arms paired within each pass (the
+median of a round's per-pass ratios), where the result kept its passes: which of the two
+estimators holds still on a given machine is a question for its data, not for a guess."""
 
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 from pathlib import Path
+from typing import Any
+
+from kernelopt_bot.stats import noise_floor
 
 
 def pct(value: float | None) -> str:
@@ -16,23 +25,36 @@ def ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.4f}"
 
 
+def paired_floor(rounds: list[dict[str, Any]]) -> float | None:
+    """The noise floor with baseline and repeat paired within each pass (None: no passes kept)."""
+    ratios = []
+    for r in rounds:
+        pairs = [a / b for a, b in zip(r.get("baseline_passes_ms") or [], r.get("baseline_repeat_passes_ms") or [])
+                 if a and b]
+        if pairs:
+            ratios.append(statistics.median(pairs))
+    return noise_floor(ratios) if ratios else None
+
+
 def row(path: Path) -> str:
     name = path.stem.removeprefix("noise_")
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
-        return f"| {name} | unreadable: {exc} | | | | | |"
+        return f"| {name} | unreadable: {exc} | | | | | | |"
     if not data.get("measured"):
-        return f"| {name} | {data.get('reason') or data.get('error') or 'not measured'} | | | | | |"
+        return f"| {name} | {data.get('reason') or data.get('error') or 'not measured'} | | | | | | |"
     empty_vs_base = None if not data.get("speedup") else abs(data["speedup"] - 1.0)
     return (f"| {name} | {ms(data.get('baseline_ms'))} | {ms(data.get('baseline_host_ms'))} | "
-            f"{pct(data.get('noise_floor'))} | {pct(data.get('host_noise_floor'))} | {pct(empty_vs_base)} | "
+            f"{pct(data.get('noise_floor'))} | {pct(paired_floor(data.get('rounds') or []))} | "
+            f"{pct(data.get('host_noise_floor'))} | {pct(empty_vs_base)} | "
             f"{len(data.get('rounds') or [])} |")
 
 
 def main(paths: list[str]) -> int:
-    print("| problem | GPU ms | host ms | noise floor (GPU) | noise floor (host) | empty pack vs baseline | rounds |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("| problem | GPU ms | host ms | noise floor (GPU) | paired by pass (GPU) | noise floor (host) | "
+          "empty pack vs baseline | rounds |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for path in paths:
         print(row(Path(path)))
     return 0

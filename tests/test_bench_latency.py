@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -10,6 +14,7 @@ import torch
 from kernelopt_bot.harness import bench
 from kernelopt_bot.harness.bench import compare_arms
 from kernelopt_bot.harness.timing import Timing, time_model
+from tests.helpers import ROOT
 
 
 class _Arm:
@@ -192,3 +197,25 @@ def test_the_warm_up_ends_after_its_time_even_if_an_arm_never_settles(monkeypatc
     base = _SettlingArm(1.0, [1.5, 1.2, 1.4, 1.1] * 10)
     result = compare_arms(base, _Arm(0.5, 0.5), _Arm(1.0, 1.0), target="t", device="cuda", dtype="fp32", rounds=2)
     assert result.warmup_passes == 1 and result.speedup is not None
+
+
+def test_each_rounds_passes_are_kept_for_the_noise_table(tmp_path: Path) -> None:
+    """The per-pass times reach the JSON, and scripts/noise_table.py reads the floor paired by pass
+    from them beside the harness's own."""
+    device = _DriftingDevice()
+    result = compare_arms(device.arm(), device.arm(), device.arm(), target="t", device="cuda", dtype="fp32",
+                          rounds=3)
+    rounds = result.to_json()["rounds"]
+    assert all(len(r[f"{arm}_passes_ms"]) == bench.PASSES_PER_ROUND
+               for r in rounds for arm in ("baseline", "packed", "baseline_repeat"))
+    # in pass order: under the drift every arm's passes grow
+    assert rounds[0]["baseline_passes_ms"] == sorted(rounds[0]["baseline_passes_ms"])
+    path = tmp_path / "noise_drift.json"
+    path.write_text(json.dumps(result.to_json()))
+    table = subprocess.run([sys.executable, str(ROOT / "scripts" / "noise_table.py"), str(path)], capture_output=True,
+                           text=True, cwd=ROOT, timeout=120)
+    assert table.returncode == 0, table.stderr
+    (line,) = [row for row in table.stdout.splitlines() if row.startswith("| drift |")]
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[3] == "0.00%"  # the medians: mirrored passes cancel a linear drift exactly
+    assert cells[4].endswith("%") and float(cells[4][:-1]) < 0.1  # paired: to second order

@@ -57,6 +57,12 @@ class RoundResult:
     packed_forward_ms: float | None = None
     baseline_step_device_ms: float | None = None
     packed_step_device_ms: float | None = None
+    # Each arm's GPU time in each pass of the round, in pass order (a pass times every arm once,
+    # back to back): kept so that estimators other than the medians' ratio can be compared on
+    # what a GPU really did (scripts/noise_table.py pairs the arms within each pass).
+    baseline_passes_ms: list[float | None] = field(default_factory=list)
+    packed_passes_ms: list[float | None] = field(default_factory=list)
+    baseline_repeat_passes_ms: list[float | None] = field(default_factory=list)
 
     @property
     def speedup(self) -> float | None:
@@ -222,9 +228,12 @@ def compare_arms(base: Arm, packed: Arm, repeat: Arm | None, *, target: str,
                         reply = w.request("time", seed, pass_reps, part, True, timeout_s=timeout_s)
                         halves[(label, part)].append(reply[0] if reply else None)
         times = {label: (_median_of(g for g, _ in got), _median_of(h for _, h in got)) for label, got in replies.items()}
+        passes = {label: [g for g, _ in got] for label, got in replies.items()}
         result.rounds.append(RoundResult(
             seed, times["baseline"][0], times["packed"][0], times["baseline-repeat"][0],
             times["baseline"][1], times["packed"][1], times["baseline-repeat"][1],
+            baseline_passes_ms=passes["baseline"], packed_passes_ms=passes["packed"],
+            baseline_repeat_passes_ms=passes["baseline-repeat"],
             baseline_forward_ms=_median_of(halves[("baseline", "forward")]),
             packed_forward_ms=_median_of(halves[("packed", "forward")]),
             baseline_step_device_ms=_median_of(halves[("baseline", "step")]),
