@@ -5,7 +5,7 @@ starts where the compiler's ends), a seeded sample of the launch space and the n
 compiler's chosen config, the strategy rewrites the compiler can generate for it
 (:mod:`.rewrites`: a looped reduction as one pass, each with a sample of its own launch space),
 then coordinate descent from the best, then our source transformations on top of the best config,
-and those of them that each won, stacked.
+and those of them that each won, stacked; then the transformations on the fastest rewrite.
 Everything is timed alone with the per-kernel harness, one variant at a time on the GPU. Every
 candidate is ours (launch configs, our own transformations of the compiler's source), marked
 ``origin="tuner"``: timing and gate 2 run inside the engine, no process is started for them. Only proposals faster than the compiler's kernel by a margin go on to the gates.
@@ -144,6 +144,7 @@ class TimedTuner(SearchStrategy):
         transformed: list[Proposal] = []  # source transformations (on a config)
         original_ms: float | None = None
         transforms = applicable(kernel.source)
+        rewrite_sources = {rw.source for rw in ctx.rewrites}
 
         def run_job(batch: list[LaunchConfig], on: LaunchConfig | None, extra: list[Candidate] | None = None) -> None:
             """Time ``batch`` (untimed configs only), ``extra`` candidates (strategy rewrites)
@@ -166,7 +167,7 @@ class TimedTuner(SearchStrategy):
                     timed[_key(cand.config)] = ms
                 else:
                     kind = ("source transformations, stacked" if cand.label.startswith(STACKED) else
-                            "strategy rewrite" if extra and cand in extra else "source transformation")
+                            "strategy rewrite" if cand.source in rewrite_sources else "source transformation")
                     transformed.append(Proposal(cand, self.name, ms, kind))
 
         seeds = [carry(c) for c in self.seeds(kernel)]
@@ -206,9 +207,12 @@ class TimedTuner(SearchStrategy):
             transformed_on.add(ranked[0])
             if best_ms() >= before * 0.99:  # a round that gained under 1% (configs or rewrites) ends it
                 break
+        # One last job: the transformations that each won, stacked, and every transformation on
+        # the fastest strategy rewrite (its own config), which the rounds above never combined.
         stacked = self._stacked(kernel.source, transformed, timed, set(by_source))
-        if stacked is not None:
-            run_job([], None, [stacked])
+        last = ([stacked] if stacked is not None else []) + self._on_best_rewrite(transformed, set(by_source))
+        if last:
+            run_job([], None, last)
         if not timed or original_ms is None:
             return []
         ranked = sorted(timed, key=timed.__getitem__)
@@ -242,6 +246,18 @@ class TimedTuner(SearchStrategy):
         if len(applied) < 2:
             return None
         return Candidate(f"{STACKED} + {config.describe()}", source=new, config=config, origin=ORIGIN)
+
+    @staticmethod
+    def _on_best_rewrite(transformed: list[Proposal], rewrites: set[str]) -> list[Candidate]:
+        """Our source transformations applied to the fastest strategy rewrite timed, on its config:
+        a one-pass rewrite keeps the compiler's eviction hints, which are as often wrong for it."""
+        timed_rewrites = [p for p in transformed if p.candidate.source in rewrites and p.kernel_ms is not None]
+        if not timed_rewrites:
+            return []
+        best = min(timed_rewrites, key=lambda p: p.kernel_ms or float("inf")).candidate
+        assert best.source is not None
+        return [Candidate(f"{name} + {best.label}", source=src, config=best.config, origin=ORIGIN)
+                for name, src in applicable(best.source)]
 
     def _untimed(self, ctx: SearchContext, space: dict[tuple, LaunchConfig], chosen: LaunchConfig | None,
                  carry: Callable[[LaunchConfig], LaunchConfig], limit: int) -> list[Proposal]:
