@@ -587,11 +587,17 @@ def _option_with_pack(model_arms: Any, tgt: Any, pack: KernelPack, result: RunRe
             return None
         return budget.max_wall_s + reserve - budget.elapsed_s()
 
+    from kernelopt_bot.errors import one_line
+    from kernelopt_bot.result import WITH_PACK, Recommendation
+
     log("measuring the best option with the pack")
     left = time_left()
-    with _arms_end_by(model_arms, None if left is None else max(1.0, left)):
-        both = measure_with_pack(model_arms, tgt, best, pack, gamma=plan.gamma, rounds=plan.rounds,
-                                 time_left=time_left)
+    try:
+        with _arms_end_by(model_arms, None if left is None else max(1.0, left)):
+            both = measure_with_pack(model_arms, tgt, best, pack, gamma=plan.gamma, rounds=plan.rounds,
+                                     time_left=time_left)
+    except Exception as exc:  # noqa: BLE001 - the run's own results are measured: this figure is extra
+        both = Recommendation(best.option + WITH_PACK, None, False, f"not measured: {one_line(exc)}")
     if both is not None:
         log(f"    {both.option}: {'-' if both.speedup is None else f'{both.speedup:.3f}x'} {both.detail}")
         result.recommendations.append(both)

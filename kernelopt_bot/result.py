@@ -163,11 +163,13 @@ class RunResult:
         """What a user gets taking everything this run verified: the largest of the pack's
         speedup, the best option's and the option's with the pack, over the baseline compile
         (1.0 on a GPU where none was verified: the compiler's code stays; None without one)."""
+        if self.status != "ok":
+            return None
         found = [r.speedup for r in self.recommendations if r.verified and r.speedup is not None]
-        if self.status == "ok" and self.speedup is not None:
+        if self.speedup is not None:
             found.append(self.speedup)
         if not found:
-            return 1.0 if self.device == "cuda" and self.status == "ok" else None
+            return 1.0 if self.device == "cuda" else None
         return max(1.0, *found)
 
     @property

@@ -4,11 +4,14 @@ measured, and what is reported instead of a number when it cannot be. The measur
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
+
+import pytest
 
 from kernelopt_bot.harness.arm_process import ArmError
 from kernelopt_bot.pack.format import KernelPack, LaunchConfig, PackEntry
-from kernelopt_bot.result import Recommendation
+from kernelopt_bot.result import Recommendation, RunResult
 from kernelopt_bot.search.compile_options import MIN_OPTION_S, measure_with_pack
 
 BEST = Recommendation("mode=max-autotune-no-cudagraphs", 1.2, True, "1.2x > 1.03")
@@ -35,7 +38,7 @@ class _Arm:
 
 
 class _Arena:
-    device, dtype = "cuda", "fp32"
+    device, dtype, timeout_s = "cuda", "fp32", 600.0
 
     def __init__(self, arm: _Arm | None = None) -> None:
         self.arm = arm
@@ -91,3 +94,33 @@ def test_an_arm_that_does_not_compile_is_the_options_failure_or_the_budgets() ->
     found = measure_with_pack(_Arena(arm), None, BEST, _pack(), gamma=1.03, time_left=lambda: next(left))  # type: ignore[arg-type]
     assert found is not None and "wall-time budget ran out while it compiled" in found.detail
     assert arm.closed
+
+
+def test_compiled_with_no_time_left_to_check_and_time_it_is_not_measured() -> None:
+    arm = _Arm(applied=["triton_per_fused__softmax_0"])
+    left = iter([60.0, 5.0])  # enough to start the compile; not enough after it for gate 3 and the rounds
+    found = measure_with_pack(_Arena(arm), None, BEST, _pack(), gamma=1.03, time_left=lambda: next(left))  # type: ignore[arg-type]
+    assert found == Recommendation("mode=max-autotune-no-cudagraphs + pack", None, False,
+                                   "not measured: the wall-time budget ran out after its compile")
+    assert arm.closed
+
+
+def test_an_error_measuring_it_never_fails_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The run's own results are measured before this figure: whatever goes wrong in it is
+    reported in its place, and the run stays ok."""
+    from kernelopt_bot import pipeline
+    from kernelopt_bot.search import compile_options
+
+    def broken(*_a: Any, **_k: Any) -> Recommendation:
+        raise RuntimeError("the arm's pipe closed")
+
+    monkeypatch.setattr(compile_options, "measure_with_pack", broken)
+    result = RunResult(target="m.py", name="m", device="cuda", dtype="fp32", speedup=1.2,
+                       recommendations=[BEST])
+    budget = SimpleNamespace(max_wall_s=110.0, elapsed_s=lambda: 50.0)
+    logged: list[str] = []
+    pipeline._option_with_pack(_Arena(), SimpleNamespace(device="cuda"), _pack(), result,
+                               SimpleNamespace(gamma=1.03, rounds=10), budget, 20.0, logged.append)
+    assert result.status == "ok" and result.option_with_pack == Recommendation(
+        "mode=max-autotune-no-cudagraphs + pack", None, False, "not measured: RuntimeError: the arm's pipe closed")
+    assert logged[0] == "measuring the best option with the pack"

@@ -212,8 +212,8 @@ def test_the_best_option_with_the_pack_is_its_own_headline_and_not_the_recommend
     headline = render_report(result).partition("## Kernels")[0]
     lines = headline.splitlines()
     option = next(i for i, line in enumerate(lines) if line.startswith("- **Compiler option:**"))
-    assert lines[option + 1] == ("- **Option and pack together:** `mode=max-autotune-no-cudagraphs + pack` is "
-                                 "**1.310x** faster than `torch.compile (default)` (verified)")
+    assert lines[option + 1] == ("- **Option and pack together:** `mode=max-autotune-no-cudagraphs + pack`: "
+                                 "**1.310x** over `torch.compile (default)` (verified)")
     result.recommendations[-1] = Recommendation("mode=max-autotune-no-cudagraphs + pack", None, False,
                                                 "not measured: the wall-time budget ran out")
     assert result.best_verified_speedup == 1.25  # the pack's own
@@ -228,3 +228,6 @@ def test_what_a_run_verified_counts_at_least_one_on_a_gpu() -> None:
     assert result.best_verified_speedup == 1.0
     result.device, result.speedup = "cpu", None
     assert result.best_verified_speedup is None
+    failed = _measured_result()
+    failed.status, failed.speedup = "failed", None  # its verified option does not count: the run failed
+    assert failed.best_verified_speedup is None

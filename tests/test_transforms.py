@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -12,7 +13,12 @@ from kernelopt_bot.capture.artifact import parse_output_code
 from kernelopt_bot.capture.recorder import capture
 from kernelopt_bot.pack.format import LaunchConfig
 from kernelopt_bot.search.space import configs, sample
-from kernelopt_bot.search.transforms import applicable, pipelined_reduction_loop, shifted_sums_for_welford
+from kernelopt_bot.search.transforms import (
+    applicable,
+    pipelined_reduction_loop,
+    shifted_sums_for_welford,
+    stack,
+)
 from kernelopt_bot.search.tuner import ORIGIN
 from kernelopt_bot.targets import load_target
 from kernelopt_bot.verify.cascade import Cascade, VerifyOptions
@@ -115,3 +121,109 @@ def test_shifted_sums_pass_gates_1_to_3_on_a_layer_norm_far_from_zero(tmp_path: 
     assert [g.name for g in verdict.gates if g.passed] == ["static", "correctness", "model"], verdict.gates
     failed = [g.name for g in textbook.gates if g.passed is False]
     assert failed and failed[0] in ("correctness", "model"), textbook.gates
+
+
+# Two mean/variance reductions in one loop, written as Inductor writes them (masks on the rows and
+# the columns): the shifted sums must give what Welford gives, special values included.
+TWO_WELFORDS = """
+import triton
+import triton.language as tl
+from torch._inductor.runtime import triton_helpers
+
+
+@triton.jit
+def two_welfords(in_ptr0, in_ptr1, out_ptr0, out_ptr1, out_ptr2, out_ptr3, xnumel, r0_numel,
+                 XBLOCK : tl.constexpr, R0_BLOCK : tl.constexpr):
+    xoffset = tl.program_id(0) * XBLOCK
+    xindex = xoffset + tl.arange(0, XBLOCK)[:, None]
+    xmask = xindex < xnumel
+    r0_base = tl.arange(0, R0_BLOCK)[None, :]
+    x0 = xindex
+    tmp2_mean = tl.zeros([XBLOCK, R0_BLOCK], tl.float32)
+    tmp2_m2 = tl.zeros([XBLOCK, R0_BLOCK], tl.float32)
+    tmp2_weight = tl.zeros([XBLOCK, R0_BLOCK], tl.float32)
+    tmp5_mean = tl.zeros([XBLOCK, R0_BLOCK], tl.float32)
+    tmp5_m2 = tl.zeros([XBLOCK, R0_BLOCK], tl.float32)
+    tmp5_weight = tl.zeros([XBLOCK, R0_BLOCK], tl.float32)
+    for r0_offset in tl.range(0, r0_numel, R0_BLOCK):
+        r0_index = r0_offset + r0_base
+        r0_mask = r0_index < r0_numel
+        roffset = r0_offset
+        r0_1 = r0_index
+        tmp0 = tl.load(in_ptr0 + (r0_1 + r0_numel*x0), r0_mask & xmask, eviction_policy='evict_last', other=0.0)
+        tmp1 = tl.broadcast_to(tmp0, [XBLOCK, R0_BLOCK])
+        tmp2_mean_next, tmp2_m2_next, tmp2_weight_next = triton_helpers.welford_reduce(
+            tmp1, tmp2_mean, tmp2_m2, tmp2_weight, roffset == 0
+        )
+        tmp2_mean = tl.where(r0_mask & xmask, tmp2_mean_next, tmp2_mean)
+        tmp2_m2 = tl.where(r0_mask & xmask, tmp2_m2_next, tmp2_m2)
+        tmp2_weight = tl.where(r0_mask & xmask, tmp2_weight_next, tmp2_weight)
+        tmp3 = tl.load(in_ptr1 + (r0_1 + r0_numel*x0), r0_mask & xmask, eviction_policy='evict_last', other=0.0)
+        tmp4 = tl.broadcast_to(tmp3, [XBLOCK, R0_BLOCK])
+        tmp5_mean_next, tmp5_m2_next, tmp5_weight_next = triton_helpers.welford_reduce(
+            tmp4, tmp5_mean, tmp5_m2, tmp5_weight, roffset == 0
+        )
+        tmp5_mean = tl.where(r0_mask & xmask, tmp5_mean_next, tmp5_mean)
+        tmp5_m2 = tl.where(r0_mask & xmask, tmp5_m2_next, tmp5_m2)
+        tmp5_weight = tl.where(r0_mask & xmask, tmp5_weight_next, tmp5_weight)
+    tmp6, tmp7, tmp8 = triton_helpers.welford(tmp2_mean, tmp2_m2, tmp2_weight, 1)
+    tmp9, tmp10, tmp11 = triton_helpers.welford(tmp5_mean, tmp5_m2, tmp5_weight, 1)
+    tl.store(out_ptr0 + (x0), tmp6[:, None], xmask)
+    tl.store(out_ptr1 + (x0), tmp7[:, None], xmask)
+    tl.store(out_ptr2 + (x0), tmp9[:, None], xmask)
+    tl.store(out_ptr3 + (x0), tmp10[:, None], xmask)
+"""
+
+
+def _load_kernel(path: Path, source: str) -> Any:
+    import importlib.util
+
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.two_welfords
+
+
+@pytest.mark.parametrize("xblock, rblock", [(2, 64), (1, 512), (4, 16)])
+def test_shifted_sums_give_welfords_mean_and_m2_with_special_values(tmp_path: Path, xblock: int, rblock: int) -> None:
+    """Rows near 1000 (the shift's reason), a row with one inf, a row all inf, a row with a NaN, a
+    row with both infinities; at R0_BLOCK=512 each lane holds at most one value of a 300-wide row
+    and most lanes none."""
+    import torch
+
+    new = shifted_sums_for_welford(TWO_WELFORDS)
+    assert new is not None and "welford_reduce" not in new
+    welford = _load_kernel(tmp_path / "welford_kernel.py", TWO_WELFORDS)
+    shifted = _load_kernel(tmp_path / "shifted_kernel.py", new)
+    generator = torch.Generator().manual_seed(0)
+    rows, width = 6, 300
+    a = torch.randn(rows, width, generator=generator) * 0.5 + 1000.0
+    b = torch.randn(rows, width, generator=generator)
+    a[1, 7] = float("inf")
+    a[2, :] = float("inf")
+    b[3, 5] = float("nan")
+    a[4, 3], a[4, 10] = float("inf"), float("-inf")
+
+    def run(kernel: Any) -> list[torch.Tensor]:
+        outs = [torch.full((rows,), -7.0) for _ in range(4)]
+        kernel[((rows + xblock - 1) // xblock,)](a, b, *outs, rows, width, XBLOCK=xblock, R0_BLOCK=rblock)
+        return outs
+
+    for mine, theirs in zip(run(shifted), run(welford)):
+        assert torch.equal(torch.isnan(mine), torch.isnan(theirs)), (mine, theirs)
+        assert torch.equal(torch.isinf(mine), torch.isinf(theirs)), (mine, theirs)
+        finite = torch.isfinite(theirs)
+        assert torch.allclose(mine[finite], theirs[finite], rtol=1e-4, atol=1e-3), (mine, theirs)
+    exact = a[0].double()
+    m2 = run(shifted)[1][0].item()
+    assert m2 == pytest.approx(float(((exact - exact.mean()) ** 2).sum()), rel=1e-3)
+
+
+def test_a_stack_takes_one_of_each_pair_of_alternatives() -> None:
+    kernel = parse_output_code((H200 / "linear_epilogue.py").read_text()).kernels[0]
+    source, applied = stack(kernel.source, ["flip_eviction", "drop_eviction_hints", "pipelined_loop_3",
+                                            "pipelined_loop_2", "shifted_sums_for_welford"])
+    assert applied == ["flip_eviction", "pipelined_loop_3", "shifted_sums_for_welford"]
+    assert "evict_first" in source and "num_stages=3)" in source and "num_stages=2)" not in source

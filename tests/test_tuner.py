@@ -188,7 +188,7 @@ def test_transformations_are_tried_on_the_fastest_rewrite_on_its_own_config() ->
             return 0.6 / (c.config.num_warps if c.config else 1)
 
         # the rewrite 40% faster, more so with more warps; without the hints 10% faster again
-        return 1.0, [0.9 * rewrite_ms(c) if c.label.startswith("drop_eviction_hints + one_pass_persistent") else
+        return 1.0, [0.9 * rewrite_ms(c) if c.label.startswith("drop_eviction_hints_on_rewrite + one_pass_persistent") else
                      rewrite_ms(c) if c.source == rewrite.source else 1.0 for c in cands]
 
     proposals = TimedTuner(timer, sample_size=4, descent_rounds=1).propose(
@@ -196,10 +196,13 @@ def test_transformations_are_tried_on_the_fastest_rewrite_on_its_own_config() ->
     timed_rewrites = [c for batch in batches[:-1] for c in batch if c.source == rewrite.source]
     fastest = max(timed_rewrites, key=lambda c: c.config.num_warps if c.config else 0)
     on_rewrite = [c for c in batches[-1] if c.label.endswith(" + " + fastest.label)]
-    assert {c.label.split(" + ")[0] for c in on_rewrite} == {"flip_eviction", "drop_eviction_hints"}
+    assert {c.label.split(" + ")[0] for c in on_rewrite} == {"flip_eviction_on_rewrite", "drop_eviction_hints_on_rewrite"}
     assert all(c.config == fastest.config and c.source != rewrite.source for c in on_rewrite)
-    assert proposals[0].candidate.label == "drop_eviction_hints + " + fastest.label
-    assert proposals[0].note == "source transformation"
+    assert proposals[0].candidate.label == "drop_eviction_hints_on_rewrite + " + fastest.label
+    assert proposals[0].note == "source transformation on a strategy rewrite"
+    from kernelopt_bot.search.orchestrator import strategy_of
+
+    assert strategy_of(proposals[0]) == "drop_eviction_hints_on_rewrite"  # its own row in the report
     assert proposals[0].kernel_ms == pytest.approx(0.9 * 0.6 / fastest.config.num_warps)
 
 
@@ -257,3 +260,19 @@ def test_one_winning_transformation_is_not_stacked() -> None:
 
     TimedTuner(timer, sample_size=4, descent_rounds=1).propose(SearchContext(kernel, _profile(1.0), None, "cuda"), 3)
     assert not any(c.label.startswith("stacked_transforms") for batch in batches for c in batch)
+
+
+def test_a_stack_that_is_one_of_its_parts_is_not_timed_again() -> None:
+    """Flipping and dropping the hints both win: they are alternatives, so the stack of the two
+    is just the faster one, already timed: no stacked candidate."""
+    kernel = parse_output_code((H200 / "rmsnorm.py").read_text()).kernels[0]
+    batches: list[list[Candidate]] = []
+    gains = {"flip_eviction": 0.8, "drop_eviction_hints": 0.85}
+
+    def timer(_kernel: object, cands: list[Candidate]) -> tuple[float, list[float | str | None]]:
+        batches.append(cands)
+        return 1.0, [gains.get(c.label.split(" + ")[0], 1.0) for c in cands]
+
+    TimedTuner(timer, sample_size=4, descent_rounds=1).propose(SearchContext(kernel, _profile(1.0), None, "cuda"), 3)
+    assert not any(c.label.startswith("stacked_transforms") for batch in batches for c in batch)
+    assert any(c.label.startswith("flip_eviction + ") for batch in batches for c in batch)

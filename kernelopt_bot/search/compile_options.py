@@ -38,6 +38,7 @@ COMPILE_OPTIONS = (
     CompileOption("mode=reduce-overhead (CUDA graphs)", mode="reduce-overhead"),
 )
 MIN_OPTION_S = 30.0  # an option needs a whole compile and a benchmark: do not start one with less left
+MIN_BENCH_S = 10.0  # gate 3 and the interleaved rounds of a compiled arm: not begun with less left
 
 
 def recommend(model_arms: ModelArms, target: Target, *, gamma: float, rounds: int = 10, reps: int = 20,
@@ -134,6 +135,10 @@ def measure_with_pack(model_arms: ModelArms, target: Target, best: Recommendatio
             if not applied:  # the option's compile has other kernels: this would be the option alone
                 return Recommendation(both.label, None, False, "not measured: the pack applies to none of the "
                                                                "kernels this option compiles")
+            left = time_left() if time_left is not None else None
+            if left is not None and left < MIN_BENCH_S:  # compiled, but no time to check and time it
+                return Recommendation(both.label, None, False, "not measured: the wall-time budget ran out "
+                                                               "after its compile")
         found = _measure(both, arm, target, baseline, repeat, model_arms.device, model_arms.dtype,
                          gamma=gamma, rounds=rounds, reps=reps, time_left=time_left)
         if not isinstance(arm, ArmError) and found.speedup is not None:

@@ -71,17 +71,19 @@ def shifted_sums_for_welford(source: str) -> str | None:
         indent, value, c = step["indent"], step["value"], combine["indent"]
         accumulate = "\n".join([
             f"{indent}{acc}_shift = tl.where({acc}_weight == 0, {value}, {acc}_shift)",
-            f"{indent}{acc}_delta = {value} - {acc}_shift",
+            # 0 for the lane's first value itself (an infinite one would give inf - inf = NaN)
+            f"{indent}{acc}_delta = tl.where({acc}_weight == 0, 0.0, {value} - {acc}_shift)",
             f"{indent}{acc}_mean_next = {acc}_mean + {acc}_delta",
             f"{indent}{acc}_m2_next = {acc}_m2 + {acc}_delta * {acc}_delta",
             f"{indent}{acc}_weight_next = {acc}_weight + 1",
         ])
         # The lane's (sum, sum of squares, count) of shifted values into Welford's (mean, M2,
-        # count); an empty lane is (0, 0, 0), which the combine weighs at nothing.
+        # count); an empty lane is (0, 0, 0), which the combine weighs at nothing. M2's rounding
+        # below zero is cut to zero; a NaN stays NaN (as Welford's would).
         finish = "\n".join([
             f"{c}{acc}_count = tl.where({acc}_weight == 0, 1.0, {acc}_weight)",
-            f"{c}{acc}_m2 = tl.where({acc}_weight == 0, 0.0, "
-            f"tl.maximum({acc}_m2 - {acc}_mean * ({acc}_mean / {acc}_count), 0.0))",
+            f"{c}{acc}_m2 = {acc}_m2 - {acc}_mean * ({acc}_mean / {acc}_count)",
+            f"{c}{acc}_m2 = tl.where(({acc}_weight == 0) | ({acc}_m2 < 0.0), 0.0, {acc}_m2)",
             f"{c}{acc}_mean = tl.where({acc}_weight == 0, 0.0, {acc}_shift + {acc}_mean / {acc}_count)",
         ])
         # Spliced from the last position back, so the earlier matches' offsets still hold.
@@ -101,18 +103,28 @@ TRANSFORMS: tuple[Callable[[str], str | None], ...] = (
 
 
 STACKED = "stacked_transforms"
+# Transformations that are alternatives to each other: a stack takes the first of each group it
+# is given (dropping the hints after flipping them is dropping them alone).
+_EXCLUSIVE = {"pipelined_loop_2": "pipelining", "pipelined_loop_3": "pipelining",
+              "flip_eviction": "eviction", "drop_eviction_hints": "eviction"}
 
 
 def stack(source: str, names: list[str]) -> tuple[str, list[str]]:
     """``source`` with the named transformations applied one on another, in the order given;
-    one that no longer applies to what the earlier ones made (two pipelining depths, both
-    eviction rewrites) is skipped. Returns the source and the names that applied."""
+    of alternatives (two pipelining depths, the two eviction rewrites) only the first, and one
+    that no longer applies to what the earlier ones made is skipped. Returns the source and
+    the names that applied."""
     by_name = {t.__name__: t for t in TRANSFORMS}
     applied: list[str] = []
+    taken: set[str] = set()
     for name in names:
+        group = _EXCLUSIVE.get(name, name)
+        if group in taken:
+            continue
         new = by_name[name](source) if name in by_name else None
         if new is not None and new != source:
             source, applied = new, [*applied, name]
+            taken.add(group)
     return source, applied
 
 

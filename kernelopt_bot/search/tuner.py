@@ -37,6 +37,9 @@ MIN_KERNEL_GAIN = 1.02  # below this a kernel-level win does not survive the end
 # (half of gamma's 3%: kernel-level timing in isolation is only a forecast of the model's).
 MIN_PREDICTED_GAIN = 1.015
 REWRITE_SAMPLE = 16  # launch configs timed for each strategy rewrite
+# A transformation applied to a strategy rewrite is reported as its own kind of candidate
+# ("drop_eviction_hints_on_rewrite"), not credited to the transformation on the compiler's kernel.
+ON_REWRITE = "_on_rewrite"
 
 
 def rewrite_candidates(rewrite: Rewrite, n: int, seed: int = 0) -> list[Candidate]:
@@ -167,7 +170,9 @@ class TimedTuner(SearchStrategy):
                     timed[_key(cand.config)] = ms
                 else:
                     kind = ("source transformations, stacked" if cand.label.startswith(STACKED) else
-                            "strategy rewrite" if cand.source in rewrite_sources else "source transformation")
+                            "strategy rewrite" if cand.source in rewrite_sources else
+                            "source transformation on a strategy rewrite" if ON_REWRITE in cand.label else
+                            "source transformation")
                     transformed.append(Proposal(cand, self.name, ms, kind))
 
         seeds = [carry(c) for c in self.seeds(kernel)]
@@ -209,12 +214,12 @@ class TimedTuner(SearchStrategy):
                 break
         # One last job: the transformations that each won, stacked, and every transformation on
         # the fastest strategy rewrite (its own config), which the rounds above never combined.
+        if not timed or original_ms is None:
+            return []
         stacked = self._stacked(kernel.source, transformed, timed, set(by_source))
         last = ([stacked] if stacked is not None else []) + self._on_best_rewrite(transformed, set(by_source))
         if last:
             run_job([], None, last)
-        if not timed or original_ms is None:
-            return []
         ranked = sorted(timed, key=timed.__getitem__)
         proposals = [Proposal(Candidate(f"config {space[k].describe()}", config=space[k], origin=ORIGIN), self.name,
                               timed[k], "launch-config search") for k in ranked[:limit]]
@@ -243,8 +248,8 @@ class TimedTuner(SearchStrategy):
         config = next(p.candidate.config for p in transformed
                       if p.candidate.config is not None and _key(p.candidate.config) == key)
         new, applied = stack(source, [name for _, name in sorted(found)])
-        if len(applied) < 2:
-            return None
+        if len(applied) < 2 or any(p.candidate.source == new for p in transformed):
+            return None  # fewer than two together, or what one of them alone already is
         return Candidate(f"{STACKED} + {config.describe()}", source=new, config=config, origin=ORIGIN)
 
     @staticmethod
@@ -256,7 +261,7 @@ class TimedTuner(SearchStrategy):
             return []
         best = min(timed_rewrites, key=lambda p: p.kernel_ms or float("inf")).candidate
         assert best.source is not None
-        return [Candidate(f"{name} + {best.label}", source=src, config=best.config, origin=ORIGIN)
+        return [Candidate(f"{name}{ON_REWRITE} + {best.label}", source=src, config=best.config, origin=ORIGIN)
                 for name, src in applicable(best.source)]
 
     def _untimed(self, ctx: SearchContext, space: dict[tuple, LaunchConfig], chosen: LaunchConfig | None,

@@ -45,5 +45,5 @@ def test_optimize_softmax_bf16_finds_a_verified_win_within_two_minutes(tmp_path:
     if result.best_recommendation is not None:
         both = result.option_with_pack
         assert both is not None and both.option == result.best_recommendation.option + " + pack"
-        assert both.speedup is not None or both.detail.startswith("not measured") or both.detail.startswith("failed")
+        assert both.speedup is not None or both.detail.startswith(("not measured", "failed", "outputs differ"))
         print("OPTION WITH PACK:", both.option, both.speedup, both.verified, both.detail)
