@@ -576,6 +576,8 @@ def _option_with_pack(model_arms: Any, tgt: Any, pack: KernelPack, result: RunRe
     """The best verified compiler option with the final pack on top, in what is left of the run's
     wall time (the search's budget and the final benchmark's reserve): the figure a user who takes
     both gets, beside each alone. Added to the recommendations as ``"<option> + pack"``."""
+    from kernelopt_bot.errors import one_line
+    from kernelopt_bot.result import WITH_PACK, Recommendation
     from kernelopt_bot.search.compile_options import measure_with_pack
 
     best = result.best_recommendation
@@ -586,9 +588,6 @@ def _option_with_pack(model_arms: Any, tgt: Any, pack: KernelPack, result: RunRe
         if budget.max_wall_s is None:
             return None
         return budget.max_wall_s + reserve - budget.elapsed_s()
-
-    from kernelopt_bot.errors import one_line
-    from kernelopt_bot.result import WITH_PACK, Recommendation
 
     log("measuring the best option with the pack")
     left = time_left()

@@ -38,7 +38,7 @@ class _Arm:
 
 
 class _Arena:
-    device, dtype, timeout_s = "cuda", "fp32", 600.0
+    device, dtype, timeout_s, mode, config = "cuda", "fp32", 600.0, None, {}
 
     def __init__(self, arm: _Arm | None = None) -> None:
         self.arm = arm
@@ -54,6 +54,9 @@ class _Arena:
 
     def settle(self) -> None:
         pass
+
+    def room_for(self, wanted: int) -> int:
+        return wanted
 
 
 def test_nothing_to_measure_without_a_known_option_or_a_pack() -> None:

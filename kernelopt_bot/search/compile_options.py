@@ -29,6 +29,7 @@ class CompileOption:
     label: str
     mode: str | None = None
     config: dict[str, Any] | None = None
+    pack: KernelPack | None = None  # installed in the option's arm too (measure_with_pack)
 
 
 # max-autotune first: it is also the reference the suite compares against.
@@ -82,7 +83,7 @@ def recommend(model_arms: ModelArms, target: Target, *, gamma: float, rounds: in
         arms: list[tuple[CompileOption, Arm | ArmError]] = []
         for option in wave:
             try:
-                arms.append((option, model_arms.candidate(None, label=option.label, mode=option.mode,
+                arms.append((option, model_arms.candidate(option.pack, label=option.label, mode=option.mode,
                                                      config=option.config, wait=False)))
             except ArmError as exc:
                 arms.append((option, exc))
@@ -105,49 +106,16 @@ def measure_with_pack(model_arms: ModelArms, target: Target, best: Recommendatio
                       time_left: Callable[[], float | None] | None = None) -> Recommendation | None:
     """The best verified option with ``pack`` installed on top, against the same baseline: what a
     user who takes both gets (the pack's kernels were verified under the baseline's compile; the
-    option's compile is checked again by gate 3, and its speedup by gate 4's rules). None where
-    there is nothing to measure: no such option, or an empty pack. Never raises for the option."""
+    option's compile is checked again by gate 3, and its speedup by gate 4's rules), measured as
+    :func:`recommend` measures an option. None where there is nothing to measure: no such option,
+    an empty pack, no GPU. Never raises for the option."""
     option = next((o for o in options if o.label == best.option), None)
     if option is None or not len(pack) or model_arms.device != "cuda":
         return None
-    both = CompileOption(option.label + WITH_PACK, option.mode, option.config)
-    left = time_left() if time_left is not None else None
-    if left is not None and left < MIN_OPTION_S:
-        return Recommendation(both.label, None, False, "not measured: the wall-time budget ran out")
-    try:
-        baseline, repeat = model_arms.baselines()
-    except ArmError as exc:
-        return Recommendation(both.label, None, False, f"not measured: the baseline arms did not start ({exc})")
-    try:
-        arm: Arm | ArmError = model_arms.candidate(pack, label=both.label, mode=both.mode, config=both.config,
-                                                   wait=False)
-    except ArmError as exc:
-        arm = exc
-    try:
-        if not isinstance(arm, ArmError):
-            try:
-                arm.wait_ready()
-                model_arms.settle()  # nothing is timed while an arm compiles
-            except ArmError as exc:
-                return _measure(both, exc, target, baseline, repeat, model_arms.device, model_arms.dtype,
-                                gamma=gamma, rounds=rounds, reps=reps, time_left=time_left)
-            applied = set(arm.info.get("applied") or [])
-            if not applied:  # the option's compile has other kernels: this would be the option alone
-                return Recommendation(both.label, None, False, "not measured: the pack applies to none of the "
-                                                               "kernels this option compiles")
-            left = time_left() if time_left is not None else None
-            if left is not None and left < MIN_BENCH_S:  # compiled, but no time to check and time it
-                return Recommendation(both.label, None, False, "not measured: the wall-time budget ran out "
-                                                               "after its compile")
-        found = _measure(both, arm, target, baseline, repeat, model_arms.device, model_arms.dtype,
-                         gamma=gamma, rounds=rounds, reps=reps, time_left=time_left)
-        if not isinstance(arm, ArmError) and found.speedup is not None:
-            entries = {e.kernel_name for e in pack.entries.values()}
-            found.detail = (f"{len(applied & entries)} of {len(entries)} pack entries applied; " + found.detail).strip()
-        return found
-    finally:
-        if not isinstance(arm, ArmError):
-            arm.close()
+    both = CompileOption(option.label + WITH_PACK, option.mode, option.config, pack)
+    (found,) = recommend(model_arms, target, gamma=gamma, rounds=rounds, reps=reps, options=(both,),
+                         time_left=time_left)
+    return found
 
 
 def _measure(option: CompileOption, arm: Arm | ArmError, target: Target, baseline: Arm,
@@ -158,13 +126,25 @@ def _measure(option: CompileOption, arm: Arm | ArmError, target: Target, baselin
         if isinstance(arm, ArmError):
             raise arm
         arm.wait_ready()
+        applied = ""
+        if option.pack is not None:
+            found = set(arm.info.get("applied") or [])
+            if not found:  # the option's compile has other kernels: this would be the option alone
+                return Recommendation(option.label, None, False, "not measured: the pack applies to none of the "
+                                                                 "kernels this option compiles")
+            left = time_left() if time_left is not None else None
+            if left is not None and left < MIN_BENCH_S:  # compiled, but no time to check and time it
+                return Recommendation(option.label, None, False, "not measured: the wall-time budget ran out "
+                                                                 "after its compile")
+            entries = {e.kernel_name for e in option.pack.entries.values()}
+            applied = f"{len(found & entries)} of {len(entries)} pack entries applied; "
         model = check_model(target, baseline, arm, None)
         if not model.passed:
             return Recommendation(option.label, None, False, f"outputs differ: {model.reason}")
         result = compare_arms(baseline, arm, repeat, target=target.spec, device=device, dtype=dtype,
                               rounds=rounds, reps=reps)
         verdict = judge(result, None, gamma, {})
-        return Recommendation(option.label, result.speedup, bool(verdict.passed), verdict.reason)
+        return Recommendation(option.label, result.speedup, bool(verdict.passed), applied + verdict.reason)
     except InfrastructureFailure as exc:  # out of memory after a retry: ours, not the option's
         return Recommendation(option.label, None, False, f"not measured: {exc}")
     except ArmError as exc:

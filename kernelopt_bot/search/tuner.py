@@ -234,19 +234,18 @@ class TimedTuner(SearchStrategy):
         """The source transformations that each beat their config alone by 1%, applied together on
         it (fastest first): each was timed on its own, and wins of different kinds (a pipelined
         loop, shifted sums, eviction hints) may add up. None unless two or more apply together."""
-        winners: dict[tuple, list[tuple[float, str]]] = {}
+        winners: dict[tuple, tuple[LaunchConfig, list[tuple[float, str]]]] = {}
         for p in transformed:
             cand = p.candidate
             if cand.source in rewrites or cand.config is None or p.kernel_ms is None:
                 continue
             alone = timed.get(_key(cand.config))
             if alone is not None and p.kernel_ms < alone * 0.99:
-                winners.setdefault(_key(cand.config), []).append((p.kernel_ms, cand.label.split(" + ", 1)[0]))
+                won = winners.setdefault(_key(cand.config), (cand.config, []))[1]
+                won.append((p.kernel_ms, cand.label.split(" + ", 1)[0]))
         if not winners:
             return None
-        key, found = min(winners.items(), key=lambda item: min(item[1])[0])
-        config = next(p.candidate.config for p in transformed
-                      if p.candidate.config is not None and _key(p.candidate.config) == key)
+        config, found = min(winners.values(), key=lambda item: min(item[1])[0])
         new, applied = stack(source, [name for _, name in sorted(found)])
         if len(applied) < 2 or any(p.candidate.source == new for p in transformed):
             return None  # fewer than two together, or what one of them alone already is
