@@ -14,7 +14,7 @@ from kernelopt_bot.candidate import Candidate, Proposal
 from kernelopt_bot.harness.arm_process import ArmError
 from kernelopt_bot.pipeline import WALL_MARGIN_S, _final_bench, _recommend_in_time
 from kernelopt_bot.search.budget import Budget, BudgetExceeded
-from kernelopt_bot.search.compile_options import COMPILE_OPTIONS, recommend
+from kernelopt_bot.search.compile_options import COMPILE_OPTIONS, MIN_BENCH_S, recommend
 from kernelopt_bot.search.orchestrator import Orchestrator, SearchLimits
 from tests.helpers import EXAMPLES, captured
 from tests.test_final_bench import GATE4, _entry, _pack, _result
@@ -96,6 +96,38 @@ def test_compiler_options_past_the_deadline_are_reported_not_measured() -> None:
     assert [r.option for r in recs] == [o.label for o in COMPILE_OPTIONS]
     assert recs[0].option == "mode=max-autotune-no-cudagraphs"  # the suite's reference goes first
     assert all(r.speedup is None and not r.verified and "wall-time budget" in r.detail for r in recs)
+
+
+class _ReadyArm:
+    def __init__(self) -> None:
+        self.info: dict[str, Any] = {}
+        self.closed = False
+
+    def wait_ready(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class _ReadyArena(_Arena):
+    def __init__(self) -> None:
+        self.arms: list[_ReadyArm] = []
+
+    def candidate(self, *_a: Any, **_k: Any) -> Any:
+        self.arms.append(_ReadyArm())
+        return self.arms[-1]
+
+
+def test_an_option_compiled_too_close_to_the_deadline_is_not_checked_or_timed() -> None:
+    """Gate 3 and the rounds take seconds: an option whose compile ends with less than
+    MIN_BENCH_S left is reported as such instead of running past the wall budget (a check_model
+    or compare_arms call here would fail on the arena's None baseline)."""
+    left = iter([60.0] + [MIN_BENCH_S - 1] * 3)  # time to start the wave; none after the compile
+    arena = _ReadyArena()
+    recs = recommend(arena, None, gamma=1.03, time_left=lambda: next(left))  # type: ignore[arg-type]
+    assert len(arena.arms) == len(COMPILE_OPTIONS) and all(a.closed for a in arena.arms)
+    assert all(r.detail == "not measured: the wall-time budget ran out after its compile" for r in recs)
 
 
 def test_the_wall_budget_counts_what_ran_before_it() -> None:

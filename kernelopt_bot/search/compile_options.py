@@ -132,12 +132,12 @@ def _measure(option: CompileOption, arm: Arm | ArmError, target: Target, baselin
             if not found:  # the option's compile has other kernels: this would be the option alone
                 return Recommendation(option.label, None, False, "not measured: the pack applies to none of the "
                                                                  "kernels this option compiles")
-            left = time_left() if time_left is not None else None
-            if left is not None and left < MIN_BENCH_S:  # compiled, but no time to check and time it
-                return Recommendation(option.label, None, False, "not measured: the wall-time budget ran out "
-                                                                 "after its compile")
             entries = {e.kernel_name for e in option.pack.entries.values()}
             applied = f"{len(found & entries)} of {len(entries)} pack entries applied; "
+        left = time_left() if time_left is not None else None
+        if left is not None and left < MIN_BENCH_S:  # compiled, but no time to check and time it
+            return Recommendation(option.label, None, False, "not measured: the wall-time budget ran out "
+                                                             "after its compile")
         model = check_model(target, baseline, arm, None)
         if not model.passed:
             return Recommendation(option.label, None, False, f"outputs differ: {model.reason}")
