@@ -10,7 +10,14 @@ import pytest
 
 from kernelopt_bot.capture.recorder import Capture, capture
 from kernelopt_bot.search.base import SearchContext
-from kernelopt_bot.search.rewrites import MAX_ROW, graft_persistent, persistent_rewrites, qualifying
+from kernelopt_bot.search.rewrites import (
+    MAX_ROW,
+    fixed_sizes,
+    graft_persistent,
+    match_donors,
+    persistent_rewrites,
+    qualifying,
+)
 from kernelopt_bot.search.tuner import ORIGIN, TimedTuner
 from kernelopt_bot.targets import load_target
 from kernelopt_bot.verify.cascade import Cascade, VerifyOptions
@@ -103,3 +110,45 @@ def test_the_choices_class_can_be_pickled_into_inductors_cache_key() -> None:
 
     choices = wide_rows_choices()
     assert pickle.loads(pickle.dumps(choices)) is choices is wide_rows_choices()
+
+
+SPLIT_AMAX = '''
+import torch
+
+class Model(torch.nn.Module):
+    """A max down 8192 rows of 7 columns: Inductor splits it in two stages, a looped reduction
+    (448 outputs of 128-wide rows) then a persistent one (7 outputs of 64-wide rows)."""
+    def forward(self, x):
+        return torch.amax(x, dim=0)
+
+def get_inputs():
+    return [torch.randn(8192, 7)]
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_a_split_reductions_second_stage_is_not_its_first_stages_twin(tmp_path: Path) -> None:
+    """On the H200 an amax over 65536 rows had its second stage (same name core, same signature)
+    grafted into its first: 31 of every 32 outputs unwritten, three candidates rejected by gate 2.
+    A twin must fix the same sizes as the original."""
+    path = tmp_path / "split_amax.py"
+    path.write_text(SPLIT_AMAX)
+    cap = capture(load_target(str(path), DEVICE, "fp32"))
+    first, second = cap.artifact.kernels
+    assert first.name.startswith("triton_red_") and second.name.startswith("triton_per_")
+    assert fixed_sizes(first.source, first.name) == {"xnumel": 448, "r0_numel": 128}
+    assert fixed_sizes(second.source, second.name) == {"xnumel": 7, "r0_numel": 64}
+    assert qualifying(cap) == [first]
+    # The wide-rows compile changes nothing here: its kernels are the capture's own.
+    assert match_donors([first], [first, second]) == {}
+    assert persistent_rewrites(cap) == {}
+
+
+def test_a_twin_fixes_the_same_sizes(wide: Capture) -> None:
+    (kernel,) = qualifying(wide)
+    rewrite = persistent_rewrites(wide)[(kernel.graph, kernel.name)]
+    assert rewrite.donor is not None
+    sizes = fixed_sizes(kernel.source, kernel.name)
+    assert sizes["r0_numel"] == 2048 and fixed_sizes(rewrite.donor.source, rewrite.donor.name) == sizes

@@ -133,26 +133,45 @@ def _function_body(source: str, name: str) -> tuple[int, int] | None:
 
 def match_donors(originals: list[TritonKernel], donors: list[TritonKernel]) -> dict[str, TritonKernel]:
     """Each original looped kernel's persistent twin from the other compile: same graph, same
-    fused operations (the name between ``triton_red_``/``triton_per_`` and the index) and the
-    same pointer parameters; the n-th of a name matches the n-th."""
+    fused operations (the name between ``triton_red_``/``triton_per_`` and the index), the same
+    pointer parameters, and the same problem (the ``xnumel``/``r0_numel`` the bodies fix).
+
+    The sizes are what make it a twin: a split reduction's two stages share a name's core and a
+    signature (on the H200, an amax over 65536 rows grafted its second stage, 5123 outputs of
+    32-wide rows, into its first, 163936 outputs of 2048-wide rows: 31 of every 32 outputs went
+    unwritten, and gate 2 rejected three candidates that never had a chance)."""
     out: dict[str, TritonKernel] = {}
     by_core: dict[tuple[int, str], list[TritonKernel]] = {}
     for donor in donors:
         m = _NAME_CORE.match(donor.name)
         if m and donor.name.startswith("triton_per_"):
             by_core.setdefault((donor.graph, m["core"]), []).append(donor)
-    seen: dict[tuple[int, str], int] = {}
+    taken: set[int] = set()
     for kernel in originals:
         m = _NAME_CORE.match(kernel.name)
-        if not m:
+        sizes = fixed_sizes(kernel.source, kernel.name)
+        if not m or "xnumel" not in sizes or "r0_numel" not in sizes:
             continue
-        key = (kernel.graph, m["core"])
-        n = seen.get(key, 0)
-        seen[key] = n + 1
-        twins = by_core.get(key, [])
-        if n < len(twins) and [p for p in kernel.params if p != "R0_BLOCK"] == twins[n].params:
-            out[kernel.name] = twins[n]
+        params = [p for p in kernel.params if p != "R0_BLOCK"]
+        for twin in by_core.get((kernel.graph, m["core"]), []):
+            if id(twin) not in taken and twin.params == params and fixed_sizes(twin.source, twin.name) == sizes:
+                out[kernel.name] = twin
+                taken.add(id(twin))
+                break
     return out
+
+
+_FIXED_NUMEL = re.compile(r"^\s+(?P<name>[xyz]numel|r\d_numel)\s*=\s*(?P<value>\d+)\s*$", re.M)
+
+
+def fixed_sizes(source: str, name: str) -> dict[str, int]:
+    """The sizes a kernel's body fixes (``xnumel = 163936``, ``r0_numel = 2048``: Inductor writes
+    them for static shapes, over the parameters of the same names), from kernel ``name``'s body."""
+    body = _function_body(source, name)
+    if body is None:
+        return {}
+    text = "\n".join(source.splitlines()[body[0]:body[1]])
+    return {m["name"]: int(m["value"]) for m in _FIXED_NUMEL.finditer(text)}
 
 
 def qualifying(capture: Any) -> list[TritonKernel]:
