@@ -54,6 +54,9 @@ class Recommendation:
     speedup: float | None
     verified: bool
     detail: str = ""
+    # Each kernel's launch config as this option's compile settled it (its arm's report): where an
+    # option beats the pack, the evidence of what the tuner did not find.
+    configs: dict[str, str] = field(default_factory=dict)
 
     @property
     def with_pack(self) -> bool:

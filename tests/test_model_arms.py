@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -140,3 +141,26 @@ def test_a_large_model_gets_one_baseline_and_two_arms_at_most(monkeypatch: pytes
     assert model_arms.room_for(3) == 1  # the baseline and one other arm
     model_arms._started.append(Live())  # type: ignore[arg-type]
     assert model_arms.room_for(1) == 0
+
+
+def test_an_arm_reports_the_launch_config_each_of_its_kernels_settled_on() -> None:
+    """A compiler option's arm autotunes its own kernels: it reports the configs they settled on,
+    and an option is shown only where they differ from the default compile's (the evidence of
+    what the tuner did not find when an option beats the pack)."""
+    from kernelopt_bot.search.compile_options import config_changes
+
+    with ModelArms(str(EXAMPLES / "softmax.py"), "cpu", "fp32") as model_arms:
+        baseline, _ = model_arms.baselines()
+        configs = baseline.info["configs"]
+        assert configs and all(name.startswith("triton_") for name in configs)
+        assert all("num_warps=" in config and "num_stages=" in config for config in configs.values())
+        with model_arms.candidate(None, label="again") as again:  # the same compile settles the same way
+            assert again.info["configs"] == configs
+            assert config_changes(baseline, again) == {}
+        name, config = next(iter(configs.items()))
+
+        other = SimpleNamespace(info={"configs": {name: "XBLOCK=1, num_warps=32, num_stages=1",
+                                                  "triton_poi_new_9": config}})
+        assert config_changes(baseline, other) == {
+            name: f"XBLOCK=1, num_warps=32, num_stages=1 (default compile: {config})",
+            "triton_poi_new_9": f"{config} (default compile: no such kernel)"}

@@ -222,6 +222,22 @@ def test_the_best_option_with_the_pack_is_its_own_headline_and_not_the_recommend
     assert "Option and pack together" not in render_report(result)
 
 
+def test_the_configs_an_option_settled_on_are_listed_where_they_differ() -> None:
+    """Where an option beats the pack, its compile's configs show what the tuner did not find."""
+    result = _measured_result()
+    assert "settled on" not in render_report(result)
+    result.recommendations[0] = Recommendation(
+        result.recommendations[0].option, 1.33, True, "1.33x > 1.03",
+        configs={"triton_red_fused_amax_0": "R0_BLOCK=8, XBLOCK=64, num_warps=8, num_stages=1 (default compile: "
+                                            "R0_BLOCK=64, XBLOCK=8, num_warps=4, num_stages=1)"})
+    report = render_report(result)
+    assert "Launch configs each option's compile settled on, where the default compile's differ:" in report
+    assert (f"- `{result.recommendations[0].option}`, `triton_red_fused_amax_0`: R0\\_BLOCK=8, XBLOCK=64, "
+            "num\\_warps=8") in report
+    again = RunResult.from_json(json.loads(json.dumps(result.to_json())))
+    assert again.recommendations[0].configs == result.recommendations[0].configs
+
+
 def test_what_a_run_verified_counts_at_least_one_on_a_gpu() -> None:
     result = _measured_result()
     result.speedup, result.recommendations = 1.0, []

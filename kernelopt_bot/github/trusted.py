@@ -123,6 +123,17 @@ class RecommendationDoc(_Strict):
     speedup: Num | None = Field(default=None, gt=0, le=MAX_SPEEDUP)
     verified: bool
     detail: str = Field(default="", max_length=1000)
+    configs: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("configs")
+    @classmethod
+    def _configs(cls, v: dict[str, str]) -> dict[str, str]:
+        if len(v) > 64:
+            raise ValueError("configs: more than 64 kernels")
+        for name, config in v.items():
+            if not KERNEL_NAME_RE.fullmatch(name) or len(config) > 200:
+                raise ValueError(f"configs: {name[:40]!r} is not a kernel name with a short config")
+        return v
 
 
 class ResultDoc(_Strict):

@@ -81,6 +81,7 @@ def flatten_outputs(out: Any, device: str = "cpu") -> list[Any]:
 def _serve(spec: ArmSpec, conn: Channel) -> None:
     import torch
 
+    from kernelopt_bot.capture.chosen_configs import seeing_kernels
     from kernelopt_bot.capture.recorder import compile_fresh
     from kernelopt_bot.capture.settings import target_settings
     from kernelopt_bot.device import prepare_device
@@ -109,13 +110,15 @@ def _serve(spec: ArmSpec, conn: Channel) -> None:
         torch._inductor.config.patch(config).__enter__()  # this process only, for its lifetime
     if spec.pack is not None:
         runtime.install(KernelPack.from_json(spec.pack))
-    compiled = compile_fresh(target.model, mode=mode)
-    target.run(compiled, target.make_inputs(0))
+    with seeing_kernels() as seen:
+        compiled = compile_fresh(target.model, mode=mode)
+        target.run(compiled, target.make_inputs(0))
     if target.device == "cuda":  # compiled (with every core): its timing keeps to one (harness.cpu_pin)
         time_on_one_core()
     conn.send(("ready", {
         "applied": [a.kernel_name for a in runtime.applied()],
         "skipped": [f"{s.kernel_name}: {s.reason}" for s in runtime.skipped()],
+        "configs": seen.configs(),  # each kernel's launch config as this compile settled it
         # What this arm holds on the GPU (model, inputs, compiled workspace; the CUDA context not
         # included): the target's model arms size how many arms may compile at once from it.
         "gpu_mb": torch.cuda.max_memory_reserved() / 2**20 if target.device == "cuda" else None,

@@ -9,7 +9,7 @@ comes back as a recommendation, verified or not.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kernelopt_bot.capture.settings import CompileSettings
@@ -90,14 +90,25 @@ def recommend(model_arms: ModelArms, target: Target, *, gamma: float, rounds: in
         try:
             model_arms.settle()  # nothing is timed while an arm compiles
             for option, arm in arms:
-                done[option.label] = _measure(option, arm, target, baseline, repeat, model_arms.device, model_arms.dtype,
-                                              gamma=gamma, rounds=rounds, reps=reps, time_left=time_left)
+                found = _measure(option, arm, target, baseline, repeat, model_arms.device, model_arms.dtype,
+                                 gamma=gamma, rounds=rounds, reps=reps, time_left=time_left)
+                chosen = {} if isinstance(arm, ArmError) else config_changes(baseline, arm)
+                done[option.label] = replace(found, configs=chosen) if chosen else found
         finally:
             for _, arm in arms:
                 if not isinstance(arm, ArmError):
                     arm.close()
     return [done.get(o.label) or Recommendation(o.label, None, False, "not measured: the wall-time budget ran out")
             for o in options]
+
+
+def config_changes(baseline: Any, arm: Any) -> dict[str, str]:
+    """The launch configs ``arm``'s compile settled on where the baseline's differ (each arm
+    reports its own: ``info["configs"]``), as ``"<option's> (default compile: <baseline's>)"``."""
+    ours = (getattr(baseline, "info", None) or {}).get("configs") or {}
+    theirs = (getattr(arm, "info", None) or {}).get("configs") or {}
+    return {name: f"{config} (default compile: {ours.get(name, 'no such kernel')})"
+            for name, config in sorted(theirs.items()) if ours.get(name) != config}
 
 
 def measure_with_pack(model_arms: ModelArms, target: Target, best: Recommendation, pack: KernelPack, *,

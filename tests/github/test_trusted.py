@@ -35,6 +35,15 @@ def test_a_plain_result_passes() -> None:
     assert r.kernels[0].roofline_fraction == 0.91
 
 
+def test_an_options_kernel_configs_survive_validation() -> None:
+    configs = {"triton_red_fused_amax_0": "R0_BLOCK=8, XBLOCK=64, num_warps=8, num_stages=1 (default compile: "
+                                          "R0_BLOCK=64, XBLOCK=8, num_warps=4, num_stages=1)"}
+    doc = _result(recommendations=[{"option": "coordinate_descent_tuning=True", "speedup": 1.33, "verified": True,
+                                    "detail": "1.33x", "configs": configs}])
+    r = validate_result(json.dumps(doc), name="mlp", dtype="fp32")
+    assert r.recommendations[0].configs == configs
+
+
 def test_the_llm_status_survives_validation() -> None:
     """The publish stage rebuilds the result: "LLM agents unavailable" must not be lost on the way."""
     r = validate_result(json.dumps(_result(llm_status="unavailable", llm_error="endpoint unreachable")),
@@ -60,6 +69,10 @@ def test_the_llm_status_survives_validation() -> None:
     ({"hardware": {"gpu": "x" * 500}}, "hardware"),
     ({"llm_status": "used a secret model"}, "llm_status"),
     ({"llm_error": "x" * 600}, "llm_error"),
+    ({"recommendations": [{"option": "o", "speedup": 1.1, "verified": False,
+                           "configs": {"../etc/passwd": "XBLOCK=1"}}]}, "not a kernel name"),
+    ({"recommendations": [{"option": "o", "speedup": 1.1, "verified": False,
+                           "configs": {"triton_poi_k0": "x" * 300}}]}, "not a kernel name"),
 ])
 def test_bad_results_are_rejected(change: dict, message: str) -> None:
     with pytest.raises(UntrustedResultError, match=message):
