@@ -490,6 +490,8 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
                     result.recommendations = _recommend_in_time(
                         cascade.model_arms, tgt, plan.gamma, plan.rounds, budget,
                         orchestrator.candidate_estimate_s(trusted=False))
+                    if _try_option_configs(orchestrator, result, pack, log):
+                        final_arm = None  # it compiled the pack as it was: the benchmark starts its own
                 log("end-to-end benchmark")
                 left = budget.wall_s_left()
                 with _arms_end_by(cascade.model_arms, None if left is None else left + reserve):
@@ -569,6 +571,25 @@ def _recommend_in_time(model_arms: Any, tgt: Any, gamma: float, rounds: int, bud
 
     with _arms_end_by(model_arms, budget.wall_s_left()):
         return recommend(model_arms, tgt, gamma=gamma, rounds=rounds, time_left=time_left)
+
+
+def _try_option_configs(orchestrator: Any, result: RunResult, pack: KernelPack, log: Callable[[str], None]) -> int:
+    """The launch configs of the verified compiler options, gated for the searched kernels the
+    pack does not replace (:meth:`~kernelopt_bot.search.orchestrator.Orchestrator.try_option_configs`);
+    how many joined the pack. A failure of ours here costs the run nothing it had: the pack stays."""
+    from kernelopt_bot.errors import one_line
+    from kernelopt_bot.search.compile_options import option_configs
+
+    found = option_configs(result.recommendations)
+    if not found:
+        return 0
+    log(f"gating the launch configs of the verified compiler options ({len(found)})")
+    before = len(pack)
+    try:
+        orchestrator.try_option_configs(found, result.kernels, pack)
+    except Exception as exc:  # noqa: BLE001 - an extra search step: the run's own results stand
+        log(f"    not all tried: {one_line(exc)}")
+    return len(pack) - before  # what joined, counted from the pack itself (an error may come after one did)
 
 
 def _option_with_pack(model_arms: Any, tgt: Any, pack: KernelPack, result: RunResult, plan: RunPlan,

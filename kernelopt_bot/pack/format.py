@@ -136,6 +136,23 @@ class LaunchConfig:
         blocks = ", ".join(f"{k}={v}" for k, v in sorted(self.kwargs.items()))
         return f"{blocks}, num_warps={self.num_warps}, num_stages={self.num_stages}"
 
+    @classmethod
+    def from_description(cls, text: str) -> LaunchConfig:
+        """The config :meth:`describe` wrote (``XBLOCK=64, num_warps=4, num_stages=1``), as strictly
+        as a pack's: a compiler option's arm reports its kernels' configs so."""
+        data: dict[str, Any] = {"kwargs": {}}
+        for part in text.split(", "):
+            name, eq, value = part.partition("=")
+            if not eq or not value.isdigit() or (name in data["kwargs"] or name in data):
+                raise PackError(f"launch config description {text[:200]!r}: {part[:60]!r} is not name=integer")
+            if name in ("num_warps", "num_stages"):
+                data[name] = int(value)
+            else:
+                data["kwargs"][name] = int(value)
+        if "num_warps" not in data or "num_stages" not in data:
+            raise PackError(f"launch config description {text[:200]!r} lacks num_warps or num_stages")
+        return cls.from_json(data)
+
 
 @dataclass(frozen=True)
 class PackEntry:

@@ -17,7 +17,7 @@ from kernelopt_bot.harness.arm_process import Arm, ArmError
 from kernelopt_bot.harness.bench import compare_arms
 from kernelopt_bot.harness.failures import InfrastructureFailure, is_out_of_memory
 from kernelopt_bot.harness.model_arms import ModelArms
-from kernelopt_bot.pack.format import KernelPack
+from kernelopt_bot.pack.format import KernelPack, LaunchConfig, PackError
 from kernelopt_bot.result import WITH_PACK, Recommendation
 from kernelopt_bot.targets import Target
 from kernelopt_bot.verify.model import check_model
@@ -104,11 +104,30 @@ def recommend(model_arms: ModelArms, target: Target, *, gamma: float, rounds: in
 
 def config_changes(baseline: Any, arm: Any) -> dict[str, str]:
     """The launch configs ``arm``'s compile settled on where the baseline's differ (each arm
-    reports its own: ``info["configs"]``), as ``"<option's> (default compile: <baseline's>)"``."""
+    reports its own, described: ``info["configs"]``)."""
     ours = (getattr(baseline, "info", None) or {}).get("configs") or {}
     theirs = (getattr(arm, "info", None) or {}).get("configs") or {}
-    return {name: f"{config} (default compile: {ours.get(name, 'no such kernel')})"
-            for name, config in sorted(theirs.items()) if ours.get(name) != config}
+    return {name: config for name, config in sorted(theirs.items()) if ours.get(name) != config}
+
+
+def option_configs(recommendations: list[Recommendation], limit: int = 4) -> list[tuple[str, str, LaunchConfig]]:
+    """(option, kernel name, config) for the kernels whose configs the verified options changed,
+    fastest option first, one config a kernel, at most ``limit``: where an option beats the default
+    compile end to end, its kernels' configs are candidates for the pack too (gated like any), so
+    the pack is not behind what the compiler's own tuning found."""
+    out: list[tuple[str, str, LaunchConfig]] = []
+    seen: set[str] = set()
+    verified = [r for r in recommendations if r.verified and r.speedup and not r.with_pack and r.configs]
+    for rec in sorted(verified, key=lambda r: -(r.speedup or 0.0)):
+        for name, text in rec.configs.items():
+            try:
+                config = LaunchConfig.from_description(text)
+            except PackError:
+                continue
+            if name not in seen and len(out) < limit:
+                seen.add(name)
+                out.append((rec.option, name, config))
+    return out
 
 
 def measure_with_pack(model_arms: ModelArms, target: Target, best: Recommendation, pack: KernelPack, *,

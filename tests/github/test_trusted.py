@@ -36,8 +36,7 @@ def test_a_plain_result_passes() -> None:
 
 
 def test_an_options_kernel_configs_survive_validation() -> None:
-    configs = {"triton_red_fused_amax_0": "R0_BLOCK=8, XBLOCK=64, num_warps=8, num_stages=1 (default compile: "
-                                          "R0_BLOCK=64, XBLOCK=8, num_warps=4, num_stages=1)"}
+    configs = {"triton_red_fused_amax_0": "R0_BLOCK=8, XBLOCK=64, num_warps=8, num_stages=1"}
     doc = _result(recommendations=[{"option": "coordinate_descent_tuning=True", "speedup": 1.33, "verified": True,
                                     "detail": "1.33x", "configs": configs}])
     r = validate_result(json.dumps(doc), name="mlp", dtype="fp32")
