@@ -490,8 +490,9 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
                     result.recommendations = _recommend_in_time(
                         cascade.model_arms, tgt, plan.gamma, plan.rounds, budget,
                         orchestrator.candidate_estimate_s(trusted=False))
-                    if _try_option_configs(orchestrator, result, pack, log):
-                        final_arm = None  # it compiled the pack as it was: the benchmark starts its own
+                    if _try_option_configs(orchestrator, cascade, result, pack, log) and final_arm is not None:
+                        final_arm.close()  # it compiled the pack as it was: the benchmark starts its own
+                        final_arm = None
                 log("end-to-end benchmark")
                 left = budget.wall_s_left()
                 with _arms_end_by(cascade.model_arms, None if left is None else left + reserve):
@@ -570,25 +571,32 @@ def _recommend_in_time(model_arms: Any, tgt: Any, gamma: float, rounds: int, bud
         return None if left is None else left - extra
 
     with _arms_end_by(model_arms, budget.wall_s_left()):
-        return recommend(model_arms, tgt, gamma=gamma, rounds=rounds, time_left=time_left)
+        return recommend(model_arms, tgt, gamma=gamma, rounds=rounds, time_left=time_left,
+                         bench_left=budget.wall_s_left)
 
 
-def _try_option_configs(orchestrator: Any, result: RunResult, pack: KernelPack, log: Callable[[str], None]) -> int:
+def _try_option_configs(orchestrator: Any, cascade: Any, result: RunResult, pack: KernelPack,
+                        log: Callable[[str], None]) -> int:
     """The launch configs of the verified compiler options, gated for the searched kernels the
     pack does not replace (:meth:`~kernelopt_bot.search.orchestrator.Orchestrator.try_option_configs`);
-    how many joined the pack. A failure of ours here costs the run nothing it had: the pack stays."""
+    how many joined the pack. The recommendations keep the configs of the searched kernels only.
+    A failure of ours here costs the run nothing it had: the pack stays."""
     from kernelopt_bot.errors import one_line
-    from kernelopt_bot.search.compile_options import option_configs
+    from kernelopt_bot.search.compile_options import keep_configs_of, option_configs
 
+    searched = [row.name for row in orchestrator.worth_searching()]
+    result.recommendations = keep_configs_of(result.recommendations, searched)
     found = option_configs(result.recommendations)
     if not found:
         return 0
-    log(f"gating the launch configs of the verified compiler options ({len(found)})")
+    log(f"gating the launch configs of the verified compiler options ({len(found)} kernel(s))")
     before = len(pack)
     try:
         orchestrator.try_option_configs(found, result.kernels, pack)
     except Exception as exc:  # noqa: BLE001 - an extra search step: the run's own results stand
         log(f"    not all tried: {one_line(exc)}")
+    finally:
+        cascade.release_search_memory()  # what gating brought back to the GPU leaves it again
     return len(pack) - before  # what joined, counted from the pack itself (an error may come after one did)
 
 

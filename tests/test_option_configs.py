@@ -14,7 +14,7 @@ from kernelopt_bot.pack.format import KernelPack, LaunchConfig, PackError
 from kernelopt_bot.profiling import profile
 from kernelopt_bot.result import KernelOutcome, Recommendation
 from kernelopt_bot.search.budget import Budget
-from kernelopt_bot.search.compile_options import option_configs
+from kernelopt_bot.search.compile_options import keep_configs_of, option_configs
 from kernelopt_bot.search.orchestrator import OPTION_CONFIG, Orchestrator, strategy_of
 from kernelopt_bot.verify.cascade import Cascade, VerifyOptions
 from kernelopt_bot.verify.verdict import GATE_ORDER, GateResult, Verdict
@@ -44,8 +44,17 @@ def test_the_fastest_verified_options_configs_come_first_one_a_kernel() -> None:
         ("coordinate_descent_tuning=True", "k0", LaunchConfig.from_description(a)),
         ("mode=max-autotune-no-cudagraphs", "k1", LaunchConfig.from_description(b)),
     ]
-    assert len(option_configs(recs, limit=1)) == 1
     assert option_configs([]) == []
+
+
+def test_a_recommendation_keeps_the_configs_of_the_searched_kernels_largest_first() -> None:
+    """Under max-autotune every kernel of a large model may change: a published result keeps a
+    few, those the search cares about."""
+    a = "XBLOCK=64, num_warps=8, num_stages=1"
+    recs = [Recommendation("o", 1.3, True, "", {f"k{i}": a for i in range(30)}), Recommendation("p", None, False)]
+    kept = keep_configs_of(recs, ["k7", "k3", "k99"], limit=1)
+    assert kept[0].configs == {"k7": a} and kept[1] == recs[1]
+    assert keep_configs_of(recs, ["k7", "k3"])[0].configs == {"k7": a, "k3": a}
 
 
 class _Gates:
@@ -115,6 +124,19 @@ def test_what_is_not_tried_and_a_rejection_leaves_the_kernel_as_it_was() -> None
     assert row.detail == "mode=max-autotune-no-cudagraphs's config: rejected by performance"
 
 
+def test_the_limit_counts_the_configs_tried_not_those_passed_over() -> None:
+    cap = captured("softmax.py")
+    kernel = cap.artifact.kernels[0]
+    chosen = LaunchConfig.from_json(cap.recording(kernel.graph, kernel.name).chosen_config)
+    other = LaunchConfig({**chosen.kwargs}, num_warps=chosen.num_warps * 2, num_stages=chosen.num_stages)
+    gates = _Gates(accept=False)
+    orch = Orchestrator(cap, profile(cap), gates, Budget(), strategies=[])  # type: ignore[arg-type]
+    outcomes = [KernelOutcome(k.name, k.kind, status="no proposal") for k in cap.artifact.kernels]
+    found = [("o", f"triton_poi_not_here_{i}", other) for i in range(5)] + [("o", kernel.name, other)]
+    orch.try_option_configs(found, outcomes, KernelPack(), limit=1)
+    assert [name for name, _ in gates.tried] == [kernel.name]
+
+
 def test_an_options_config_runs_the_real_gates() -> None:
     """Through the real cascade (CPU interpreter: gates 1-3; gate 4 needs a GPU)."""
     cap = captured("softmax.py")
@@ -136,3 +158,29 @@ def test_its_kind_in_the_report_is_its_own() -> None:
 
     assert strategy_of(Proposal(Candidate("config XBLOCK=1, num_warps=1, num_stages=1 (as o compiles it)"),
                                 OPTION_CONFIG)) == OPTION_CONFIG
+
+
+def test_a_kernel_from_a_parallel_compile_is_noted_when_inductor_resolves_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With compile workers Inductor hands out futures: asking one again would load (and set up
+    the autotuning of) the kernel the model uses a second time, so the arm notes the kernel when
+    Inductor resolves it, once."""
+    from types import SimpleNamespace
+
+    from torch._inductor.async_compile import AsyncCompile
+
+    from kernelopt_bot.capture.chosen_configs import seeing_kernels
+
+    loads: list[str] = []
+
+    def kernel() -> SimpleNamespace:
+        loads.append("load")
+        config = SimpleNamespace(kwargs={"XBLOCK": 8}, num_warps=2, num_stages=1)
+        return SimpleNamespace(run=lambda *a: None, launchers=[SimpleNamespace(config=config)])
+
+    monkeypatch.setattr(AsyncCompile, "triton", lambda _self, _name, _src, *a, **k: SimpleNamespace(result_fn=kernel))
+    with seeing_kernels() as seen:
+        future = AsyncCompile.triton(None, "triton_poi_fused_x_0", "source")
+        assert seen.configs() == {} and loads == []  # not resolved yet: nothing loaded on our account
+        future.result_fn()  # Inductor resolves it
+    assert seen.configs() == {"triton_poi_fused_x_0": "XBLOCK=8, num_warps=2, num_stages=1"}
+    assert seen.configs() == {"triton_poi_fused_x_0": "XBLOCK=8, num_warps=2, num_stages=1"} and loads == ["load"]

@@ -108,6 +108,15 @@ def test_compiled_with_no_time_left_to_check_and_time_it_is_not_measured() -> No
     assert arm.closed
 
 
+def test_the_option_with_the_pack_reports_no_configs_of_its_own() -> None:
+    """Its kernels' configs are the pack's where it applied: not what the option's compile chose."""
+    arm = _Arm(applied=["triton_per_fused__softmax_0"])
+    arm.info["configs"] = {"triton_per_fused__softmax_0": "XBLOCK=4, num_warps=8, num_stages=1"}
+    left = iter([60.0, 5.0])
+    found = measure_with_pack(_Arena(arm), None, BEST, _pack(), gamma=1.03, time_left=lambda: next(left))  # type: ignore[arg-type]
+    assert found is not None and found.configs == {}
+
+
 def test_an_error_measuring_it_never_fails_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
     """The run's own results are measured before this figure: whatever goes wrong in it is
     reported in its place, and the run stays ok."""

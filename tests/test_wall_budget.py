@@ -128,6 +128,11 @@ def test_an_option_compiled_too_close_to_the_deadline_is_not_checked_or_timed() 
     recs = recommend(arena, None, gamma=1.03, time_left=lambda: next(left))  # type: ignore[arg-type]
     assert len(arena.arms) == len(COMPILE_OPTIONS) and all(a.closed for a in arena.arms)
     assert all(r.detail == "not measured: the wall-time budget ran out after its compile" for r in recs)
+    # After the compile the run's own deadline counts, not the margin kept for starting an option
+    arena = _ReadyArena()
+    recs = recommend(arena, None, gamma=1.03, time_left=lambda: 60.0,  # type: ignore[arg-type]
+                     bench_left=lambda: MIN_BENCH_S - 1)
+    assert all(r.detail == "not measured: the wall-time budget ran out after its compile" for r in recs)
 
 
 def test_the_wall_budget_counts_what_ran_before_it() -> None:

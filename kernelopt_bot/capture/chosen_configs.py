@@ -28,9 +28,7 @@ class KernelsSeen:
         kernels that have not run yet (several configs, none chosen) are left out."""
         out: dict[str, str] = {}
         for name, kernel in sorted(self.kernels.items()):
-            resolved = kernel.result() if not hasattr(kernel, "run") and callable(getattr(kernel, "result", None)) \
-                else kernel
-            data = launch_config(resolved)
+            data = launch_config(kernel)
             if data is not None:
                 out[name] = LaunchConfig(data["kwargs"], data["num_warps"], data["num_stages"]).describe()
         return out
@@ -47,7 +45,20 @@ def seeing_kernels() -> Iterator[KernelsSeen]:
 
     def triton(self: Any, kernel_name: str, source_code: str, *args: Any, **kwargs: Any) -> Any:
         kernel = inner(self, kernel_name, source_code, *args, **kwargs)
-        seen.kernels[kernel_name] = kernel
+        resolve = getattr(kernel, "result_fn", None)
+        if hasattr(kernel, "run") or not callable(resolve):
+            seen.kernels[kernel_name] = kernel
+            return kernel
+
+        # A future (parallel compile): the kernel is noted when Inductor resolves it. Asking the
+        # future again later would run its loading (and autotuning set-up) a second time on the
+        # kernel the model uses.
+        def resolved() -> Any:
+            done = resolve()
+            seen.kernels[kernel_name] = done
+            return done
+
+        kernel.result_fn = resolved
         return kernel
 
     AsyncCompile.triton = triton  # type: ignore[method-assign]

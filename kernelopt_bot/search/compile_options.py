@@ -40,17 +40,22 @@ COMPILE_OPTIONS = (
 )
 MIN_OPTION_S = 30.0  # an option needs a whole compile and a benchmark: do not start one with less left
 MIN_BENCH_S = 10.0  # gate 3 and the interleaved rounds of a compiled arm: not begun with less left
+MAX_OPTION_CONFIGS = 16  # kernels whose option configs a recommendation keeps (keep_configs_of)
+MAX_REPORTED_CONFIGS = 64  # what a published result may carry (github.trusted.RecommendationDoc)
 
 
 def recommend(model_arms: ModelArms, target: Target, *, gamma: float, rounds: int = 10, reps: int = 20,
               options: tuple[CompileOption, ...] = COMPILE_OPTIONS,
-              time_left: Callable[[], float | None] | None = None) -> list[Recommendation]:
+              time_left: Callable[[], float | None] | None = None,
+              bench_left: Callable[[], float | None] | None = None) -> list[Recommendation]:
     """Measure each option against the default compile; never raises for an option that fails.
 
     The options' arms compile at once (as many as the GPU's memory holds: ``ModelArms.room_for``),
     and are timed one after the other once none compiles any more (``ModelArms.settle``).
     ``time_left`` (seconds of wall budget left, None = no limit): options that would start too
-    close to the end are reported as not measured, so the run keeps its wall budget.
+    close to the end are reported as not measured, so the run keeps its wall budget; an option
+    compiled with less than ``MIN_BENCH_S`` of ``bench_left`` (default: ``time_left``) is not
+    checked or timed.
     """
     if model_arms.device != "cuda":
         return [Recommendation(o.label, None, False, "not measured: no CUDA device") for o in options]
@@ -91,8 +96,9 @@ def recommend(model_arms: ModelArms, target: Target, *, gamma: float, rounds: in
             model_arms.settle()  # nothing is timed while an arm compiles
             for option, arm in arms:
                 found = _measure(option, arm, target, baseline, repeat, model_arms.device, model_arms.dtype,
-                                 gamma=gamma, rounds=rounds, reps=reps, time_left=time_left)
-                chosen = {} if isinstance(arm, ArmError) else config_changes(baseline, arm)
+                                 gamma=gamma, rounds=rounds, reps=reps, time_left=bench_left or time_left)
+                # The option's own compile's choices (with a pack on top they would be the pack's)
+                chosen = {} if isinstance(arm, ArmError) or option.pack is not None else config_changes(baseline, arm)
                 done[option.label] = replace(found, configs=chosen) if chosen else found
         finally:
             for _, arm in arms:
@@ -107,14 +113,28 @@ def config_changes(baseline: Any, arm: Any) -> dict[str, str]:
     reports its own, described: ``info["configs"]``)."""
     ours = (getattr(baseline, "info", None) or {}).get("configs") or {}
     theirs = (getattr(arm, "info", None) or {}).get("configs") or {}
-    return {name: config for name, config in sorted(theirs.items()) if ours.get(name) != config}
+    changed = {name: config for name, config in sorted(theirs.items()) if ours.get(name) != config}
+    return dict(list(changed.items())[:MAX_REPORTED_CONFIGS])
 
 
-def option_configs(recommendations: list[Recommendation], limit: int = 4) -> list[tuple[str, str, LaunchConfig]]:
+def keep_configs_of(recommendations: list[Recommendation], kernels: list[str],
+                    limit: int = MAX_OPTION_CONFIGS) -> list[Recommendation]:
+    """Each recommendation with only the configs of ``kernels`` (the searched ones, largest share
+    first), at most ``limit``: those are the ones the report shows and the search gates, and a
+    large model's every kernel (hundreds under max-autotune) would not fit a published result."""
+    rank = {name: i for i, name in enumerate(kernels)}
+    out = []
+    for rec in recommendations:
+        kept = sorted((n for n in rec.configs if n in rank), key=rank.__getitem__)[:limit]
+        out.append(replace(rec, configs={n: rec.configs[n] for n in kept}) if rec.configs else rec)
+    return out
+
+
+def option_configs(recommendations: list[Recommendation]) -> list[tuple[str, str, LaunchConfig]]:
     """(option, kernel name, config) for the kernels whose configs the verified options changed,
-    fastest option first, one config a kernel, at most ``limit``: where an option beats the default
-    compile end to end, its kernels' configs are candidates for the pack too (gated like any), so
-    the pack is not behind what the compiler's own tuning found."""
+    fastest option first, one config a kernel: where an option beats the default compile end to
+    end, its kernels' configs are candidates for the pack too (gated like any), so the pack is not
+    behind what the compiler's own tuning found."""
     out: list[tuple[str, str, LaunchConfig]] = []
     seen: set[str] = set()
     verified = [r for r in recommendations if r.verified and r.speedup and not r.with_pack and r.configs]
@@ -124,7 +144,7 @@ def option_configs(recommendations: list[Recommendation], limit: int = 4) -> lis
                 config = LaunchConfig.from_description(text)
             except PackError:
                 continue
-            if name not in seen and len(out) < limit:
+            if name not in seen:
                 seen.add(name)
                 out.append((rec.option, name, config))
     return out

@@ -173,11 +173,11 @@ class Orchestrator:
         self._conclude(kernel, tried, outcome, pack)
 
     def try_option_configs(self, found: list[tuple[str, str, LaunchConfig]], outcomes: list[KernelOutcome],
-                           pack: KernelPack) -> int:
+                           pack: KernelPack, limit: int = 4) -> int:
         """Gate, as candidates of their own, the launch configs a verified compiler option's compile
         settled on (``(option, kernel name, config)``: :func:`~.compile_options.option_configs`),
-        for searched kernels the pack does not replace yet; the accepted ones join ``pack``. How
-        many did. Where an option beat the default compile and the tuner did not (on the H200,
+        for searched kernels the pack does not replace yet, at most ``limit`` of them; the accepted
+        ones join ``pack``. How many did. Where an option beat the default compile and the tuner did not (on the H200,
         coordinate descent made an amax 1.335x faster end to end, and none of the tuner's 96
         variants was faster alone), the option's own configs are the first thing to try."""
         searched = {(k.graph, k.name) for k in self.worth_searching()}
@@ -186,8 +186,10 @@ class Orchestrator:
             by_name.setdefault(kernel.name, []).append(kernel)
         replaced = {e.kernel_name for e in pack.entries.values()}
         rows = {o.name: o for o in outcomes}
-        added = 0
+        added = tried = 0
         for option, name, config in found:
+            if tried >= limit:
+                break
             kernels = by_name.get(name, [])
             if len(kernels) != 1 or (kernels[0].graph, name) not in searched or name in replaced or name not in rows:
                 continue  # another graph's kernel of that name, one not searched, or one replaced already
@@ -205,11 +207,13 @@ class Orchestrator:
                 self.log(f"  {proposal.candidate.label}: not tried ({exc.reason})")
                 break
             verdict = self._verify(kernel, proposal)
+            tried += 1
             outcome.candidates += 1
             counts = outcome.strategies.setdefault(OPTION_CONFIG, {"gated": 0, "accepted": 0, "chosen": 0})
             counts["gated"] += 1
             if not verdict.accepted:
-                outcome.detail = "; ".join(p for p in (outcome.detail, f"{option}'s config: {_shown_status(verdict)}") if p)
+                said = "; ".join(p for p in (outcome.detail, f"{option}'s config: {_shown_status(verdict)}") if p)
+                outcome.detail = said[:900]  # a published result's detail has a limit
                 continue
             counts["accepted"] += 1
             counts["chosen"] += 1
