@@ -75,6 +75,15 @@ class _Gates:
         return Verdict(kernel.qualified_name, candidate.label, gates)
 
 
+def _softmax_kernel() -> tuple[Capture, TritonKernel, LaunchConfig, LaunchConfig]:
+    """A real captured kernel, the config the compiler chose for it, and another (twice the warps)."""
+    cap = captured("softmax.py")
+    kernel = cap.artifact.kernels[0]
+    chosen = LaunchConfig.from_json(cap.recording(kernel.graph, kernel.name).chosen_config)
+    return cap, kernel, chosen, LaunchConfig({**chosen.kwargs}, num_warps=chosen.num_warps * 2,
+                                             num_stages=chosen.num_stages)
+
+
 def _run(cap: Capture, gates: _Gates, found: list[tuple[str, str, LaunchConfig]],
          pack: KernelPack | None = None) -> tuple[int, list[KernelOutcome], KernelPack]:
     orch = Orchestrator(cap, profile(cap), gates, Budget(), strategies=[])  # type: ignore[arg-type]
@@ -84,10 +93,7 @@ def _run(cap: Capture, gates: _Gates, found: list[tuple[str, str, LaunchConfig]]
 
 
 def test_an_accepted_options_config_joins_the_pack_as_its_own_kind_of_candidate() -> None:
-    cap = captured("softmax.py")
-    kernel = cap.artifact.kernels[0]
-    chosen = LaunchConfig.from_json(cap.recording(kernel.graph, kernel.name).chosen_config)
-    other = LaunchConfig({**chosen.kwargs}, num_warps=chosen.num_warps * 2, num_stages=chosen.num_stages)
+    cap, kernel, _chosen, other = _softmax_kernel()
     gates = _Gates(accept=True)
     added, outcomes, pack = _run(cap, gates, [("coordinate_descent_tuning=True", kernel.name, other)])
     assert added == 1 and len(gates.tried) == 1
@@ -101,10 +107,7 @@ def test_an_accepted_options_config_joins_the_pack_as_its_own_kind_of_candidate(
 
 
 def test_what_is_not_tried_and_a_rejection_leaves_the_kernel_as_it_was() -> None:
-    cap = captured("softmax.py")
-    kernel = cap.artifact.kernels[0]
-    chosen = LaunchConfig.from_json(cap.recording(kernel.graph, kernel.name).chosen_config)
-    other = LaunchConfig({**chosen.kwargs}, num_warps=chosen.num_warps * 2, num_stages=chosen.num_stages)
+    cap, kernel, chosen, other = _softmax_kernel()
     foreign = LaunchConfig({"YBLOCK": 16}, 4, 1)  # a constexpr this kernel does not have
     gates = _Gates(accept=True)
     skipped = [("o", kernel.name, chosen),  # the compiler's own config: nothing to try
@@ -125,10 +128,7 @@ def test_what_is_not_tried_and_a_rejection_leaves_the_kernel_as_it_was() -> None
 
 
 def test_the_limit_counts_the_configs_tried_not_those_passed_over() -> None:
-    cap = captured("softmax.py")
-    kernel = cap.artifact.kernels[0]
-    chosen = LaunchConfig.from_json(cap.recording(kernel.graph, kernel.name).chosen_config)
-    other = LaunchConfig({**chosen.kwargs}, num_warps=chosen.num_warps * 2, num_stages=chosen.num_stages)
+    cap, kernel, _chosen, other = _softmax_kernel()
     gates = _Gates(accept=False)
     orch = Orchestrator(cap, profile(cap), gates, Budget(), strategies=[])  # type: ignore[arg-type]
     outcomes = [KernelOutcome(k.name, k.kind, status="no proposal") for k in cap.artifact.kernels]
@@ -139,10 +139,7 @@ def test_the_limit_counts_the_configs_tried_not_those_passed_over() -> None:
 
 def test_an_options_config_runs_the_real_gates() -> None:
     """Through the real cascade (CPU interpreter: gates 1-3; gate 4 needs a GPU)."""
-    cap = captured("softmax.py")
-    kernel = cap.artifact.kernels[0]
-    chosen = LaunchConfig.from_json(cap.recording(kernel.graph, kernel.name).chosen_config)
-    other = LaunchConfig({**chosen.kwargs}, num_warps=chosen.num_warps * 2, num_stages=chosen.num_stages)
+    cap, kernel, _chosen, other = _softmax_kernel()
     with Cascade(cap, VerifyOptions(seeds=(0,), rounds=1)) as gates:
         orch = Orchestrator(cap, profile(cap), gates, Budget(), strategies=[])
         outcomes = [KernelOutcome(k.name, k.kind, status="no proposal") for k in cap.artifact.kernels]
