@@ -227,3 +227,49 @@ def test_a_stack_takes_one_of_each_pair_of_alternatives() -> None:
                                             "pipelined_loop_2", "shifted_sums_for_welford"])
     assert applied == ["flip_eviction", "pipelined_loop_3", "shifted_sums_for_welford"]
     assert "evict_first" in source and "num_stages=3)" in source and "num_stages=2)" not in source
+
+
+CROSS_ENTROPY = '''
+import torch
+
+class Model(torch.nn.Module):
+    """Label smoothing: after its softmax loops the kernel reads each row once more to sum x - max - lse."""
+    def forward(self, logits, targets):
+        return torch.nn.functional.cross_entropy(logits, targets, label_smoothing=0.1)
+
+def get_inputs():
+    return [2.0 * torch.randn(6, 3001), torch.randint(0, 3001, (6,))]
+
+def get_init_inputs():
+    return []
+'''
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_a_loop_that_reads_the_rows_again_to_sum_shifted_values_is_folded(tmp_path: Path, dtype: str) -> None:
+    """A cross-entropy with label smoothing, captured: its last loop (sum of x - max - lse) goes,
+    an earlier loop over the same row also sums x, and gates 1-3 pass."""
+    from kernelopt_bot.search.transforms import fold_shifted_sum_loop
+
+    path = tmp_path / "cross_entropy.py"
+    path.write_text(CROSS_ENTROPY)
+    captured = capture(load_target(str(path), DEVICE, dtype))
+    kernel = next(k for k in captured.artifact.kernels if k.name.startswith("triton_red_"))
+    new = fold_shifted_sum_loop(kernel.source)
+    assert new is not None and "fold_shifted_sum_loop" in [name for name, _ in applicable(kernel.source)]
+    assert new.count("for r0_offset") == kernel.source.count("for r0_offset") - 1
+    assert new.count("tl.load(in_ptr0") == kernel.source.count("tl.load(in_ptr0") - 1
+    assert "- r0_numel * (" in new and fold_shifted_sum_loop(new) is None  # once
+    with Cascade(captured, VerifyOptions(seeds=(0, 1), rounds=1)) as gates:
+        verdict = gates.verify(kernel, Candidate("fold_shifted_sum_loop", source=new, config=None, origin=ORIGIN))
+    assert verdict.infrastructure is None
+    assert [g.name for g in verdict.gates if g.passed] == ["static", "correctness", "model"], verdict.gates
+
+
+def test_no_fold_where_the_loop_does_more_than_sum_shifted_values() -> None:
+    """The H200 kernels of our examples (softmax, RMS norm, sums, attention): none has such a loop."""
+    from kernelopt_bot.search.transforms import fold_shifted_sum_loop
+
+    for name in ("softmax.py", "rmsnorm.py", "softmax_bf16.py", "sum_middle_dim.py", "attention_block_bf16.py"):
+        for kernel in parse_output_code((H200 / name).read_text()).kernels:
+            assert fold_shifted_sum_loop(kernel.source) is None, (name, kernel.name)

@@ -93,10 +93,103 @@ def shifted_sums_for_welford(source: str) -> str | None:
     return new
 
 
+
+_LOAD = re.compile(r"^(?P<var>tmp\d+) = tl\.load\((?P<where>\w+ \+ \(.+\)), (?P<mask>[\w &]+), "
+                   r"(?:eviction_policy='\w+', )?other=0\.0\)(?:\.to\(tl\.float32\))?$")
+_INDEX_LINE = re.compile(r"^(?:r0_index|r0_mask|roffset|rindex|r0_\d+) = ")
+_ROW_MASKS = {"r0_mask", "r0_mask & xmask", "xmask & r0_mask"}
+
+
+def _loops(lines: list[str]) -> list[tuple[int, int, int]]:
+    """(for-line index, end index exclusive, indent) of every reduction loop in ``lines``."""
+    out = []
+    for i, line in enumerate(lines):
+        m = _LOOP.match(line)
+        if m:
+            indent, j = len(m["indent"]), i + 1
+            while j < len(lines) and (not lines[j].strip() or len(lines[j]) - len(lines[j].lstrip()) > indent):
+                j += 1
+            out.append((i, j, indent))
+    return out
+
+
+def _shifted_sum_loop(lines: list[str], start: int, end: int) -> dict[str, object] | None:
+    """A loop that only sums ``x - s1 - s2 ...`` of one load (``s`` fixed in the loop, the row's
+    mask only): what it reads, how it is masked, the shifts, the accumulator and its name."""
+    body = [ln.strip() for ln in lines[start + 1:end] if ln.strip() and not _INDEX_LINE.match(ln.strip())]
+    if len(body) < 5:
+        return None
+    load = _LOAD.match(body[0])
+    if load is None or load["mask"] not in _ROW_MASKS:
+        return None
+    value, rest = load["var"], body[1:]
+    shifts: list[str] = []  # x - s1 - s2 ..., with casts to float32 (bf16 data) anywhere in the chain
+    while rest and (m := re.fullmatch(rf"(tmp\d+) = {value}(?: - (tmp\d+)|\.to\(tl\.float32\))", rest[0])):
+        value, rest = m[1], rest[1:]
+        shifts += [m[2]] if m[2] else []
+    if not shifts or len(rest) != 3:
+        return None
+    spread = re.fullmatch(rf"(tmp\d+) = tl\.broadcast_to\({value}, \[XBLOCK, R0_BLOCK\]\)", rest[0])
+    add = spread and re.fullmatch(rf"(tmp\d+) = (_tmp\d+) \+ {spread[1]}", rest[1])
+    keep = add and re.fullmatch(rf"{add[2]} = tl\.where\({re.escape(load['mask'])}, {add[1]}, {add[2]}\)", rest[2])
+    assigned = {ln.split(" = ", 1)[0] for ln in body}
+    if not keep or any(shift in assigned for shift in shifts):
+        return None
+    return {"where": load["where"], "mask": load["mask"], "shifts": shifts, "acc": add[2]}
+
+
+def fold_shifted_sum_loop(source: str) -> str | None:
+    """A looped reduction that reads its rows again only to sum ``x - max - lse`` (a
+    cross-entropy's label smoothing after its softmax loop; any sum of one load less values fixed
+    for the row) reads them once less: an earlier loop over the same row also sums ``x``, and the
+    sum becomes ``sum(x) - n * (max + lse)``. On the H200 such a kernel ran at 44% of the one-read
+    copy roofline and no launch config moved it. Rounding differs (the row sum of ``x`` is formed
+    alone), which gates 2 and 3 judge like any candidate's."""
+    lines = source.splitlines()
+    loops = _loops(lines)
+    for k, (start, end, indent) in reversed(list(enumerate(loops))):
+        found = _shifted_sum_loop(lines, start, end)
+        if found is None:
+            continue
+        acc, pad = found["acc"], " " * indent
+        init = next((i for i in range(start - 1, -1, -1)
+                     if lines[i].strip() == f"{acc} = tl.full([XBLOCK, R0_BLOCK], 0, tl.float32)"), None)
+        total = next((i for i in range(end, len(lines))
+                      if re.fullmatch(rf"\s*tmp\d+ = tl\.sum\({acc}, 1\)\[:, None\]", lines[i])), None)
+        if init is None or total is None:
+            continue
+        for first, first_end, _ in loops[:k]:  # the earliest loop that loads the same row alike
+            hit = next((i for i in range(first + 1, first_end)
+                        if (m := _LOAD.match(lines[i].strip())) and m["where"] == found["where"]
+                        and m["mask"] == found["mask"]), None)
+            if hit is None:
+                continue
+            loaded = _LOAD.match(lines[hit].strip())
+            assert loaded is not None
+            name, inner = f"_kfold{k}", lines[hit][:len(lines[hit]) - len(lines[hit].lstrip())]
+            shifts = " + ".join(found["shifts"])  # type: ignore[arg-type]
+            result = lines[total].split(" = ", 1)[0]
+            # Edits at the original line numbers, the last first: (line, lines removed, lines put there)
+            edits = [
+                (total, 1, [f"{result} = tl.sum({name}, 1)[:, None] - r0_numel * ({shifts})"]),
+                (start, end - start, []),  # the loop that read the rows again
+                (init, 1, []),  # its accumulator's start
+                (hit + 1, 0, [f"{inner}{name}_x = tl.broadcast_to({loaded['var']}.to(tl.float32), [XBLOCK, R0_BLOCK])",
+                              f"{inner}{name} = tl.where({found['mask']}, {name} + {name}_x, {name})"]),
+                (first, 0, [f"{pad}{name} = tl.full([XBLOCK, R0_BLOCK], 0, tl.float32)"]),
+            ]
+            new = list(lines)
+            for at, removed, added in sorted(edits, key=lambda e: -e[0]):
+                new[at:at + removed] = added
+            return "\n".join(new) + ("\n" if source.endswith("\n") else "")
+    return None
+
+
 TRANSFORMS: tuple[Callable[[str], str | None], ...] = (
     pipelined_reduction_loop(2),
     pipelined_reduction_loop(3),
     shifted_sums_for_welford,
+    fold_shifted_sum_loop,
     flip_eviction,
     drop_eviction_hints,
 )
