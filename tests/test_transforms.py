@@ -259,7 +259,10 @@ def test_a_loop_that_reads_the_rows_again_to_sum_shifted_values_is_folded(tmp_pa
     assert new is not None and "fold_shifted_sum_loop" in [name for name, _ in applicable(kernel.source)]
     assert new.count("for r0_offset") == kernel.source.count("for r0_offset") - 1
     assert new.count("tl.load(in_ptr0") == kernel.source.count("tl.load(in_ptr0") - 1
-    assert "- r0_numel * (" in new and fold_shifted_sum_loop(new) is None  # once
+    assert "_n * ((" in new and fold_shifted_sum_loop(new) is None  # once
+    # a cooperative reduction's loops cover a share of the row each: not folded
+    shared = kernel.source.replace("tl.range(0, r0_numel, R0_BLOCK)", "tl.range(rsplit_start, rsplit_end, R0_BLOCK)")
+    assert shared != kernel.source and fold_shifted_sum_loop(shared) is None
     with Cascade(captured, VerifyOptions(seeds=(0, 1), rounds=1)) as gates:
         verdict = gates.verify(kernel, Candidate("fold_shifted_sum_loop", source=new, config=None, origin=ORIGIN))
     assert verdict.infrastructure is None
@@ -273,3 +276,39 @@ def test_no_fold_where_the_loop_does_more_than_sum_shifted_values() -> None:
     for name in ("softmax.py", "rmsnorm.py", "softmax_bf16.py", "sum_middle_dim.py", "attention_block_bf16.py"):
         for kernel in parse_output_code((H200 / name).read_text()).kernels:
             assert fold_shifted_sum_loop(kernel.source) is None, (name, kernel.name)
+
+
+ROWS_WRITTEN_IN_PLACE = '''
+import torch
+
+class Model(torch.nn.Module):
+    """Inductor writes x - max into x's own buffer between its loops: a later loop's load of the
+    same address reads other values than an earlier loop's."""
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(64, 3001))
+
+    def forward(self, a):
+        x = a @ self.w
+        centred = x - x.amax(1, keepdim=True)
+        return centred, (centred - torch.logsumexp(centred, 1, keepdim=True)).sum(1)
+
+def get_inputs():
+    return [torch.randn(6, 64)]
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_no_fold_into_a_loop_that_read_the_rows_before_the_kernel_rewrote_them(tmp_path: Path) -> None:
+    from kernelopt_bot.search.transforms import fold_shifted_sum_loop
+
+    path = tmp_path / "in_place.py"
+    path.write_text(ROWS_WRITTEN_IN_PLACE)
+    captured = capture(load_target(str(path), DEVICE, "fp32"))
+    kernel = next(k for k in captured.artifact.kernels if "tl.store(in_out_ptr0 + (r0_" in k.source)
+    assert fold_shifted_sum_loop(kernel.source) is None
+    # the in-place write is what stops it: the same kernel storing elsewhere would be folded
+    elsewhere = kernel.source.replace("tl.store(in_out_ptr0 + (r0_", "tl.store(out_ptr9 + (r0_")
+    assert fold_shifted_sum_loop(elsewhere) is not None
