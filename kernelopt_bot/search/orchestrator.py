@@ -217,17 +217,23 @@ class Orchestrator:
                 continue
             counts["accepted"] += 1
             counts["chosen"] += 1
-            measured: dict[str, Any] = {"speedup": verdict.speedup, "kernel_ms": None,
-                                        "gates": [g.to_json() for g in verdict.gates], "accepted_candidates": 1}
-            entry = next(iter(candidate_pack(self.capture, kernel, proposal.candidate, measured).entries.values()))
-            pack.add(entry)
+            self._keep(kernel, proposal, verdict, outcome, pack, accepted=1)
             replaced.add(name)
-            outcome.status, outcome.speedup = "accepted", verdict.speedup
-            outcome.replacement, outcome.detail = _replacement_kind(entry), proposal.candidate.label
-            if self.store is not None:
-                self.store.cache.record_verified(*self._cache_key(kernel), entry, verdict.speedup, self.run_id)
             added += 1
         return added
+
+    def _keep(self, kernel: TritonKernel, proposal: Proposal, verdict: Verdict, outcome: KernelOutcome,
+              pack: KernelPack, *, accepted: int) -> None:
+        """An accepted candidate into the pack, the kernel's row and the verified-kernel cache
+        (``accepted``: how many of the kernel's candidates passed, this one the fastest)."""
+        measured: dict[str, Any] = {"speedup": verdict.speedup, "kernel_ms": proposal.kernel_ms,
+                                    "gates": [g.to_json() for g in verdict.gates], "accepted_candidates": accepted}
+        entry = next(iter(candidate_pack(self.capture, kernel, proposal.candidate, measured).entries.values()))
+        pack.add(entry)
+        outcome.status, outcome.speedup = "accepted", verdict.speedup
+        outcome.replacement, outcome.detail = _replacement_kind(entry), proposal.candidate.label
+        if self.store is not None:
+            self.store.cache.record_verified(*self._cache_key(kernel), entry, verdict.speedup, self.run_id)
 
     def candidate_estimate_s(self, trusted: bool = False) -> float:
         """Expected seconds for one more candidate, trusted (the tuner's: gates in the engine) or
@@ -297,17 +303,7 @@ class Orchestrator:
         if accepted:
             proposal, verdict = max(accepted, key=lambda pv: pv[1].speedup or 0.0)
             outcome.strategies[strategy_of(proposal)]["chosen"] += 1
-            speedup = verdict.speedup
-            measured: dict[str, Any] = {"speedup": speedup, "kernel_ms": proposal.kernel_ms,
-                                        "gates": [g.to_json() for g in verdict.gates],
-                                        "accepted_candidates": len(accepted)}
-            entry = next(iter(candidate_pack(self.capture, kernel, proposal.candidate, measured).entries.values()))
-            pack.add(entry)
-            outcome.status, outcome.speedup = "accepted", speedup
-            outcome.replacement = _replacement_kind(entry)
-            outcome.detail = proposal.candidate.label
-            if self.store is not None:
-                self.store.cache.record_verified(*self._cache_key(kernel), entry, speedup, self.run_id)
+            self._keep(kernel, proposal, verdict, outcome, pack, accepted=len(accepted))
             return
         if not tried:
             if outcome.detail:  # the budget ran out before the first candidate
