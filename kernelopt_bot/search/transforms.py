@@ -118,6 +118,8 @@ def _shifted_sum_loop(lines: list[str], start: int, end: int) -> dict[str, objec
     """A loop that only sums ``x - s1 - s2 ...`` of one load (``s`` fixed in the loop, the row's
     mask only): what it reads, how it is masked, the shifts, the accumulator and its name."""
     body = [ln.strip() for ln in lines[start + 1:end] if ln.strip() and not _INDEX_LINE.match(ln.strip())]
+    invariant = _loop_invariant(body)  # the log of the row's sum, computed in the loop on torch 2.11's GPU
+    body = [ln for ln in body if ln not in invariant]
     if len(body) < 5:
         return None
     load = _LOAD.match(body[0])
@@ -136,7 +138,22 @@ def _shifted_sum_loop(lines: list[str], start: int, end: int) -> dict[str, objec
     assigned = {ln.split(" = ", 1)[0] for ln in body}
     if not keep or any(shift in assigned for shift in shifts):
         return None
-    return {"where": load["where"], "mask": load["mask"], "shifts": shifts, "acc": add[2]}
+    return {"where": load["where"], "mask": load["mask"], "shifts": shifts, "acc": add[2], "invariant": invariant}
+
+
+def _loop_invariant(body: list[str]) -> list[str]:
+    """The lines of a loop body that compute the same value every pass (pure expressions of
+    values fixed before the loop, in order), so that they can move out of it."""
+    assigned = {ln.split(" = ", 1)[0] for ln in body if re.match(r"^_?tmp\d+ = ", ln)}
+    moved: list[str] = []
+    for line in body:
+        m = re.fullmatch(r"(tmp\d+) = (.+)", line)
+        if m is None or re.search(r"tl\.(load|store|atomic|rand)|device_assert|\br0_|\br(index|offset)\b", m[2]):
+            continue
+        used = set(re.findall(r"\b_?tmp\d+\b", m[2]))
+        if all(name not in assigned or name in {x.split(" = ", 1)[0] for x in moved} for name in used):
+            moved.append(line)
+    return moved
 
 
 def fold_shifted_sum_loop(source: str) -> str | None:
@@ -170,7 +187,7 @@ def fold_shifted_sum_loop(source: str) -> str | None:
             loaded = _LOAD.match(lines[hit].strip())
             assert loaded is not None
             name, inner = f"_kfold{k}", lines[hit][:len(lines[hit]) - len(lines[hit].lstrip())]
-            result = lines[total].split(" = ", 1)[0]
+            result = lines[total].split(" = ", 1)[0].strip()
             # Edits at the original line numbers, the last first: (line, lines removed, lines put there)
             # Each lane sums x less its own first finite value c (no cancellation when the row sits
             # far from zero: logits near 1000 lose nothing) and counts its elements n, so that
@@ -179,8 +196,9 @@ def fold_shifted_sum_loop(source: str) -> str | None:
             mask = found["mask"]
             shift_c = f"({found['shifts'][0]} - {name}_c)" + "".join(f" + {x}" for x in found["shifts"][1:])  # type: ignore[index]
             edits = [  # a lane with no element adds nothing (0 * inf would be NaN)
-                (total, 1, [f"{result} = tl.sum({name} - tl.where({name}_n > 0, {name}_n * ({shift_c}), 0.0), 1)"
-                            "[:, None]"]),
+                (total, 1, [f"{pad}{line}" for line in found["invariant"]] + [  # type: ignore[attr-defined]
+                    f"{pad}{result} = tl.sum({name} - tl.where({name}_n > 0, {name}_n * ({shift_c}), 0.0), 1)"
+                    "[:, None]"]),
                 (start, end - start, []),  # the loop that read the rows again
                 (init, 1, []),  # its accumulator's start
                 (hit + 1, 0, [
