@@ -321,7 +321,7 @@ H200_CROSS_ENTROPY = """
 import triton
 import triton.language as tl
 from torch._inductor.runtime import triton_helpers
-from torch._inductor.runtime.triton_helpers import math as tl_math
+from torch._inductor.runtime.triton_helpers import libdevice, math as tl_math
 
 
 @triton.jit
@@ -424,3 +424,59 @@ def test_the_h200_cross_entropy_kernel_folds_its_loop_with_the_log_moved_out(
     assert torch.allclose(folded[finite], original[finite], rtol=1e-2), (folded, original)
     exact = logits[0].double()
     assert folded[0].item() == pytest.approx(float(torch.log_softmax(exact, 0).sum()), rel=1e-2)
+
+
+@pytest.mark.parametrize("xblock, rblock", [(2, 64), (1, 1024)])
+def test_one_exp_online_softmax_gives_the_same_bits_special_values_included(
+        tmp_path: Path, xblock: int, rblock: int) -> None:
+    """The H200 cross-entropy kernel's online softmax with one exponential per element: the row's
+    maximum and sum of exponentials equal the original's bit for bit on finite rows (near 0, near
+    500), and -inf, +inf, NaN, an all -inf row and a row that starts with -inf come out alike;
+    stacked on the fold it still applies."""
+    import importlib.util
+
+    import torch
+
+    from kernelopt_bot.search.transforms import one_exp_online_softmax
+
+    new = one_exp_online_softmax(H200_CROSS_ENTROPY)
+    assert new is not None and "online_softmax_combine" not in new and new.count("libdevice.exp(") == 1
+    assert one_exp_online_softmax(new) is None
+    stacked, applied = stack(H200_CROSS_ENTROPY, ["fold_shifted_sum_loop", "one_exp_online_softmax"])
+    assert applied == ["fold_shifted_sum_loop", "one_exp_online_softmax"]
+    h200 = parse_output_code((H200 / "softmax_bf16.py").read_text()).kernels[0]
+    assert check_source(h200, stack(h200.source, ["one_exp_online_softmax", "pipelined_loop_3"])[0]).passed
+
+    def load(name: str, source: str) -> Any:
+        path = tmp_path / f"{name}.py"
+        path.write_text(source)
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module.cross_entropy_rows
+
+    rows, width = 8, 1500
+    generator = torch.Generator().manual_seed(1)
+    logits = (3.0 * torch.randn(rows, width, generator=generator)).to(torch.bfloat16)
+    logits[1] += 500.0
+    logits[2, 17] = float("-inf")
+    logits[3, 5] = float("nan")
+    logits[4, 900] = float("inf")
+    logits[5, :] = float("-inf")
+    logits[6, :700] = float("-inf")
+
+    def run(kernel: Any) -> list[torch.Tensor]:
+        outs = [torch.full((rows,), -7.0), torch.full((rows,), -7.0), torch.full((rows,), -7.0, dtype=torch.bfloat16)]
+        kernel[(rows // xblock,)](logits, *outs, rows, width, XBLOCK=xblock, R0_BLOCK=rblock)
+        return outs
+
+    original = run(load("original", H200_CROSS_ENTROPY))
+    for mine, theirs in zip(run(load("one_exp", new))[:2], original[:2]):
+        same = (mine == theirs) | (torch.isnan(mine) & torch.isnan(theirs))
+        assert bool(same.all()), (mine, theirs)
+    assert torch.isnan(original[1][3]) and torch.isnan(original[1][4]) and torch.isfinite(original[1][[0, 1, 2, 6]]).all()
+    both = run(load("both", stacked))
+    finite = torch.isfinite(original[2].float())
+    assert torch.equal(torch.isnan(both[2].float()), torch.isnan(original[2].float()))
+    assert torch.allclose(both[2].float()[finite], original[2].float()[finite], rtol=1e-2)

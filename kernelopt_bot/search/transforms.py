@@ -217,11 +217,44 @@ def fold_shifted_sum_loop(source: str) -> str | None:
     return None
 
 
+_COMBINE = re.compile(
+    r"^(?P<indent>[ \t]*)(?P<max>\w+), (?P<sum>\w+) = triton_helpers\.online_softmax_combine\(\s*"
+    r"(?P<m>\w+), (?P<s>\w+), (?P<x>\w+), (?P<fast>True|False)\s*\)", re.M)
+
+
+def one_exp_online_softmax(source: str) -> str | None:
+    """An online softmax loop (Inductor's ``online_softmax_combine``) takes two exponentials per
+    element: the running sum's rescale ``exp(m - max)`` and the new term ``exp(x - max)``, one of
+    which is always ``exp(0) = 1``. Taking only the other, ``exp(-|x - m|)``, gives the same bits
+    for finite values (``s * e + 1`` where x raises the maximum, ``s + e`` where it does not) and
+    the same results for -inf, +inf and NaN; on the H200 such loops run at 23-44% of the copy
+    roofline, bound by instructions rather than memory."""
+    def inline(m: re.Match[str]) -> str:
+        pad, new_max, new_sum, old_max, old_sum, x = (m[k] for k in ("indent", "max", "sum", "m", "s", "x"))
+        exp = "tl_math.exp" if m["fast"] == "True" else "libdevice.exp"
+        if not re.search(rf"^from .* import .*\b{exp.split('.')[0]}\b", source, re.M):
+            return m[0]  # the kernel module must import it (Inductor's header does)
+        up, e = f"{new_max}_up", f"{new_max}_e"
+        # an infinite or NaN maximum makes the exponent NaN, as the two-exponential form's
+        # exp(inf - inf) does; a maximum of -inf adds 1 as it does (its scales are both 1)
+        return "\n".join([
+            f"{pad}{new_max} = triton_helpers.maximum({old_max}, {x})",
+            f"{pad}{up} = {x} > {old_max}",
+            f"{pad}{e} = {exp}(tl.where({up}, {old_max} - {x}, {x} - {old_max}) + ({new_max} - {new_max}))",
+            f"{pad}{new_sum} = tl.where({new_max} == float('-inf'), {old_sum} + 1.0, "
+            f"tl.where({up}, {old_sum} * {e} + 1.0, {old_sum} + {e}))",
+        ])
+
+    new = _COMBINE.sub(inline, source)
+    return new if new != source else None
+
+
 TRANSFORMS: tuple[Callable[[str], str | None], ...] = (
     pipelined_reduction_loop(2),
     pipelined_reduction_loop(3),
     shifted_sums_for_welford,
     fold_shifted_sum_loop,
+    one_exp_online_softmax,
     flip_eviction,
     drop_eviction_hints,
 )
