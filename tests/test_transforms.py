@@ -175,7 +175,8 @@ def two_welfords(in_ptr0, in_ptr1, out_ptr0, out_ptr1, out_ptr2, out_ptr3, xnume
 """
 
 
-def _load_kernel(path: Path, source: str) -> Any:
+def _load_kernel(path: Path, source: str, name: str = "two_welfords") -> Any:
+    """The kernel ``name`` of ``source``, imported from a file (Triton's JIT reads the source back)."""
     import importlib.util
 
     path.write_text(source)
@@ -183,7 +184,7 @@ def _load_kernel(path: Path, source: str) -> Any:
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.two_welfords
+    return getattr(module, name)
 
 
 @pytest.mark.parametrize("xblock, rblock", [(2, 64), (1, 512), (4, 16)])
@@ -384,8 +385,6 @@ def test_the_h200_cross_entropy_kernel_folds_its_loop_with_the_log_moved_out(
     """torch 2.11's GPU kernel (the suite's cross-entropy found no fold on the H200 because of the
     log inside the loop): folded, it gives the original's sums on bf16 rows near 0 and near 500,
     with -inf and NaN."""
-    import importlib.util
-
     import torch
 
     from kernelopt_bot.search.transforms import fold_shifted_sum_loop
@@ -396,13 +395,7 @@ def test_the_h200_cross_entropy_kernel_folds_its_loop_with_the_log_moved_out(
     assert fold_shifted_sum_loop(new) is None
 
     def load(name: str, source: str) -> Any:
-        path = tmp_path / f"{name}.py"
-        path.write_text(source)
-        spec = importlib.util.spec_from_file_location(name, path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module.cross_entropy_rows
+        return _load_kernel(tmp_path / f"{name}.py", source, "cross_entropy_rows")
 
     rows, width = 6, 3001
     generator = torch.Generator().manual_seed(0)
@@ -433,8 +426,6 @@ def test_one_exp_online_softmax_gives_the_same_bits_special_values_included(
     maximum and sum of exponentials equal the original's bit for bit on finite rows (near 0, near
     500), and -inf, +inf, NaN, an all -inf row and a row that starts with -inf come out alike;
     stacked on the fold it still applies."""
-    import importlib.util
-
     import torch
 
     from kernelopt_bot.search.transforms import one_exp_online_softmax
@@ -448,13 +439,7 @@ def test_one_exp_online_softmax_gives_the_same_bits_special_values_included(
     assert check_source(h200, stack(h200.source, ["one_exp_online_softmax", "pipelined_loop_3"])[0]).passed
 
     def load(name: str, source: str) -> Any:
-        path = tmp_path / f"{name}.py"
-        path.write_text(source)
-        spec = importlib.util.spec_from_file_location(name, path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module.cross_entropy_rows
+        return _load_kernel(tmp_path / f"{name}.py", source, "cross_entropy_rows")
 
     rows, width = 8, 1500
     generator = torch.Generator().manual_seed(1)
