@@ -315,6 +315,18 @@ def test_no_fold_into_a_loop_that_read_the_rows_before_the_kernel_rewrote_them(t
     assert fold_shifted_sum_loop(elsewhere) is not None
 
 
+def _cross_entropy_rows(path: Path, source: str, logits: Any, xblock: int, rblock: int) -> list[Any]:
+    """The outputs of ``source``'s ``cross_entropy_rows`` (a version of the H200 kernel below) on
+    ``logits``: each row's maximum, its sum of exponentials, and its sum of log-probabilities."""
+    import torch
+
+    rows, width = logits.shape
+    kernel = _load_kernel(path, source, "cross_entropy_rows")
+    outs = [torch.full((rows,), -7.0), torch.full((rows,), -7.0), torch.full((rows,), -7.0, dtype=torch.bfloat16)]
+    kernel[(rows // xblock,)](logits, *outs, rows, width, XBLOCK=xblock, R0_BLOCK=rblock)
+    return outs
+
+
 # The cross-entropy kernel torch 2.11 generated on the H200 (bf16 logits, 8192 x 50257; sizes made
 # arguments here): an online softmax loop, then a loop that sums x - max - log(sum) with the log
 # computed inside the loop. The log is fixed for the row and moves out; the loop still folds.
@@ -394,22 +406,16 @@ def test_the_h200_cross_entropy_kernel_folds_its_loop_with_the_log_moved_out(
     assert "    tmp8 = tl_math.log(tmp4)\n    tmp12 = tl.sum(_kfold1 - " in new
     assert fold_shifted_sum_loop(new) is None
 
-    def load(name: str, source: str) -> Any:
-        return _load_kernel(tmp_path / f"{name}.py", source, "cross_entropy_rows")
-
-    rows, width = 6, 3001
     generator = torch.Generator().manual_seed(0)
-    logits = (2.0 * torch.randn(rows, width, generator=generator)).to(torch.bfloat16)
+    logits = (2.0 * torch.randn(6, 3001, generator=generator)).to(torch.bfloat16)
     logits[1] += 500.0
     logits[2, 17] = float("-inf")
     logits[3, 5] = float("nan")
 
-    def run(kernel: Any) -> torch.Tensor:
-        outs = [torch.full((rows,), -7.0), torch.full((rows,), -7.0), torch.full((rows,), -7.0, dtype=torch.bfloat16)]
-        kernel[(rows // xblock,)](logits, *outs, rows, width, XBLOCK=xblock, R0_BLOCK=rblock)
-        return outs[2].float()
+    def run(name: str, source: str) -> torch.Tensor:
+        return _cross_entropy_rows(tmp_path / f"{name}.py", source, logits, xblock, rblock)[2].float()
 
-    folded, original = run(load("folded", new)), run(load("original", H200_CROSS_ENTROPY))
+    folded, original = run("folded", new), run("original", H200_CROSS_ENTROPY)
     assert torch.equal(torch.isnan(folded), torch.isnan(original)), (folded, original)
     assert torch.equal(torch.isinf(folded), torch.isinf(original)), (folded, original)
     finite = torch.isfinite(original)
@@ -438,12 +444,8 @@ def test_one_exp_online_softmax_gives_the_same_bits_special_values_included(
     h200 = parse_output_code((H200 / "softmax_bf16.py").read_text()).kernels[0]
     assert check_source(h200, stack(h200.source, ["one_exp_online_softmax", "pipelined_loop_3"])[0]).passed
 
-    def load(name: str, source: str) -> Any:
-        return _load_kernel(tmp_path / f"{name}.py", source, "cross_entropy_rows")
-
-    rows, width = 8, 1500
     generator = torch.Generator().manual_seed(1)
-    logits = (3.0 * torch.randn(rows, width, generator=generator)).to(torch.bfloat16)
+    logits = (3.0 * torch.randn(8, 1500, generator=generator)).to(torch.bfloat16)
     logits[1] += 500.0
     logits[2, 17] = float("-inf")
     logits[3, 5] = float("nan")
@@ -451,17 +453,15 @@ def test_one_exp_online_softmax_gives_the_same_bits_special_values_included(
     logits[5, :] = float("-inf")
     logits[6, :700] = float("-inf")
 
-    def run(kernel: Any) -> list[torch.Tensor]:
-        outs = [torch.full((rows,), -7.0), torch.full((rows,), -7.0), torch.full((rows,), -7.0, dtype=torch.bfloat16)]
-        kernel[(rows // xblock,)](logits, *outs, rows, width, XBLOCK=xblock, R0_BLOCK=rblock)
-        return outs
+    def run(name: str, source: str) -> list[torch.Tensor]:
+        return _cross_entropy_rows(tmp_path / f"{name}.py", source, logits, xblock, rblock)
 
-    original = run(load("original", H200_CROSS_ENTROPY))
-    for mine, theirs in zip(run(load("one_exp", new))[:2], original[:2]):
+    original = run("original", H200_CROSS_ENTROPY)
+    for mine, theirs in zip(run("one_exp", new)[:2], original[:2]):
         same = (mine == theirs) | (torch.isnan(mine) & torch.isnan(theirs))
         assert bool(same.all()), (mine, theirs)
     assert torch.isnan(original[1][3]) and torch.isnan(original[1][4]) and torch.isfinite(original[1][[0, 1, 2, 6]]).all()
-    both = run(load("both", stacked))
+    both = run("both", stacked)
     finite = torch.isfinite(original[2].float())
     assert torch.equal(torch.isnan(both[2].float()), torch.isnan(original[2].float()))
     assert torch.allclose(both[2].float()[finite], original[2].float()[finite], rtol=1e-2)

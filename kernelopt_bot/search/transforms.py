@@ -146,13 +146,14 @@ def _loop_invariant(body: list[str]) -> list[str]:
     values fixed before the loop, in order), so that they can move out of it."""
     assigned = {ln.split(" = ", 1)[0] for ln in body if re.match(r"^_?tmp\d+ = ", ln)}
     moved: list[str] = []
+    fixed: set[str] = set()  # the names the moved lines assign
     for line in body:
         m = re.fullmatch(r"(tmp\d+) = (.+)", line)
         if m is None or re.search(r"tl\.(load|store|atomic|rand)|device_assert|\br0_|\br(index|offset)\b", m[2]):
             continue
-        used = set(re.findall(r"\b_?tmp\d+\b", m[2]))
-        if all(name not in assigned or name in {x.split(" = ", 1)[0] for x in moved} for name in used):
+        if all(name not in assigned or name in fixed for name in re.findall(r"\b_?tmp\d+\b", m[2])):
             moved.append(line)
+            fixed.add(m[1])
     return moved
 
 
