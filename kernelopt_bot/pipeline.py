@@ -37,6 +37,9 @@ from kernelopt_bot.plan import DEFAULT_BUDGET, RunPlan
 from kernelopt_bot.result import RunResult
 from kernelopt_bot.target_kinds import target_kind
 
+OPTIONS_FIRST_SHARE = 0.5  # library calls' share of model time (or launch-bound kernels' of Triton time): options go first
+OPTIONS_FIRST_LAUNCHES = 4  # Triton kernels a launch-bound model has at least, for options to go first
+OPTIONS_FIRST_SEARCH_S = 25.0  # what options measured first leave the search at least
 FINAL_BENCH_RESERVE_S = 20.0  # seconds kept for the final end-to-end benchmark on a GPU
 # The wall budget is a deadline for the whole run, from the moment run_pipeline is called: no
 # candidate, compiler option or final benchmark starts that its estimate says cannot finish, and
@@ -479,6 +482,12 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
                 limits=SearchLimits(max_kernels=plan.kernels, candidates_per_kernel=plan.candidates_per_kernel),
                 rewrites=rewrites,
             )
+            first = _options_first(prof) if plan.compile_options and tgt.device == "cuda" else None
+            if first is not None:
+                log(f"measuring the compiler's own options (before the search: {first})")
+                result.recommendations = _recommend_in_time(
+                    cascade.model_arms, tgt, plan.gamma, plan.rounds, budget,
+                    orchestrator.candidate_estimate_s(trusted=False), keep_s=OPTIONS_FIRST_SEARCH_S)
             log("searching")
             result.kernels, pack = orchestrator.run()
             _record_llm_status(result, llm_search, llm_problem, budget)
@@ -486,10 +495,11 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
             # The final benchmark's arm compiles beside the compiler's options' arms.
             with _final_arm(cascade.model_arms, tgt, pack, result, budget, reserve) as final_arm:
                 if plan.compile_options and tgt.device == "cuda":
-                    log("measuring the compiler's own options")
-                    result.recommendations = _recommend_in_time(
-                        cascade.model_arms, tgt, plan.gamma, plan.rounds, budget,
-                        orchestrator.candidate_estimate_s(trusted=False))
+                    if first is None:
+                        log("measuring the compiler's own options")
+                        result.recommendations = _recommend_in_time(
+                            cascade.model_arms, tgt, plan.gamma, plan.rounds, budget,
+                            orchestrator.candidate_estimate_s(trusted=False))
                     if _try_option_configs(orchestrator, cascade, result, pack, log) and final_arm is not None:
                         final_arm.close()  # it compiled the pack as it was: the benchmark starts its own
                         final_arm = None
@@ -556,23 +566,48 @@ def _arms_end_by(model_arms: Any, seconds: float | None) -> Iterator[None]:
         model_arms.timeout_s = saved
 
 
+def _options_first(prof: Any) -> str | None:
+    """Why the compiler's options are measured before the search rather than after it, or None.
+    Where library calls (cuBLAS, cuDNN) take most of the model's time, the searched Triton
+    kernels can move the end-to-end time little, and max-autotune's GEMM tuning alone compiles
+    for 30-70 s on the H200: measured after the search, the options found no time left (level-2
+    problems on 12-03). Where most Triton time is in launch-bound kernels, CUDA graphs is the
+    option that can win, and no kernel of the search can."""
+    if not prof.measured or not prof.model_ms:
+        return None
+    library = (prof.vendor_ms or 0.0) / prof.model_ms
+    if library >= OPTIONS_FIRST_SHARE:
+        return f"library calls take {library:.0%} of the model's time"
+    triton = [k for k in prof.kernels if k.time_ms]
+    launch = sum(k.time_ms for k in triton if k.bound == "launch")
+    total = sum(k.time_ms for k in triton)
+    if len(triton) >= OPTIONS_FIRST_LAUNCHES and total and launch >= OPTIONS_FIRST_SHARE * total:
+        return f"{launch / total:.0%} of the Triton kernels' time is in launch-bound kernels"
+    return None
+
+
 def _recommend_in_time(model_arms: Any, tgt: Any, gamma: float, rounds: int, budget: Any,
-                       candidate_s: float) -> list[Any]:
+                       candidate_s: float, keep_s: float = 0.0) -> list[Any]:
     """The compiler's options, started only with time for them before the search's deadline
-    (the larger of ``MIN_OPTION_S`` and the estimate for a candidate whose gates start processes:
-    an option compiles and times the whole model as such a candidate's arm does) and cut off at
-    that deadline."""
+    less ``keep_s`` (kept for what comes after them: the search, where they go first), by the
+    larger of ``MIN_OPTION_S`` and the estimate for a candidate whose gates start processes
+    (an option compiles and times the whole model as such a candidate's arm does), and cut off
+    at that deadline."""
     from kernelopt_bot.search.compile_options import MIN_OPTION_S, recommend
 
     extra = max(0.0, candidate_s - MIN_OPTION_S)
 
-    def time_left() -> float | None:
+    def deadline_left() -> float | None:
         left = budget.wall_s_left()
+        return None if left is None else left - keep_s
+
+    def time_left() -> float | None:
+        left = deadline_left()
         return None if left is None else left - extra
 
-    with _arms_end_by(model_arms, budget.wall_s_left()):
+    with _arms_end_by(model_arms, deadline_left()):
         return recommend(model_arms, tgt, gamma=gamma, rounds=rounds, time_left=time_left,
-                         bench_left=budget.wall_s_left)
+                         bench_left=deadline_left)
 
 
 def _try_option_configs(orchestrator: Any, cascade: Any, result: RunResult, pack: KernelPack,

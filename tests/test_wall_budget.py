@@ -12,7 +12,8 @@ import pytest
 
 from kernelopt_bot.candidate import Candidate, Proposal
 from kernelopt_bot.harness.arm_process import ArmError
-from kernelopt_bot.pipeline import WALL_MARGIN_S, _final_bench, _recommend_in_time
+from kernelopt_bot.pipeline import WALL_MARGIN_S, _final_bench, _options_first, _recommend_in_time
+from kernelopt_bot.profiling import KernelProfile, Profile
 from kernelopt_bot.search.budget import Budget, BudgetExceeded
 from kernelopt_bot.search.compile_options import COMPILE_OPTIONS, MIN_BENCH_S, recommend
 from kernelopt_bot.search.orchestrator import Orchestrator, SearchLimits
@@ -244,3 +245,59 @@ def test_a_final_benchmark_past_the_deadline_is_not_a_failed_run() -> None:
     kept = _final_bench(_Cascade(_SlowArena([0.0])), None, pack, result, 3)
     assert list(kept.entries) == ["key-k0"] and result.speedup == 1.2
     assert result.kernels[1].status == "dropped" and "could not be checked end to end" in result.kernels[1].detail
+
+
+def test_options_measured_first_leave_the_search_its_time() -> None:
+    """Measured before the search, the options are cut off ``keep_s`` before the deadline."""
+    now = [0.0]
+    model_arms = _SlowArena(now)
+    recs = _recommend_in_time(model_arms, None, 1.03, 3, Budget(max_wall_s=100.0, clock=lambda: now[0]),
+                              candidate_s=20.0, keep_s=25.0)
+    assert model_arms.started == [75.0] * 3 and now[0] == 75.0
+    assert all("ran out while it compiled" in r.detail for r in recs)
+
+
+class _OrderArena(_ReadyArena):
+    """Records whether the options' arms started before the baselines were waited for."""
+
+    def __init__(self, fail: bool = False) -> None:
+        super().__init__()
+        self.events: list[str] = []
+        self.fail = fail
+
+    def baselines(self) -> tuple[Any, Any]:
+        self.events.append("baselines")
+        if self.fail:
+            raise ArmError("baseline: out of memory")
+        return None, None
+
+    def candidate(self, *_a: Any, **_k: Any) -> Any:
+        self.events.append("option")
+        return super().candidate()
+
+
+def test_the_options_compile_beside_the_baselines_and_a_failed_baseline_closes_them() -> None:
+    arena = _OrderArena()
+    recommend(arena, None, gamma=1.03, time_left=lambda: 60.0,  # type: ignore[arg-type]
+              bench_left=lambda: MIN_BENCH_S - 1)
+    assert arena.events == ["option"] * len(COMPILE_OPTIONS) + ["baselines"]
+    arena = _OrderArena(fail=True)
+    recs = recommend(arena, None, gamma=1.03, time_left=lambda: 60.0)  # type: ignore[arg-type]
+    assert all(a.closed for a in arena.arms) and len(arena.arms) == len(COMPILE_OPTIONS)
+    assert all(r.speedup is None and "baseline arms did not start" in r.detail for r in recs)
+
+
+def _profile(model_ms: float, vendor_ms: float, kernels: list[tuple[float, str]]) -> Profile:
+    rows = [KernelProfile(f"k{i}", 0, "pointwise", 1, ms, ms / model_ms, 0, None, None, bound)
+            for i, (ms, bound) in enumerate(kernels)]
+    return Profile("t", "cuda", model_ms, vendor_ms, None, rows)
+
+
+def test_options_go_first_where_the_search_can_move_the_model_little() -> None:
+    gemm = _profile(1.0, 0.7, [(0.3, "memory")])
+    assert _options_first(gemm) == "library calls take 70% of the model's time"
+    assert _options_first(_profile(1.0, 0.3, [(0.7, "memory")])) is None  # the Triton kernels matter most
+    small = _profile(0.1, 0.0, [(0.008, "launch")] * 10 + [(0.02, "memory")])
+    assert _options_first(small) == "80% of the Triton kernels' time is in launch-bound kernels"
+    assert _options_first(_profile(0.1, 0.0, [(0.008, "launch")] * 2)) is None  # too few to matter
+    assert _options_first(Profile("t", "cpu", None, None, None, [])) is None  # nothing measured

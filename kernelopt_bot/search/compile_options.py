@@ -59,11 +59,8 @@ def recommend(model_arms: ModelArms, target: Target, *, gamma: float, rounds: in
     """
     if model_arms.device != "cuda":
         return [Recommendation(o.label, None, False, "not measured: no CUDA device") for o in options]
-    try:
-        baseline, repeat = model_arms.baselines()
-    except ArmError as exc:  # ours (out of memory, say): no option is measured, none is judged
-        return [Recommendation(o.label, None, False, f"not measured: the baseline arms did not start ({exc})")
-                for o in options]
+    baseline: Arm | None = None
+    repeat: Arm | None = None
     done: dict[str, Recommendation] = {}
     users = CompileSettings(model_arms.mode, model_arms.config)
     for option in options:  # an option the model is already compiled with is its baseline
@@ -93,6 +90,13 @@ def recommend(model_arms: ModelArms, target: Target, *, gamma: float, rounds: in
             except ArmError as exc:
                 arms.append((option, exc))
         try:
+            if baseline is None:  # waited for after the first wave started: they compile side by side
+                try:
+                    baseline, repeat = model_arms.baselines()
+                except ArmError as exc:  # ours (out of memory, say): no option is measured, none is judged
+                    return [done.get(o.label) or Recommendation(
+                        o.label, None, False, f"not measured: the baseline arms did not start ({exc})")
+                        for o in options]
             model_arms.settle()  # nothing is timed while an arm compiles
             for option, arm in arms:
                 found = _measure(option, arm, target, baseline, repeat, model_arms.device, model_arms.dtype,
