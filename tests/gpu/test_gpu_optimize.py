@@ -47,3 +47,23 @@ def test_optimize_softmax_bf16_finds_a_verified_win_within_two_minutes(tmp_path:
         assert both is not None and both.option == result.best_recommendation.option + " + pack"
         assert both.speedup is not None or both.detail.startswith(("not measured", "failed", "outputs differ"))
         print("OPTION WITH PACK:", both.option, both.speedup, both.verified, both.detail)
+
+
+def test_optimize_a_gemm_bound_model_measures_the_compiler_options_within_the_budget(tmp_path: Path) -> None:
+    """Where cuBLAS takes most of the model's time (the MLP block's two GEMMs, bf16), the compiler's
+    options are what can move it: they are measured before the search, within the default budget
+    (measured after it, max-autotune's GEMM tuning found no time left: level 2 on 12-03)."""
+    lines: list[str] = []
+    result = run_pipeline(str(EXAMPLES / "mlp.py"), device="cuda", dtype="bf16", out_dir=tmp_path,
+                          store_path=tmp_path / "store.db", log=lines.append)
+    print("OPTIMIZE mlp bf16:", result.status, result.speedup, f"{result.seconds:.0f} s", result.phases)
+    print("\n".join(lines))
+    assert result.status == "ok", result.error
+    assert any("measuring the compiler's own options (before the search: library calls take" in ln for ln in lines)
+    first = result.recommendations[0]
+    assert first.option == "mode=max-autotune-no-cudagraphs"
+    assert first.speedup is not None, first.detail
+    assert sum(r.speedup is not None for r in result.recommendations) >= 2, result.recommendations
+    assert result.seconds is not None and result.seconds <= TWO_MINUTES, result.phases
+    for rec in result.recommendations:
+        print("OPTION:", rec.option, rec.speedup, rec.verified, rec.detail)
