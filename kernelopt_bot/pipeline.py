@@ -605,9 +605,9 @@ def _recommend_in_time(model_arms: Any, tgt: Any, gamma: float, rounds: int, bud
         left = deadline_left()
         return None if left is None else left - extra
 
-    with _arms_end_by(model_arms, deadline_left()):
+    with _arms_end_by(model_arms, budget.wall_s_left()):
         return recommend(model_arms, tgt, gamma=gamma, rounds=rounds, time_left=time_left,
-                         bench_left=deadline_left)
+                         bench_left=budget.wall_s_left)
 
 
 def _try_option_configs(orchestrator: Any, cascade: Any, result: RunResult, pack: KernelPack,
