@@ -39,8 +39,10 @@ from kernelopt_bot.target_kinds import target_kind
 
 OPTIONS_FIRST_SHARE = 0.5  # library calls' share of model time (or launch-bound kernels' of Triton time): options go first
 OPTIONS_FIRST_LAUNCHES = 4  # Triton kernels a launch-bound model has at least, for options to go first
-OPTIONS_FIRST_SEARCH_S = 25.0  # what options measured first leave the search at least
-FINAL_BENCH_RESERVE_S = 20.0  # seconds kept for the final end-to-end benchmark on a GPU
+OPTIONS_FIRST_SEARCH_S = 10.0  # what options measured first leave the search at least
+OPTION_COMPILE_FACTOR = 1.5  # an option's compile against the default compile's (max-autotune tunes GEMMs)
+FINAL_BENCH_RESERVE_S = 20.0  # seconds kept for the final end-to-end benchmark on a GPU, at least
+FINAL_BENCH_TIMING_S = 10.0  # the final benchmark's gate 3 and timed rounds, after its compile
 # The wall budget is a deadline for the whole run, from the moment run_pipeline is called: no
 # candidate, compiler option or final benchmark starts that its estimate says cannot finish, and
 # their waits end at the deadline. What may still run past it: closing the model arms, writing
@@ -482,14 +484,21 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
                 limits=SearchLimits(max_kernels=plan.kernels, candidates_per_kernel=plan.candidates_per_kernel),
                 rewrites=rewrites,
             )
-            first = _options_first(prof) if plan.compile_options and tgt.device == "cuda" else None
+            compile_s = result.phases.get("compiling and capturing", 0.0)
+            options = plan.compile_options and tgt.device == "cuda"
+            first = _options_first(prof) if options else None
+            if tgt.device == "cuda" and (first is not None or not options):
+                # The final benchmark compiles the packed model afresh after the search (measured
+                # after it, the options' time covers that compile: its arm starts beside theirs).
+                reserve = _held_for_final_bench(budget, reserve, compile_s)
             if first is not None:
                 log(f"measuring the compiler's own options (before the search: {first})")
                 result.recommendations = _recommend_in_time(
                     cascade.model_arms, tgt, plan.gamma, plan.rounds, budget,
                     orchestrator.candidate_estimate_s(trusted=False), keep_s=OPTIONS_FIRST_SEARCH_S)
             log("searching")
-            result.kernels, pack = orchestrator.run()
+            with _held_back(budget, _options_need_s(compile_s) if options and first is None else 0.0):
+                result.kernels, pack = orchestrator.run()
             _record_llm_status(result, llm_search, llm_problem, budget)
             cascade.release_search_memory()
             # The final benchmark's arm compiles beside the compiler's options' arms.
@@ -564,6 +573,38 @@ def _arms_end_by(model_arms: Any, seconds: float | None) -> Iterator[None]:
         yield
     finally:
         model_arms.timeout_s = saved
+
+
+def _held_for_final_bench(budget: Any, reserve: float, compile_s: float) -> float:
+    """The final benchmark's reserve once the model's compile time is known: a fresh compile of
+    the packed model plus its timed rounds (a level-3 model compiles for 25-30 s on the H200,
+    more than :data:`FINAL_BENCH_RESERVE_S`; the suite then killed a run in its final benchmark).
+    The search's deadline moves earlier by what the reserve grows; the new reserve is returned."""
+    need = max(reserve, compile_s + FINAL_BENCH_TIMING_S)
+    if budget.max_wall_s is not None and need > reserve:
+        budget.max_wall_s = max(0.0, budget.max_wall_s - (need - reserve))
+    return need
+
+
+def _options_need_s(compile_s: float) -> float:
+    """Seconds the compiler's options need after the search: their compile (max-autotune's takes
+    longer than the default one the capture timed) and their timed rounds."""
+    from kernelopt_bot.search.compile_options import MIN_BENCH_S, MIN_OPTION_S
+
+    return max(MIN_OPTION_S, OPTION_COMPILE_FACTOR * compile_s + MIN_BENCH_S)
+
+
+@contextlib.contextmanager
+def _held_back(budget: Any, seconds: float) -> Iterator[None]:
+    """Within the block the wall deadline comes ``seconds`` earlier (for what must run after it:
+    the search leaves the compiler's options their time), never before the block starts."""
+    saved = budget.max_wall_s
+    if saved is not None and seconds > 0:
+        budget.max_wall_s = max(budget.elapsed_s(), saved - seconds)
+    try:
+        yield
+    finally:
+        budget.max_wall_s = saved
 
 
 def _options_first(prof: Any) -> str | None:

@@ -12,7 +12,15 @@ import pytest
 
 from kernelopt_bot.candidate import Candidate, Proposal
 from kernelopt_bot.harness.arm_process import ArmError
-from kernelopt_bot.pipeline import WALL_MARGIN_S, _final_bench, _options_first, _recommend_in_time
+from kernelopt_bot.pipeline import (
+    WALL_MARGIN_S,
+    _final_bench,
+    _held_back,
+    _held_for_final_bench,
+    _options_first,
+    _options_need_s,
+    _recommend_in_time,
+)
 from kernelopt_bot.profiling import KernelProfile, Profile
 from kernelopt_bot.search.budget import Budget, BudgetExceeded
 from kernelopt_bot.search.compile_options import COMPILE_OPTIONS, MIN_BENCH_S, recommend
@@ -248,13 +256,38 @@ def test_a_final_benchmark_past_the_deadline_is_not_a_failed_run() -> None:
 
 
 def test_options_measured_first_leave_the_search_its_time() -> None:
-    """Measured before the search, the options are cut off ``keep_s`` before the deadline."""
+    """Measured before the search, an option starts only with ``keep_s`` to spare; once started it
+    compiles and is timed until the run's deadline (mlp bf16 on the H200: cut at the deadline
+    less ``keep_s``, max-autotune compiled and was then not timed, and the search used 17 s)."""
     now = [0.0]
     model_arms = _SlowArena(now)
     recs = _recommend_in_time(model_arms, None, 1.03, 3, Budget(max_wall_s=100.0, clock=lambda: now[0]),
                               candidate_s=20.0, keep_s=25.0)
-    assert model_arms.started == [75.0] * 3 and now[0] == 75.0
+    assert model_arms.started == [100.0] * 3 and now[0] == 100.0
     assert all("ran out while it compiled" in r.detail for r in recs)
+    now = [0.0]
+    model_arms = _SlowArena(now)
+    recs = _recommend_in_time(model_arms, None, 1.03, 3, Budget(max_wall_s=50.0, clock=lambda: now[0]),
+                              candidate_s=20.0, keep_s=25.0)
+    assert model_arms.started == [] and all("wall-time budget ran out" in r.detail for r in recs)
+
+
+def test_the_final_benchmark_and_the_options_are_held_their_time_from_the_search() -> None:
+    """The model's compile time sizes what comes after the search: the final benchmark compiles
+    it afresh (a level-3 model took 30 s on the H200, past a 20 s reserve), the options compile it
+    under their settings; the search's deadline moves earlier by both."""
+    now = [10.0]
+    budget = Budget(max_wall_s=90.0, clock=lambda: now[0], elapsed_before=0.0)
+    assert _held_for_final_bench(budget, 20.0, 5.0) == 20.0 and budget.max_wall_s == 90.0  # small model
+    assert _held_for_final_bench(budget, 20.0, 30.0) == 40.0 and budget.max_wall_s == 70.0
+    assert _options_need_s(5.0) == 30.0 and _options_need_s(30.0) == 55.0
+    with _held_back(budget, 55.0):
+        assert budget.wall_s_left() == 15.0
+        with _held_back(budget, 100.0):  # never before now
+            assert budget.wall_s_left() == 0.0
+    assert budget.max_wall_s == 70.0
+    with _held_back(Budget(), 55.0):  # no deadline: nothing held
+        pass
 
 
 class _OrderArena(_ReadyArena):
