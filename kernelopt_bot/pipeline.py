@@ -487,17 +487,13 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
             compile_s = result.phases.get("compiling and capturing", 0.0)
             options = plan.compile_options and tgt.device == "cuda"
             first = _options_first(prof) if options else None
-            if tgt.device == "cuda" and (first is not None or not options):
-                # The final benchmark compiles the packed model afresh after the search (measured
-                # after it, the options' time covers that compile: its arm starts beside theirs).
-                reserve = _held_for_final_bench(budget, reserve, compile_s)
             if first is not None:
                 log(f"measuring the compiler's own options (before the search: {first})")
                 result.recommendations = _recommend_in_time(
                     cascade.model_arms, tgt, plan.gamma, plan.rounds, budget,
                     orchestrator.candidate_estimate_s(trusted=False), keep_s=OPTIONS_FIRST_SEARCH_S)
             log("searching")
-            with _held_back(budget, _options_need_s(compile_s) if options and first is None else 0.0):
+            with _held_back(budget, _after_search_s(compile_s, reserve, options and first is None)):
                 result.kernels, pack = orchestrator.run()
             _record_llm_status(result, llm_search, llm_problem, budget)
             cascade.release_search_memory()
@@ -575,15 +571,15 @@ def _arms_end_by(model_arms: Any, seconds: float | None) -> Iterator[None]:
         model_arms.timeout_s = saved
 
 
-def _held_for_final_bench(budget: Any, reserve: float, compile_s: float) -> float:
-    """The final benchmark's reserve once the model's compile time is known: a fresh compile of
-    the packed model plus its timed rounds (a level-3 model compiles for 25-30 s on the H200,
-    more than :data:`FINAL_BENCH_RESERVE_S`; the suite then killed a run in its final benchmark).
-    The search's deadline moves earlier by what the reserve grows; the new reserve is returned."""
-    need = max(reserve, compile_s + FINAL_BENCH_TIMING_S)
-    if budget.max_wall_s is not None and need > reserve:
-        budget.max_wall_s = max(0.0, budget.max_wall_s - (need - reserve))
-    return need
+def _after_search_s(compile_s: float, reserve: float, options_after: bool) -> float:
+    """What the search leaves, beyond ``reserve``, for what must run after it, sized by the
+    model's compile time (``compile_s``, the capture's): the compiler's options when they come
+    after it (their compile and timed rounds; the final benchmark's arm compiles beside theirs),
+    else the final benchmark's fresh compile of the packed model where it outgrows ``reserve``
+    (a level-3 model compiles for 25-30 s on the H200, past the 20 s reserve)."""
+    if options_after:
+        return _options_need_s(compile_s)
+    return max(0.0, compile_s + FINAL_BENCH_TIMING_S - reserve) if reserve else 0.0
 
 
 def _options_need_s(compile_s: float) -> float:

@@ -14,9 +14,9 @@ from kernelopt_bot.candidate import Candidate, Proposal
 from kernelopt_bot.harness.arm_process import ArmError
 from kernelopt_bot.pipeline import (
     WALL_MARGIN_S,
+    _after_search_s,
     _final_bench,
     _held_back,
-    _held_for_final_bench,
     _options_first,
     _options_need_s,
     _recommend_in_time,
@@ -272,20 +272,22 @@ def test_options_measured_first_leave_the_search_its_time() -> None:
     assert model_arms.started == [] and all("wall-time budget ran out" in r.detail for r in recs)
 
 
-def test_the_final_benchmark_and_the_options_are_held_their_time_from_the_search() -> None:
-    """The model's compile time sizes what comes after the search: the final benchmark compiles
-    it afresh (a level-3 model took 30 s on the H200, past a 20 s reserve), the options compile it
-    under their settings; the search's deadline moves earlier by both."""
-    now = [10.0]
-    budget = Budget(max_wall_s=90.0, clock=lambda: now[0], elapsed_before=0.0)
-    assert _held_for_final_bench(budget, 20.0, 5.0) == 20.0 and budget.max_wall_s == 90.0  # small model
-    assert _held_for_final_bench(budget, 20.0, 30.0) == 40.0 and budget.max_wall_s == 70.0
+def test_the_search_leaves_the_options_and_the_final_benchmark_their_time() -> None:
+    """The model's compile time sizes what comes after the search: the options compile it under
+    their settings, the final benchmark compiles it afresh (a level-3 model took 30 s on the H200,
+    past a 20 s reserve); the search's deadline comes that much earlier, and only during it."""
     assert _options_need_s(5.0) == 30.0 and _options_need_s(30.0) == 55.0
+    assert _after_search_s(30.0, 20.0, options_after=True) == 55.0
+    assert _after_search_s(30.0, 20.0, options_after=False) == 20.0  # 30 s compile + 10 s timing - 20 s reserve
+    assert _after_search_s(5.0, 20.0, options_after=False) == 0.0  # a small model: the reserve holds it
+    assert _after_search_s(30.0, 0.0, options_after=False) == 0.0  # no GPU: no final benchmark arm
+    now = [10.0]
+    budget = Budget(max_wall_s=70.0, clock=lambda: now[0])
     with _held_back(budget, 55.0):
         assert budget.wall_s_left() == 15.0
         with _held_back(budget, 100.0):  # never before now
             assert budget.wall_s_left() == 0.0
-    assert budget.max_wall_s == 70.0
+    assert budget.max_wall_s == 70.0 and budget.wall_s_left() == 70.0
     with _held_back(Budget(), 55.0):  # no deadline: nothing held
         pass
 
