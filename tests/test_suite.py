@@ -254,3 +254,17 @@ def test_a_training_problem_runs_as_a_training_step_and_counts_in_its_own_row(tm
         ProblemResult(training, "ok", 1.1, None, 2.0, 1.8, 1, 1.0)])
     assert set(suite.levels()) == {"1", "1 train"}
     assert "level1/linear.py (training step)" in markdown(suite)
+
+
+def test_a_timeout_shorter_than_the_runs_own_deadline_is_refused(tmp_path: Path) -> None:
+    """`--timeout 115` beside the 110 s default budget killed a run that kept its deadline (H200,
+    12-03): refused with the least that works, before any problem starts."""
+    root = _suite(tmp_path / "suite")
+    out = tmp_path / "out"
+    result = run_cli("suite", str(root), "--out", str(out), "--timeout", "115")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "--timeout 115 is shorter than a run may take" in result.stderr and "at least 125 s" in result.stderr
+    assert not out.exists()
+    result = run_cli("suite", str(root), "--out", str(out), "--timeout", "115", "--budget", "wall_seconds=60",
+                     "--budget", "candidates=1", "--only", "level1/*")
+    assert result.returncode == 0, result.stderr

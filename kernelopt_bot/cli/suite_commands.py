@@ -50,7 +50,7 @@ def suite(suite_dir: str, out_dir: str, shard: str, device: str | None, dtypes: 
     from kernelopt_bot.shards import Shard
     from kernelopt_bot.suite import run_suite
 
-    options.parse_budget(budget_items)  # validate before starting anything
+    _check_timeout(timeout_s, options.parse_budget(budget_items))  # validate before starting anything
     if gpus is not None and device == "cpu":
         raise BadInputError("--gpus runs on CUDA devices; not with --device cpu")
     selected = None if gpus is None else select_gpus(gpus, cuda_device_count())
@@ -60,6 +60,24 @@ def suite(suite_dir: str, out_dir: str, shard: str, device: str | None, dtypes: 
                        reference=reference,
                        compile_settings=CompileSettings.from_cli(mode, config_items))
     render.suite_levels(result, out_dir)
+
+
+def _check_timeout(timeout_s: float, budget: dict[str, object]) -> None:
+    """A per-problem deadline shorter than the run's own would kill runs that keep their budget
+    (on the H200 a ``--timeout 115`` beside the 110 s default killed a level-3 run in its final
+    benchmark, and lost the candidate it had verified): refused before anything starts."""
+    from kernelopt_bot.pipeline import WALL_MARGIN_S
+    from kernelopt_bot.plan import RunPlan
+
+    wall = RunPlan.parse(budget).wall_seconds
+    need = None if wall is None else wall + WALL_MARGIN_S + PROCESS_EXIT_S
+    if need is not None and timeout_s < need:
+        raise BadInputError(f"--timeout {timeout_s:g} is shorter than a run may take: optimize ends within its "
+                            f"wall budget ({wall:g} s) plus {WALL_MARGIN_S:g} s; give at least {need:g} s, "
+                            "or a smaller --budget wall_seconds=")
+
+
+PROCESS_EXIT_S = 5.0  # an optimize process's writing and exit after its run
 
 
 @click.command("suite-merge")
