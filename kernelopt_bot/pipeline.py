@@ -39,7 +39,7 @@ from kernelopt_bot.target_kinds import target_kind
 
 OPTIONS_FIRST_SHARE = 0.5  # library calls' share of model time (or launch-bound kernels' of Triton time): options go first
 OPTIONS_FIRST_LAUNCHES = 4  # Triton kernels a launch-bound model has at least, for options to go first
-OPTIONS_FIRST_SEARCH_S = 10.0  # what options measured first leave the search at least
+OPTIONS_FIRST_SEARCH_S = 10.0  # what options measured first leave the search at least (see _options_first)
 OPTION_COMPILE_FACTOR = 1.5  # an option's compile against the default compile's (max-autotune tunes GEMMs)
 FINAL_BENCH_RESERVE_S = 20.0  # seconds kept for the final end-to-end benchmark on a GPU, at least
 FINAL_BENCH_TIMING_S = 10.0  # the final benchmark's gate 3 and timed rounds, after its compile
@@ -488,10 +488,14 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
             options = plan.compile_options and tgt.device == "cuda"
             first = _options_first(prof) if options else None
             if first is not None:
-                log(f"measuring the compiler's own options (before the search: {first})")
+                why, searchable = first
+                left = budget.wall_s_left()
+                keep = max(OPTIONS_FIRST_SEARCH_S, searchable * left) if left is not None else 0.0
+                log(f"measuring the compiler's own options (before the search: {why}; "
+                    f"{keep:.0f} s kept for the search)")
                 result.recommendations = _recommend_in_time(
                     cascade.model_arms, tgt, plan.gamma, plan.rounds, budget,
-                    orchestrator.candidate_estimate_s(trusted=False), keep_s=OPTIONS_FIRST_SEARCH_S)
+                    orchestrator.candidate_estimate_s(trusted=False), keep_s=keep)
             log("searching")
             with _held_back(budget, _after_search_s(compile_s, reserve, options and first is None)):
                 result.kernels, pack = orchestrator.run()
@@ -603,23 +607,26 @@ def _held_back(budget: Any, seconds: float) -> Iterator[None]:
         budget.max_wall_s = saved
 
 
-def _options_first(prof: Any) -> str | None:
-    """Why the compiler's options are measured before the search rather than after it, or None.
+def _options_first(prof: Any) -> tuple[str, float] | None:
+    """Why the compiler's options are measured before the search rather than after it, and the
+    share of what is then left of the wall budget that the search keeps; None: search first.
     Where library calls (cuBLAS, cuDNN) take most of the model's time, the searched Triton
     kernels can move the end-to-end time little, and max-autotune's GEMM tuning alone compiles
     for 30-70 s on the H200: measured after the search, the options found no time left (level-2
     problems on 12-03). Where most Triton time is in launch-bound kernels, CUDA graphs is the
-    option that can win, and no kernel of the search can."""
+    option that can win, and no kernel of the search can. The search keeps the share of the
+    model's time it can move: that of the Triton kernels that are not launch-bound."""
     if not prof.measured or not prof.model_ms:
         return None
     library = (prof.vendor_ms or 0.0) / prof.model_ms
-    if library >= OPTIONS_FIRST_SHARE:
-        return f"library calls take {library:.0%} of the model's time"
     triton = [k for k in prof.kernels if k.time_ms]
     launch = sum(k.time_ms for k in triton if k.bound == "launch")
     total = sum(k.time_ms for k in triton)
+    searchable = min(1.0, max(0.0, (total - launch) / prof.model_ms))
+    if library >= OPTIONS_FIRST_SHARE:
+        return f"library calls take {min(library, 1.0):.0%} of the model's time", searchable
     if len(triton) >= OPTIONS_FIRST_LAUNCHES and total and launch >= OPTIONS_FIRST_SHARE * total:
-        return f"{launch / total:.0%} of the Triton kernels' time is in launch-bound kernels"
+        return f"{launch / total:.0%} of the Triton kernels' time is in launch-bound kernels", searchable
     return None
 
 

@@ -329,10 +329,17 @@ def _profile(model_ms: float, vendor_ms: float, kernels: list[tuple[float, str]]
 
 
 def test_options_go_first_where_the_search_can_move_the_model_little() -> None:
+    """Options go first on library-bound and launch-bound models; the search then keeps the share
+    of the model's time it can move (Triton kernels that are not launch-bound)."""
     gemm = _profile(1.0, 0.7, [(0.3, "memory")])
-    assert _options_first(gemm) == "library calls take 70% of the model's time"
+    why, searchable = _options_first(gemm)  # type: ignore[misc]
+    assert why == "library calls take 70% of the model's time" and searchable == pytest.approx(0.3)
     assert _options_first(_profile(1.0, 0.3, [(0.7, "memory")])) is None  # the Triton kernels matter most
     small = _profile(0.1, 0.0, [(0.008, "launch")] * 10 + [(0.02, "memory")])
-    assert _options_first(small) == "80% of the Triton kernels' time is in launch-bound kernels"
+    why, searchable = _options_first(small)  # type: ignore[misc]
+    assert why == "80% of the Triton kernels' time is in launch-bound kernels"
+    assert searchable == pytest.approx(0.2)
     assert _options_first(_profile(0.1, 0.0, [(0.008, "launch")] * 2)) is None  # too few to matter
     assert _options_first(Profile("t", "cpu", None, None, None, [])) is None  # nothing measured
+    over = _options_first(_profile(1.0, 1.2, [(0.1, "memory")]))  # the profiler's busy time past the median
+    assert over is not None and over[0] == "library calls take 100% of the model's time"
