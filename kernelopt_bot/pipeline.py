@@ -40,6 +40,8 @@ from kernelopt_bot.target_kinds import target_kind
 OPTIONS_FIRST_SHARE = 0.5  # library calls' share of model time (or launch-bound kernels' of Triton time): options go first
 OPTIONS_FIRST_LAUNCHES = 4  # Triton kernels a launch-bound model has at least, for options to go first
 OPTIONS_FIRST_SEARCH_S = 10.0  # what options measured first leave the search at least (see _options_first)
+OPTION_START_SLACK_S = 5.0  # held beyond an option's need: the search's last step may overrun its deadline
+MIN_SEARCH_S = 20.0  # what the time held back for the options leaves the search at least
 OPTION_COMPILE_FACTOR = 1.5  # an option's compile against the default compile's (max-autotune tunes GEMMs)
 FINAL_BENCH_RESERVE_S = 20.0  # seconds kept for the final end-to-end benchmark on a GPU, at least
 FINAL_BENCH_TIMING_S = 10.0  # the final benchmark's gate 3 and timed rounds, after its compile
@@ -466,6 +468,7 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
     try:
         with Cascade(cap, plan.verify_options(), compile_settings=settings, work_watch=work_watch,
                             compile_pool=pool) as cascade:
+            prestarted = False  # the baseline arms compiling beside the search (a GPU's)
             if tgt.device == "cuda":
                 # Gates 3-4 and the final benchmark need the baseline arms; they compile while the
                 # tuner times variants instead of after it, where the GPU holds them beside this
@@ -474,7 +477,8 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
                 if cascade.model_arms.one_baseline:
                     log(f"    a large model (~{cascade.model_arms.arm_mb_hint / 1024:.0f} GiB an arm): one baseline arm, "
                         "timed twice a round for the noise floor, and at most two model arms at once")
-                if not cascade.model_arms.prestart():
+                prestarted = cascade.model_arms.prestart()
+                if not prestarted:
                     log("    the baseline arms start after the search: the GPU does not hold them beside it")
             # The tuner ranks variants by kernel-level time, which only a GPU gives.
             strategies = [TimedTuner(cascade.time_variants if tgt.device == "cuda" else None)]
@@ -486,18 +490,21 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
             )
             compile_s = result.phases.get("compiling and capturing", 0.0)
             options = plan.compile_options and tgt.device == "cuda"
-            first = _options_first(prof) if options else None
+            # Not where the GPU does not hold the model arms beside this process's capture (a
+            # large model): the options then wait for the search to give its memory back.
+            first = _options_first(prof) if options and prestarted else None
             if first is not None:
                 why, searchable = first
                 left = budget.wall_s_left()
                 keep = max(OPTIONS_FIRST_SEARCH_S, searchable * left) if left is not None else 0.0
                 log(f"measuring the compiler's own options (before the search: {why}; "
-                    f"{keep:.0f} s kept for the search)")
+                    f"none starts with less than {keep:.0f} s to spare for the search)")
                 result.recommendations = _recommend_in_time(
                     cascade.model_arms, tgt, plan.gamma, plan.rounds, budget,
                     orchestrator.candidate_estimate_s(trusted=False), keep_s=keep)
             log("searching")
-            with _held_back(budget, _after_search_s(compile_s, reserve, options and first is None)):
+            after = _after_search_s(compile_s, reserve, options and first is None, budget.wall_s_left())
+            with _held_back(budget, after):
                 result.kernels, pack = orchestrator.run()
             _record_llm_status(result, llm_search, llm_problem, budget)
             cascade.release_search_memory()
@@ -575,15 +582,19 @@ def _arms_end_by(model_arms: Any, seconds: float | None) -> Iterator[None]:
         model_arms.timeout_s = saved
 
 
-def _after_search_s(compile_s: float, reserve: float, options_after: bool) -> float:
+def _after_search_s(compile_s: float, reserve: float, options_after: bool, left: float | None) -> float:
     """What the search leaves, beyond ``reserve``, for what must run after it, sized by the
     model's compile time (``compile_s``, the capture's): the compiler's options when they come
     after it (their compile and timed rounds; the final benchmark's arm compiles beside theirs),
     else the final benchmark's fresh compile of the packed model where it outgrows ``reserve``
-    (a level-3 model compiles for 25-30 s on the H200, past the 20 s reserve)."""
+    (a level-3 model compiles for 25-30 s on the H200, past the 20 s reserve). Of ``left``
+    (the search's wall time, None: no limit) the search keeps ``MIN_SEARCH_S`` whatever that
+    costs them: a kernel of the model may be what matters most."""
     if options_after:
-        return _options_need_s(compile_s)
-    return max(0.0, compile_s + FINAL_BENCH_TIMING_S - reserve) if reserve else 0.0
+        after = _options_need_s(compile_s) + OPTION_START_SLACK_S
+    else:
+        after = max(0.0, compile_s + FINAL_BENCH_TIMING_S - reserve) if reserve else 0.0
+    return after if left is None else min(after, max(0.0, left - MIN_SEARCH_S))
 
 
 def _options_need_s(compile_s: float) -> float:
@@ -600,7 +611,7 @@ def _held_back(budget: Any, seconds: float) -> Iterator[None]:
     the search leaves the compiler's options their time), never before the block starts."""
     saved = budget.max_wall_s
     if saved is not None and seconds > 0:
-        budget.max_wall_s = max(budget.elapsed_s(), saved - seconds)
+        budget.max_wall_s = min(saved, max(budget.elapsed_s(), saved - seconds))
     try:
         yield
     finally:
@@ -618,13 +629,15 @@ def _options_first(prof: Any) -> tuple[str, float] | None:
     model's time it can move: that of the Triton kernels that are not launch-bound."""
     if not prof.measured or not prof.model_ms:
         return None
-    library = (prof.vendor_ms or 0.0) / prof.model_ms
     triton = [k for k in prof.kernels if k.time_ms]
     launch = sum(k.time_ms for k in triton if k.bound == "launch")
     total = sum(k.time_ms for k in triton)
-    searchable = min(1.0, max(0.0, (total - launch) / prof.model_ms))
+    # As the profile's shares: the profiler's busy time can exceed the model's median wall time.
+    model_ms = max(prof.model_ms, (prof.vendor_ms or 0.0) + total)
+    library = (prof.vendor_ms or 0.0) / model_ms
+    searchable = (total - launch) / model_ms
     if library >= OPTIONS_FIRST_SHARE:
-        return f"library calls take {min(library, 1.0):.0%} of the model's time", searchable
+        return f"library calls take {library:.0%} of the model's time", searchable
     if len(triton) >= OPTIONS_FIRST_LAUNCHES and total and launch >= OPTIONS_FIRST_SHARE * total:
         return f"{launch / total:.0%} of the Triton kernels' time is in launch-bound kernels", searchable
     return None

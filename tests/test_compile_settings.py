@@ -51,6 +51,9 @@ def test_a_compiler_option_the_model_already_uses_is_not_measured_against_itself
     class _Arena:
         device, dtype, mode, config = "cuda", "fp32", "max-autotune-no-cudagraphs", {}
 
+        def prestart(self) -> bool:
+            return True
+
         def baselines(self) -> tuple[None, None]:
             return None, None
 

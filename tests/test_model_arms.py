@@ -48,6 +48,7 @@ def test_a_baseline_that_fails_to_start_is_reported_and_started_afresh_next_time
         with pytest.raises(ArmError, match="cannot run"):  # the failure is the answer now: no third start
             model_arms.baselines()
         assert len(model_arms._baseline_failures) == started and "baseline" not in model_arms._baselines
+        assert model_arms.prestart() is False and "baseline" not in model_arms._baselines  # nor a prestart
 
 
 def test_closing_an_arm_that_is_still_compiling_kills_it_at_once(tmp_path: Path) -> None:

@@ -44,6 +44,9 @@ class _Arena:
         self.arm = arm
         self.started: list[dict[str, Any]] = []
 
+    def prestart(self) -> bool:
+        return True
+
     def baselines(self) -> tuple[None, None]:
         return None, None
 

@@ -87,6 +87,9 @@ def test_a_trusted_candidate_is_estimated_apart_from_the_others() -> None:
 class _Arena:
     device, dtype, mode, config = "cuda", "fp32", None, {}
 
+    def prestart(self) -> bool:
+        return True
+
     def baselines(self) -> tuple[Any, Any]:
         return None, None
 
@@ -277,10 +280,13 @@ def test_the_search_leaves_the_options_and_the_final_benchmark_their_time() -> N
     their settings, the final benchmark compiles it afresh (a level-3 model took 30 s on the H200,
     past a 20 s reserve); the search's deadline comes that much earlier, and only during it."""
     assert _options_need_s(5.0) == 30.0 and _options_need_s(30.0) == 55.0
-    assert _after_search_s(30.0, 20.0, options_after=True) == 55.0
-    assert _after_search_s(30.0, 20.0, options_after=False) == 20.0  # 30 s compile + 10 s timing - 20 s reserve
-    assert _after_search_s(5.0, 20.0, options_after=False) == 0.0  # a small model: the reserve holds it
-    assert _after_search_s(30.0, 0.0, options_after=False) == 0.0  # no GPU: no final benchmark arm
+    assert _after_search_s(30.0, 20.0, True, None) == 60.0  # and 5 s of slack for the search's last step
+    assert _after_search_s(30.0, 20.0, False, None) == 20.0  # 30 s compile + 10 s timing - 20 s reserve
+    assert _after_search_s(5.0, 20.0, False, None) == 0.0  # a small model: the reserve holds it
+    assert _after_search_s(30.0, 0.0, False, None) == 0.0  # no GPU: no final benchmark arm
+    assert _after_search_s(30.0, 20.0, True, 100.0) == 60.0
+    assert _after_search_s(30.0, 20.0, True, 50.0) == 30.0  # the search keeps MIN_SEARCH_S (20 s)
+    assert _after_search_s(30.0, 20.0, True, 10.0) == 0.0
     now = [10.0]
     budget = Budget(max_wall_s=70.0, clock=lambda: now[0])
     with _held_back(budget, 55.0):
@@ -295,16 +301,19 @@ def test_the_search_leaves_the_options_and_the_final_benchmark_their_time() -> N
 class _OrderArena(_ReadyArena):
     """Records whether the options' arms started before the baselines were waited for."""
 
-    def __init__(self, fail: bool = False) -> None:
+    def __init__(self, fail: bool = False, started: bool = True) -> None:
         super().__init__()
         self.events: list[str] = []
-        self.fail = fail
+        self.fail, self.started = fail, started
+
+    def prestart(self) -> bool:
+        return self.started
 
     def baselines(self) -> tuple[Any, Any]:
         self.events.append("baselines")
         if self.fail:
             raise ArmError("baseline: out of memory")
-        return None, None
+        return "baseline arm", None
 
     def candidate(self, *_a: Any, **_k: Any) -> Any:
         self.events.append("option")
@@ -320,6 +329,15 @@ def test_the_options_compile_beside_the_baselines_and_a_failed_baseline_closes_t
     recs = recommend(arena, None, gamma=1.03, time_left=lambda: 60.0)  # type: ignore[arg-type]
     assert all(a.closed for a in arena.arms) and len(arena.arms) == len(COMPILE_OPTIONS)
     assert all(r.speedup is None and "baseline arms did not start" in r.detail for r in recs)
+    # Baselines that are not compiling yet (no room beside the engine) start first: the options'
+    # arms are sized by what they hold, and none starts when they fail
+    arena = _OrderArena(started=False)
+    recommend(arena, None, gamma=1.03, time_left=lambda: 60.0,  # type: ignore[arg-type]
+              bench_left=lambda: MIN_BENCH_S - 1)
+    assert arena.events == ["baselines"] + ["option"] * len(COMPILE_OPTIONS)
+    arena = _OrderArena(fail=True, started=False)
+    recs = recommend(arena, None, gamma=1.03, time_left=lambda: 60.0)  # type: ignore[arg-type]
+    assert arena.arms == [] and all("baseline arms did not start" in r.detail for r in recs)
 
 
 def _profile(model_ms: float, vendor_ms: float, kernels: list[tuple[float, str]]) -> Profile:
@@ -342,4 +360,4 @@ def test_options_go_first_where_the_search_can_move_the_model_little() -> None:
     assert _options_first(_profile(0.1, 0.0, [(0.008, "launch")] * 2)) is None  # too few to matter
     assert _options_first(Profile("t", "cpu", None, None, None, [])) is None  # nothing measured
     over = _options_first(_profile(1.0, 1.2, [(0.1, "memory")]))  # the profiler's busy time past the median
-    assert over is not None and over[0] == "library calls take 100% of the model's time"
+    assert over is not None and over[0] == "library calls take 92% of the model's time"  # of 1.3 ms busy

@@ -81,6 +81,8 @@ class ModelArms:
         compile, and :meth:`baselines` later only waits for what is left of their start. Not
         when the GPU's free memory does not hold them beside this process (a large model: they
         start when asked for, after the search gave its memory back); False then."""
+        if len(self._baseline_failures) >= BASELINE_STARTS:  # they will not start: baselines() says why
+            return False
         missing = [label for label in self._baseline_labels()
                    if label not in self._baselines or not self._baselines[label].alive]
         if self.room_for(len(missing)) < len(missing):

@@ -51,7 +51,8 @@ def recommend(model_arms: ModelArms, target: Target, *, gamma: float, rounds: in
     """Measure each option against the default compile; never raises for an option that fails.
 
     The options' arms compile at once (as many as the GPU's memory holds: ``ModelArms.room_for``),
-    and are timed one after the other once none compiles any more (``ModelArms.settle``).
+    beside the baseline arms where those are compiling already, and are timed one after the other
+    once none compiles any more (``ModelArms.settle``).
     ``time_left`` (seconds of wall budget left, None = no limit): options that would start too
     close to the end are reported as not measured, so the run keeps its wall budget; an option
     compiled with less than ``MIN_BENCH_S`` of ``bench_left`` (default: ``time_left``) is not
@@ -61,6 +62,12 @@ def recommend(model_arms: ModelArms, target: Target, *, gamma: float, rounds: in
         return [Recommendation(o.label, None, False, "not measured: no CUDA device") for o in options]
     baseline: Arm | None = None
     repeat: Arm | None = None
+    if not model_arms.prestart():  # not started (no room beside this process): they go first, and
+        try:  # the options' arms are sized by what they hold
+            baseline, repeat = model_arms.baselines()
+        except ArmError as exc:  # ours (out of memory, say): no option is measured, none is judged
+            return [Recommendation(o.label, None, False, f"not measured: the baseline arms did not start ({exc})")
+                    for o in options]
     done: dict[str, Recommendation] = {}
     users = CompileSettings(model_arms.mode, model_arms.config)
     for option in options:  # an option the model is already compiled with is its baseline
