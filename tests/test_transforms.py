@@ -465,3 +465,107 @@ def test_one_exp_online_softmax_gives_the_same_bits_special_values_included(
     finite = torch.isfinite(original[2].float())
     assert torch.equal(torch.isnan(both[2].float()), torch.isnan(original[2].float()))
     assert torch.allclose(both[2].float()[finite], original[2].float()[finite], rtol=1e-2)
+
+
+# The bf16 softmax kernel torch 2.11 generated on the H200 (tests/fixtures: 8192 x 16384; sizes
+# made arguments here): an online softmax loop, then a loop that divides exp(x - max) by the
+# row's sum, fixed before that loop.
+H200_SOFTMAX = '''
+import triton
+import triton.language as tl
+from torch._inductor.runtime import triton_helpers
+from torch._inductor.runtime.triton_helpers import libdevice, math as tl_math
+
+
+@triton.jit
+def softmax_rows(in_ptr0, out_ptr2, xnumel, r0_numel, XBLOCK : tl.constexpr, R0_BLOCK : tl.constexpr):
+    xoffset = tl.program_id(0) * XBLOCK
+    xindex = xoffset + tl.arange(0, XBLOCK)[:, None]
+    xmask = tl.full([XBLOCK], True, tl.int1)[:, None]
+    r0_base = tl.arange(0, R0_BLOCK)[None, :]
+    rbase = r0_base
+    x0 = xindex
+    _tmp3_max = tl.full([XBLOCK, R0_BLOCK], float('-inf'), tl.float32)
+    _tmp3_sum = tl.zeros([XBLOCK, R0_BLOCK], tl.float32)
+    for r0_offset in tl.range(0, r0_numel, R0_BLOCK):
+        r0_index = r0_offset + r0_base
+        r0_mask = r0_index < r0_numel
+        roffset = r0_offset
+        rindex = r0_index
+        r0_1 = r0_index
+        tmp0 = tl.load(in_ptr0 + (r0_1 + r0_numel*x0), r0_mask, eviction_policy='evict_last', other=0.0).to(tl.float32)
+        tmp1 = tmp0.to(tl.float32)
+        tmp2 = tl.broadcast_to(tmp1, [XBLOCK, R0_BLOCK])
+
+        _tmp3_max_next, _tmp3_sum_next = triton_helpers.online_softmax_combine(
+            _tmp3_max, _tmp3_sum, tmp2, False
+        )
+
+        _tmp3_max = tl.where(r0_mask, _tmp3_max_next, _tmp3_max)
+        _tmp3_sum = tl.where(r0_mask, _tmp3_sum_next, _tmp3_sum)
+
+    tmp3, tmp4 = triton_helpers.online_softmax_reduce(
+        _tmp3_max, _tmp3_sum, 1, False)
+    tmp3 = tmp3[:, None]
+    tmp4 = tmp4[:, None]
+    for r0_offset in tl.range(0, r0_numel, R0_BLOCK):
+        r0_index = r0_offset + r0_base
+        r0_mask = r0_index < r0_numel
+        roffset = r0_offset
+        rindex = r0_index
+        r0_1 = r0_index
+        tmp5 = tl.load(in_ptr0 + (r0_1 + r0_numel*x0), r0_mask, eviction_policy='evict_first', other=0.0).to(tl.float32)
+        tmp6 = tmp5.to(tl.float32)
+        tmp7 = tmp6 - tmp3
+        tmp8 = libdevice.exp(tmp7)
+        tmp9 = (tmp8 / tmp4)
+        tmp10 = tmp9.to(tl.float32)
+        tl.store(out_ptr2 + (r0_1 + r0_numel*x0), tmp10, r0_mask)
+'''
+
+
+@pytest.mark.parametrize("xblock, rblock", [(2, 64), (1, 512)])
+def test_the_h200_softmax_divides_once_a_row_and_multiplies(tmp_path: Path, xblock: int, rblock: int) -> None:
+    """The loop divides by the row's sum: one reciprocal before the loop, a multiplication in
+    it. Within a bf16 ulp of the original (most elements the same bits), with -inf, +inf, NaN, an
+    all -inf row and a row far from 0 coming out alike; it passes gate 1 on the H200 kernels, also
+    stacked on one exponential per step; it does not apply twice, nor to a loop whose divisor it
+    sets itself."""
+    import torch
+
+    from kernelopt_bot.search.transforms import multiply_by_hoisted_reciprocal
+
+    new = multiply_by_hoisted_reciprocal(H200_SOFTMAX)
+    assert new is not None and " / tmp4" not in new.split("tmp4_rcp = 1.0 / tmp4")[1]
+    assert "    tmp4_rcp = 1.0 / tmp4\n    for r0_offset" in new and "tmp9 = (tmp8 * tmp4_rcp)" in new
+    assert multiply_by_hoisted_reciprocal(new) is None
+    in_loop = H200_SOFTMAX.replace("tmp9 = (tmp8 / tmp4)", "tmp4b = tmp7 + 1.0\n        tmp9 = (tmp8 / tmp4b)")
+    assert multiply_by_hoisted_reciprocal(in_loop) is None
+    for name in ("softmax_bf16.py", "softmax.py", "linear_epilogue.py"):
+        kernel = next(k for k in parse_output_code((H200 / name).read_text()).kernels if k.kind == "reduction")
+        for stacked in (multiply_by_hoisted_reciprocal(kernel.source),
+                        stack(kernel.source, ["one_exp_online_softmax", "multiply_by_hoisted_reciprocal"])[0]):
+            assert stacked is not None and "_rcp = 1.0 / " in stacked
+            assert check_source(kernel, stacked).passed
+
+    generator = torch.Generator().manual_seed(2)
+    x = (3.0 * torch.randn(8, 1500, generator=generator)).to(torch.bfloat16)
+    x[1] += 500.0
+    x[2, 17] = float("-inf")
+    x[3, 5] = float("nan")
+    x[4, 900] = float("inf")
+    x[5, :] = float("-inf")
+    x[6, :700] = float("-inf")
+
+    def run(name: str, source: str) -> torch.Tensor:
+        kernel = _load_kernel(tmp_path / f"{name}.py", source, "softmax_rows")
+        out = torch.full_like(x, -7.0)
+        kernel[(x.shape[0] // xblock,)](x, out, x.shape[0], x.shape[1], XBLOCK=xblock, R0_BLOCK=rblock)
+        return out.float()
+
+    original, mine = run("original", H200_SOFTMAX), run("reciprocal", new)
+    assert torch.equal(torch.isnan(mine), torch.isnan(original))
+    finite = ~torch.isnan(original)
+    assert torch.allclose(mine[finite], original[finite], rtol=2 ** -7, atol=0.0)  # a bf16 ulp
+    assert (mine[finite] == original[finite]).float().mean() > 0.9
+    assert torch.allclose(original[0].sum(), torch.tensor(1.0), rtol=2e-2)  # a softmax row, as it was

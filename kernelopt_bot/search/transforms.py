@@ -250,12 +250,54 @@ def one_exp_online_softmax(source: str) -> str | None:
     return new if new != source else None
 
 
+_DIVISION = re.compile(r"^(?P<pad>[ \t]*)(?P<out>tmp\d+) = \(?(?P<num>\w+) / (?P<den>[A-Za-z_]\w*)\)?[ \t]*$")
+_ASSIGNED = re.compile(r"^[ \t]*(?P<names>\w+(?:\s*,\s*\w+)*)\s*=[^=]")
+
+
+def _assigned(line: str) -> set[str]:
+    """The names a line assigns (``a = ...``, ``a, b = ...``); none for anything else."""
+    m = _ASSIGNED.match(line)
+    return {n.strip() for n in m["names"].split(",")} if m else set()
+
+
+def multiply_by_hoisted_reciprocal(source: str) -> str | None:
+    """Divisions inside a reduction loop by a value fixed before it (a softmax's row sum, a
+    norm): the reciprocal is taken once before the loop and the loop multiplies. Triton's ``/``
+    on floats is the IEEE-rounded division, several instructions an element; the loops it sits
+    in (a looped softmax's second pass) are bound by instructions, not memory, on the H200.
+    ``x * (1 / y)`` is within about an ulp of ``x / y``, and alike for 0, inf and NaN; a divisor
+    below 2**-126 would give inf where the division is finite (never a row sum of exponentials,
+    which is at least 1). The gates judge the rounding like any candidate's."""
+    lines = source.split("\n")
+    inserts: dict[int, list[str]] = {}
+    changed = False
+    for start, end, indent in _loops(lines):
+        in_loop = set().union(*(_assigned(ln) for ln in lines[start + 1:end]))
+        before = set().union(*(_assigned(ln) for ln in lines[:start]))
+        hoisted: set[str] = set()
+        for i in range(start + 1, end):
+            m = _DIVISION.match(lines[i])
+            if m is None or m["den"] in in_loop or m["den"] not in before or f"{m['den']}_rcp" in source:
+                continue
+            if m["den"] not in hoisted:
+                inserts.setdefault(start, []).append(f"{' ' * indent}{m['den']}_rcp = 1.0 / {m['den']}")
+                hoisted.add(m["den"])
+            lines[i] = f"{m['pad']}{m['out']} = ({m['num']} * {m['den']}_rcp)"
+            changed = True
+    if not changed:
+        return None
+    for start in sorted(inserts, reverse=True):  # from the last loop back: earlier indices hold
+        lines[start:start] = inserts[start]
+    return "\n".join(lines)
+
+
 TRANSFORMS: tuple[Callable[[str], str | None], ...] = (
     pipelined_reduction_loop(2),
     pipelined_reduction_loop(3),
     shifted_sums_for_welford,
     fold_shifted_sum_loop,
     one_exp_online_softmax,
+    multiply_by_hoisted_reciprocal,
     flip_eviction,
     drop_eviction_hints,
 )
