@@ -4,6 +4,7 @@ no torch. ``python -m tests.fake_optimize TARGET --dtype D [--device X] ... --ou
 What happens is read from TARGET's lines, per GPU (the job's ``CUDA_VISIBLE_DEVICES``):
 
 * ``# sleep S``: sleep S seconds first;
+* ``# wait for PATH``: first wait (up to 60 s) until PATH exists (another job has started, say);
 * ``# speedup X``: a run that verified one kernel at X end to end (else: nothing verified, 1.0);
 * ``# fail``: an ordinary failed run (exit 1 with its result.json);
 * ``# cuda error on N`` (or ``everywhere``): a failed run whose error is a CUDA error;
@@ -53,6 +54,10 @@ def _seen(out: Path) -> None:
 def _directed(target: Path, args: argparse.Namespace, out: Path) -> RunResult:
     lines = [line.strip() for line in target.read_text().splitlines()]
     for line in lines:
+        if line.startswith("# wait for "):
+            deadline = time.monotonic() + 60
+            while not Path(line.removeprefix("# wait for ")).exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
         if line.startswith("# sleep "):
             time.sleep(float(line.split()[-1]))
     if _here(lines, "crash"):

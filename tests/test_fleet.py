@@ -189,7 +189,8 @@ def test_with_one_gpu_a_crashed_job_is_reported_at_once(tmp_path: Path) -> None:
 
 
 def test_an_error_in_the_caller_still_stops_every_job(tmp_path: Path) -> None:
-    quick, slow = _jobs(tmp_path, "", "# sleep 30\n")
+    seen = tmp_path / "out" / "t1" / "seen.json"  # the slow job has started (a loaded machine is slow to)
+    quick, slow = _jobs(tmp_path, f"# wait for {seen}\n", "# sleep 30\n")
 
     def explode(_result: Any) -> None:
         raise KeyError("caller bug")
