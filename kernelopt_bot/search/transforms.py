@@ -269,8 +269,7 @@ def multiply_by_hoisted_reciprocal(source: str) -> str | None:
     below 2**-126 would give inf where the division is finite (never a row sum of exponentials,
     which is at least 1). The gates judge the rounding like any candidate's."""
     lines = source.split("\n")
-    inserts: dict[int, list[str]] = {}
-    changed = False
+    inserts: dict[int, list[str]] = {}  # before each loop: the reciprocals its divisions now use
     for start, end, indent in _loops(lines):
         in_loop = set().union(*(_assigned(ln) for ln in lines[start + 1:end]))
         before = set().union(*(_assigned(ln) for ln in lines[:start]))
@@ -283,8 +282,7 @@ def multiply_by_hoisted_reciprocal(source: str) -> str | None:
                 inserts.setdefault(start, []).append(f"{' ' * indent}{m['den']}_rcp = 1.0 / {m['den']}")
                 hoisted.add(m["den"])
             lines[i] = f"{m['pad']}{m['out']} = ({m['num']} * {m['den']}_rcp)"
-            changed = True
-    if not changed:
+    if not inserts:  # every rewritten division has its reciprocal inserted
         return None
     for start in sorted(inserts, reverse=True):  # from the last loop back: earlier indices hold
         lines[start:start] = inserts[start]
