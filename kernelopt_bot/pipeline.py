@@ -510,7 +510,7 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
             cascade.release_search_memory()
             # The final benchmark's arm compiles beside the compiler's options' arms.
             with _final_arm(cascade.model_arms, tgt, pack, result, budget, reserve) as final_arm:
-                if plan.compile_options and tgt.device == "cuda":
+                if options:
                     if first is None:
                         log("measuring the compiler's own options")
                         result.recommendations = _recommend_in_time(

@@ -62,13 +62,17 @@ def recommend(model_arms: ModelArms, target: Target, *, gamma: float, rounds: in
         return [Recommendation(o.label, None, False, "not measured: no CUDA device") for o in options]
     baseline: Arm | None = None
     repeat: Arm | None = None
+    done: dict[str, Recommendation] = {}
+
+    def no_baselines(exc: ArmError) -> list[Recommendation]:  # ours (out of memory, say): none is judged
+        return [done.get(o.label) or Recommendation(
+            o.label, None, False, f"not measured: the baseline arms did not start ({exc})") for o in options]
+
     if not model_arms.prestart():  # not started (no room beside this process): they go first, and
         try:  # the options' arms are sized by what they hold
             baseline, repeat = model_arms.baselines()
-        except ArmError as exc:  # ours (out of memory, say): no option is measured, none is judged
-            return [Recommendation(o.label, None, False, f"not measured: the baseline arms did not start ({exc})")
-                    for o in options]
-    done: dict[str, Recommendation] = {}
+        except ArmError as exc:
+            return no_baselines(exc)
     users = CompileSettings(model_arms.mode, model_arms.config)
     for option in options:  # an option the model is already compiled with is its baseline
         if users.with_option(option.mode, option.config) == users:
@@ -100,10 +104,8 @@ def recommend(model_arms: ModelArms, target: Target, *, gamma: float, rounds: in
             if baseline is None:  # waited for after the first wave started: they compile side by side
                 try:
                     baseline, repeat = model_arms.baselines()
-                except ArmError as exc:  # ours (out of memory, say): no option is measured, none is judged
-                    return [done.get(o.label) or Recommendation(
-                        o.label, None, False, f"not measured: the baseline arms did not start ({exc})")
-                        for o in options]
+                except ArmError as exc:
+                    return no_baselines(exc)
             model_arms.settle()  # nothing is timed while an arm compiles
             for option, arm in arms:
                 found = _measure(option, arm, target, baseline, repeat, model_arms.device, model_arms.dtype,
