@@ -467,61 +467,23 @@ def test_one_exp_online_softmax_gives_the_same_bits_special_values_included(
     assert torch.allclose(both[2].float()[finite], original[2].float()[finite], rtol=1e-2)
 
 
-# The bf16 softmax kernel torch 2.11 generated on the H200 (tests/fixtures: 8192 x 16384; sizes
-# made arguments here): an online softmax loop, then a loop that divides exp(x - max) by the
-# row's sum, fixed before that loop.
-H200_SOFTMAX = '''
-import triton
-import triton.language as tl
-from torch._inductor.runtime import triton_helpers
-from torch._inductor.runtime.triton_helpers import libdevice, math as tl_math
+def _sizes_as_arguments(source: str) -> str:
+    """A fixture kernel made to run at any size in the interpreter: its module's imports and the
+    plain ``@triton.jit`` function, without the sizes Inductor wrote into its body (``xnumel =
+    8192``) and with the row stride written from the row's length (``16384*x0``)."""
+    sizes = dict(re.findall(r"^ +(xnumel|r0_numel) = (\d+)$", source, re.M))
+    body = source[source.index("@triton.jit"):]
+    body = re.sub(r"^ +(xnumel|r0_numel) = \d+\n", "", body, flags=re.M)
+    body = body.replace(f"{sizes['r0_numel']}*x0", "r0_numel*x0")
+    imports = [ln for ln in source.splitlines() if ln.startswith(("import ", "from "))]
+    return "\n".join(imports) + "\n\n\n" + body
 
 
-@triton.jit
-def softmax_rows(in_ptr0, out_ptr2, xnumel, r0_numel, XBLOCK : tl.constexpr, R0_BLOCK : tl.constexpr):
-    xoffset = tl.program_id(0) * XBLOCK
-    xindex = xoffset + tl.arange(0, XBLOCK)[:, None]
-    xmask = tl.full([XBLOCK], True, tl.int1)[:, None]
-    r0_base = tl.arange(0, R0_BLOCK)[None, :]
-    rbase = r0_base
-    x0 = xindex
-    _tmp3_max = tl.full([XBLOCK, R0_BLOCK], float('-inf'), tl.float32)
-    _tmp3_sum = tl.zeros([XBLOCK, R0_BLOCK], tl.float32)
-    for r0_offset in tl.range(0, r0_numel, R0_BLOCK):
-        r0_index = r0_offset + r0_base
-        r0_mask = r0_index < r0_numel
-        roffset = r0_offset
-        rindex = r0_index
-        r0_1 = r0_index
-        tmp0 = tl.load(in_ptr0 + (r0_1 + r0_numel*x0), r0_mask, eviction_policy='evict_last', other=0.0).to(tl.float32)
-        tmp1 = tmp0.to(tl.float32)
-        tmp2 = tl.broadcast_to(tmp1, [XBLOCK, R0_BLOCK])
-
-        _tmp3_max_next, _tmp3_sum_next = triton_helpers.online_softmax_combine(
-            _tmp3_max, _tmp3_sum, tmp2, False
-        )
-
-        _tmp3_max = tl.where(r0_mask, _tmp3_max_next, _tmp3_max)
-        _tmp3_sum = tl.where(r0_mask, _tmp3_sum_next, _tmp3_sum)
-
-    tmp3, tmp4 = triton_helpers.online_softmax_reduce(
-        _tmp3_max, _tmp3_sum, 1, False)
-    tmp3 = tmp3[:, None]
-    tmp4 = tmp4[:, None]
-    for r0_offset in tl.range(0, r0_numel, R0_BLOCK):
-        r0_index = r0_offset + r0_base
-        r0_mask = r0_index < r0_numel
-        roffset = r0_offset
-        rindex = r0_index
-        r0_1 = r0_index
-        tmp5 = tl.load(in_ptr0 + (r0_1 + r0_numel*x0), r0_mask, eviction_policy='evict_first', other=0.0).to(tl.float32)
-        tmp6 = tmp5.to(tl.float32)
-        tmp7 = tmp6 - tmp3
-        tmp8 = libdevice.exp(tmp7)
-        tmp9 = (tmp8 / tmp4)
-        tmp10 = tmp9.to(tl.float32)
-        tl.store(out_ptr2 + (r0_1 + r0_numel*x0), tmp10, r0_mask)
-'''
+# The bf16 softmax kernel torch 2.11 generated on the H200 (tests/fixtures: 8192 x 16384), sizes
+# made arguments: an online softmax loop, then a loop that divides exp(x - max) by the row's sum,
+# fixed before that loop.
+H200_SOFTMAX_KERNEL = parse_output_code((H200 / "softmax_bf16.py").read_text()).kernels[0]
+H200_SOFTMAX = _sizes_as_arguments(H200_SOFTMAX_KERNEL.source)
 
 
 @pytest.mark.parametrize("xblock, rblock", [(2, 64), (1, 512)])
@@ -558,7 +520,7 @@ def test_the_h200_softmax_divides_once_a_row_and_multiplies(tmp_path: Path, xblo
     x[6, :700] = float("-inf")
 
     def run(name: str, source: str) -> torch.Tensor:
-        kernel = _load_kernel(tmp_path / f"{name}.py", source, "softmax_rows")
+        kernel = _load_kernel(tmp_path / f"{name}.py", source, H200_SOFTMAX_KERNEL.name)
         out = torch.full_like(x, -7.0)
         kernel[(x.shape[0] // xblock,)](x, out, x.shape[0], x.shape[1], XBLOCK=xblock, R0_BLOCK=rblock)
         return out.float()
