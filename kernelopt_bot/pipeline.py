@@ -40,6 +40,7 @@ from kernelopt_bot.target_kinds import target_kind
 OPTIONS_FIRST_SHARE = 0.5  # library calls' share of model time (or launch-bound kernels' of Triton time): options go first
 OPTIONS_FIRST_LAUNCHES = 4  # Triton kernels a launch-bound model has at least, for options to go first
 OPTIONS_FIRST_SEARCH_S = 10.0  # what options measured first leave the search at least (see _options_first)
+OPTIONS_FIRST_HEADROOM = 0.10  # the share of model time the search could save at most, below which options go first
 OPTION_START_SLACK_S = 5.0  # held beyond an option's need: the search's last step may overrun its deadline
 MIN_SEARCH_S = 20.0  # what the time held back for the options leaves the search at least
 OPTION_COMPILE_FACTOR = 1.5  # an option's compile against the default compile's (max-autotune tunes GEMMs)
@@ -494,9 +495,9 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
             # large model): the options then wait for the search to give its memory back.
             first = _options_first(prof) if options and prestarted else None
             if first is not None:
-                why, searchable = first
+                why, headroom = first
                 left = budget.wall_s_left()
-                keep = max(OPTIONS_FIRST_SEARCH_S, searchable * left) if left is not None else 0.0
+                keep = max(OPTIONS_FIRST_SEARCH_S, headroom * left) if left is not None else 0.0
                 log(f"measuring the compiler's own options (before the search: {why}; "
                     f"none starts with less than {keep:.0f} s to spare for the search)")
                 result.recommendations = _recommend_in_time(
@@ -625,8 +626,11 @@ def _options_first(prof: Any) -> tuple[str, float] | None:
     kernels can move the end-to-end time little, and max-autotune's GEMM tuning alone compiles
     for 30-70 s on the H200: measured after the search, the options found no time left (level-2
     problems on 12-03). Where most Triton time is in launch-bound kernels, CUDA graphs is the
-    option that can win, and no kernel of the search can. The search keeps the share of the
-    model's time it can move: that of the Triton kernels that are not launch-bound."""
+    option that can win, and no kernel of the search can. Where the Triton kernels run at the
+    copy roofline already, the search has little to give either: a small CNN's BN+ReLU kernels at
+    100% of it took the search's time and left max-autotune's convolution tuning too little to
+    finish (12-03, fp32). The search keeps the share of the model's time it could save at most
+    (:func:`_search_headroom`)."""
     if not prof.measured or not prof.model_ms:
         return None
     triton = [k for k in prof.kernels if k.time_ms]
@@ -635,12 +639,33 @@ def _options_first(prof: Any) -> tuple[str, float] | None:
     # As the profile's shares: the profiler's busy time can exceed the model's median wall time.
     model_ms = max(prof.model_ms, (prof.vendor_ms or 0.0) + total)
     library = (prof.vendor_ms or 0.0) / model_ms
-    searchable = (total - launch) / model_ms
+    headroom = _search_headroom(triton) / model_ms
     if library >= OPTIONS_FIRST_SHARE:
-        return f"library calls take {library:.0%} of the model's time", searchable
+        return f"library calls take {library:.0%} of the model's time", headroom
     if len(triton) >= OPTIONS_FIRST_LAUNCHES and total and launch >= OPTIONS_FIRST_SHARE * total:
-        return f"{launch / total:.0%} of the Triton kernels' time is in launch-bound kernels", searchable
+        return f"{launch / total:.0%} of the Triton kernels' time is in launch-bound kernels", headroom
+    if total > launch and headroom < OPTIONS_FIRST_HEADROOM:  # kernels that are not launch-bound, at the roofline
+        return (f"the Triton kernels run near the copy roofline: the search could save at most "
+                f"{headroom:.0%} of the model's time"), headroom
     return None
+
+
+def _search_headroom(kernels: list[Any]) -> float:
+    """Milliseconds of the kernels' time a faster kernel could save at most: a pointwise kernel
+    reads and writes its bytes once, as the copy does, so it cannot run faster than the copy
+    roofline and its headroom is its time above it; a reduction mostly reads, which can beat the
+    copy (an H200 std kernel measured at 104% of it still got 6% faster), so its whole time counts,
+    as does a kernel of unknown bandwidth. Launch-bound kernels count nothing: launching, not the
+    kernel, takes their time."""
+    saved = 0.0
+    for k in kernels:
+        if k.bound == "launch":
+            continue
+        if k.kind == "pointwise" and k.roofline_fraction is not None:
+            saved += k.time_ms * max(0.0, 1.0 - k.roofline_fraction)
+        else:
+            saved += k.time_ms
+    return saved
 
 
 def _recommend_in_time(model_arms: Any, tgt: Any, gamma: float, rounds: int, budget: Any,

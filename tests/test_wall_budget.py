@@ -348,7 +348,7 @@ def _profile(model_ms: float, vendor_ms: float, kernels: list[tuple[float, str]]
 
 def test_options_go_first_where_the_search_can_move_the_model_little() -> None:
     """Options go first on library-bound and launch-bound models; the search then keeps the share
-    of the model's time it can move (Triton kernels that are not launch-bound)."""
+    of the model's time it could save (Triton kernels that are not launch-bound)."""
     gemm = _profile(1.0, 0.7, [(0.3, "memory")])
     why, searchable = _options_first(gemm)  # type: ignore[misc]
     assert why == "library calls take 70% of the model's time" and searchable == pytest.approx(0.3)
@@ -361,3 +361,25 @@ def test_options_go_first_where_the_search_can_move_the_model_little() -> None:
     assert _options_first(Profile("t", "cpu", None, None, None, [])) is None  # nothing measured
     over = _options_first(_profile(1.0, 1.2, [(0.1, "memory")]))  # the profiler's busy time past the median
     assert over is not None and over[0] == "library calls take 92% of the model's time"  # of 1.3 ms busy
+
+
+def test_options_go_first_where_the_triton_kernels_run_at_the_copy_roofline() -> None:
+    """A small CNN in fp32 on the H200: cuDNN took a third of the time, the BN+ReLU kernels the
+    rest at 100% of the copy roofline. The search could save little of it, so the options (whose
+    convolution tuning needs the time) go first; a reduction counts whole (one read can beat the
+    copy), and so does a kernel whose bandwidth is unknown."""
+    def kernel(ms: float, kind: str, frac: float | None) -> KernelProfile:
+        return KernelProfile("k", 0, kind, 1, ms, ms / 4.0, 0, None, frac, "memory")
+
+    cnn = Profile("t", "cuda", 4.0, 1.3, None, [kernel(0.8, "pointwise", 1.003), kernel(0.5, "pointwise", 1.04),
+                                                kernel(0.4, "pointwise", 1.0), kernel(0.2, "pointwise", 0.4),
+                                                kernel(0.1, "reduction", 0.88)])
+    why, searchable = _options_first(cnn)  # type: ignore[misc]
+    assert why == "the Triton kernels run near the copy roofline: the search could save at most 6% of the model's time"
+    assert searchable == pytest.approx((0.2 * 0.6 + 0.1) / 4.0)  # what the search keeps a share of
+    slow = Profile("t", "cuda", 4.0, 1.3, None, [kernel(0.8, "pointwise", 0.5), kernel(1.9, "pointwise", 1.0)])
+    assert _options_first(slow) is None  # 0.4 ms of 4 above the roofline: the search goes first
+    rows = Profile("t", "cuda", 1.0, 0.0, None, [kernel(1.0, "reduction", 1.04)])
+    assert _options_first(rows) is None  # a reduction past the copy roofline can still get faster
+    unknown = Profile("t", "cuda", 1.0, 0.0, None, [kernel(1.0, "pointwise", None)])
+    assert _options_first(unknown) is None
