@@ -246,3 +246,16 @@ def test_what_a_run_verified_counts_at_least_one_on_a_gpu() -> None:
     failed = _measured_result()
     failed.status, failed.speedup = "failed", None  # its verified option does not count: the run failed
     assert failed.best_verified_speedup is None
+
+
+def test_an_option_not_measured_says_so_once_in_the_headline() -> None:
+    """A small CNN on the H200: every option ran out of time after its compile, and the headline
+    read "not measured: not measured: ..."."""
+    result = _measured_result()
+    result.recommendations = [Recommendation("mode=max-autotune-no-cudagraphs", None, False,
+                                             "not measured: the wall-time budget ran out after its compile")]
+    assert ("- **Compiler option:** not measured: the wall-time budget ran out after its compile\n"
+            in render_report(result))
+    result.recommendations = [Recommendation("mode=max-autotune-no-cudagraphs", None, False,
+                                             "failed: out of memory")]
+    assert "- **Compiler option:** not measured: failed: out of memory\n" in render_report(result)
