@@ -795,6 +795,8 @@ def _final_bench(cascade: Any, tgt: Any, pack: KernelPack, result: RunResult, ro
     from kernelopt_bot.verify.model import check_model
 
     model_arms = cascade.model_arms
+    if len(pack) == 0 and tgt.device != "cuda":  # nothing replaced and nothing to time: no arm to start
+        return pack
     try:
         baseline, repeat = model_arms.baselines()
     except ArmError as exc:

@@ -196,6 +196,15 @@ class RunResult:
         return self.speedup is not None
 
     @property
+    def nothing_to_search(self) -> str | None:
+        """Why the run had no kernel to search, said once where the kernel table would be empty
+        (an LSTM, say: Inductor keeps it one library call); None where it had kernels."""
+        if self.status != "ok" or self.kernels:
+            return None
+        return ("The compiled model has no Triton kernels: torch.compile left every op to library "
+                "calls (cuBLAS, cuDNN, ATen), which kernelopt keeps, so there was nothing to search.")
+
+    @property
     def accepted_kernels(self) -> list[str]:
         """Names of the kernels whose replacement passed every gate."""
         return [k.name for k in self.kernels if k.status == "accepted"]

@@ -111,3 +111,44 @@ def test_failing_target_is_a_result_not_a_crash(tmp_path: Path) -> None:
 def test_bad_input_exits_2(args: list[str], message: str) -> None:
     result = run_cli(*args)
     assert result.returncode == 2 and message in result.stderr
+
+
+LSTM_MODEL = '''
+import torch
+
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lstm = torch.nn.LSTM(8, 16, batch_first=True)
+
+    def forward(self, x):
+        return self.lstm(x)[0]
+
+
+def get_inputs():
+    return [torch.randn(2, 5, 8)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_a_model_without_triton_kernels_says_there_was_nothing_to_search(tmp_path: Path) -> None:
+    """Inductor keeps an LSTM one library call: the run succeeds and says why nothing was searched,
+    in the terminal and the report, instead of an empty table; on the CPU it starts no model arm
+    for an end-to-end benchmark that has nothing to compare (it took 19 s for nothing)."""
+    model = tmp_path / "lstm.py"
+    model.write_text(LSTM_MODEL)
+    result = run_cli("optimize", str(model), "--out", str(tmp_path / "out"), "--store", str(tmp_path / "s.db"))
+    assert result.returncode == 0, result.stderr + result.stdout
+    said = " ".join(result.stdout.split())  # the terminal wraps long lines
+    assert "The compiled model has no Triton kernels" in said and "nothing to search" in said
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "no Triton kernels" in report and "| kernel | kind |" not in report
+    run = RunResult.load(tmp_path / "out" / "result.json")
+    assert run.status == "ok" and run.kernels == []
+    if run.device == "cpu":
+        assert run.phases.get("end-to-end benchmark", 0.0) < 5.0
+        assert json.loads((tmp_path / "out" / "result.json").read_text())["processes"]["started"] == 1

@@ -171,13 +171,16 @@ def run_result(result: RunResult, out: Path) -> None:
     from kernelopt_bot.progress import plain_names
 
     console = _console()
-    table = Table(title=escape(f"{result.name} [{result.device}, {result.dtype}]: {result.status}"))
-    for col in ("kernel", "kind", "share", "candidates", "verdict", "speedup"):
-        table.add_column(col)
-    for k in result.kernels:
-        table.add_row(escape(plain_names(k.name)), k.kind, _fmt(k.share, ".1%", "-"), str(k.candidates),
-                      escape(k.status), _fmt(k.speedup, ".3f", "-"))
-    console.print(table)
+    if result.nothing_to_search:
+        console.print(escape(f"{result.name} [{result.device}, {result.dtype}]: {result.status}. {result.nothing_to_search}"))
+    else:
+        table = Table(title=escape(f"{result.name} [{result.device}, {result.dtype}]: {result.status}"))
+        for col in ("kernel", "kind", "share", "candidates", "verdict", "speedup"):
+            table.add_column(col)
+        for k in result.kernels:
+            table.add_row(escape(plain_names(k.name)), k.kind, _fmt(k.share, ".1%", "-"), str(k.candidates),
+                          escape(k.status), _fmt(k.speedup, ".3f", "-"))
+        console.print(table)
     if result.measured:
         console.print(escape(f"end to end: {result.baseline_ms:.4f} ms -> {result.optimized_ms:.4f} ms, "
                              f"speedup {result.speedup:.3f}x over {result.baseline_label} "
