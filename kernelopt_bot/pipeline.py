@@ -357,8 +357,14 @@ def _record_device_peaks(result: RunResult, watch: Any) -> None:
 def _process_counts(device: str) -> dict[str, Any]:
     """What the run cost in processes and memory: the engine itself (this process, started by the
     parent for the run) plus every isolated child it started, and the engine's peak GPU memory
-    (``torch.cuda.max_memory_allocated``; the model arms' own memory is theirs, not counted)."""
-    from kernelopt_bot.harness.isolation import processes_started
+    (``torch.cuda.max_memory_allocated``; the model arms' own memory is theirs, not counted).
+    ``long_lived``: the processes that serve the whole run (the engine, the compile process, the
+    baseline arms, the sandbox), started again only after a failure; the others are arms that
+    make one measurement each in a fresh process (a compiler option, the final benchmark)."""
+    from kernelopt_bot.harness.arm_process import arm_process_name
+    from kernelopt_bot.harness.compile_pool import PROCESS_NAME as COMPILE_PROCESS
+    from kernelopt_bot.harness.isolation import processes_started, processes_started_by_name
+    from kernelopt_bot.harness.model_arms import BASELINE_LABELS
     from kernelopt_bot.verify.sandbox import SANDBOX_PROCESS
 
     peak: float | None = None
@@ -367,8 +373,10 @@ def _process_counts(device: str) -> dict[str, Any]:
 
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             peak = round(torch.cuda.max_memory_allocated() / (1 << 20), 1)
+    by_name = processes_started_by_name()
+    serving = (SANDBOX_PROCESS, COMPILE_PROCESS, *map(arm_process_name, BASELINE_LABELS))
     return {"started": 1 + processes_started(), "sandboxes": processes_started(SANDBOX_PROCESS),
-            "peak_gpu_mb": peak}
+            "long_lived": 1 + sum(by_name.get(name, 0) for name in serving), "peak_gpu_mb": peak}
 
 
 def _processes_line(processes: dict[str, Any]) -> str:
@@ -378,7 +386,11 @@ def _processes_line(processes: dict[str, Any]) -> str:
         return "not measured" if value is None else f"{value:.0f} MiB"
 
     line = (f"    processes started: {processes['started']} (the engine and its children; "
-            f"{processes['sandboxes']} sandbox(es)); peak GPU memory: {mib('peak_gpu_mb')} in the engine")
+            f"{processes['sandboxes']} sandbox(es))")
+    if processes.get("long_lived") is not None:
+        line += (f", {processes['long_lived']} serving the whole run and "
+                 f"{processes['started'] - processes['long_lived']} for one measurement each")
+    line += f"; peak GPU memory: {mib('peak_gpu_mb')} in the engine"
     if processes.get("device_peak_mb") is not None:
         line += f", {mib('device_peak_mb')} on the device (every process)"
         if processes.get("model_gpu_mb"):

@@ -42,15 +42,17 @@ def test_writes_report_result_and_pack(first_run: tuple[Path, Path]) -> None:
     assert sum(result.phases.values()) >= 0.8 * result.seconds
     assert "Where the time went" in report
     # the processes the run started: the engine and its model arms; the tuner's candidates are
-    # trusted, so their gate 2 ran in the engine and no sandbox was started
+    # trusted, so their gates ran in the engine and no sandbox was started
     processes = json.loads((out / "result.json").read_text())["processes"]
-    assert processes["started"] >= 2 and processes["sandboxes"] == 0
+    assert processes["started"] >= 1 and processes["sandboxes"] == 0
+    assert 1 <= processes["long_lived"] <= processes["started"]
     assert f"Processes started: {processes['started']} " in report
     if result.device == "cpu":
         assert processes["peak_gpu_mb"] is None
     if result.device == "cpu":
         assert result.speedup is None and "not measured" in report
         assert len(KernelPack.load(out / "pack.json")) == 0  # nothing passes gate 4 without a GPU
+        assert processes["started"] == 1  # and an empty pack has no end-to-end benchmark to start arms for
 
 
 def test_store_records_runs_and_candidates(first_run: tuple[Path, Path]) -> None:

@@ -185,6 +185,11 @@ def worker_main(conn: Channel, spec: ArmSpec) -> None:
         conn.close()
 
 
+def arm_process_name(label: str) -> str:
+    """The name an arm's process is started (and counted) under."""
+    return f"kernelopt-{label}"
+
+
 class ArmProcess:
     """Parent-side handle of one arm."""
 
@@ -195,7 +200,7 @@ class ArmProcess:
         self.start_timeout_s = start_timeout_s
         try:
             self._proc = spawn_isolated("kernelopt_bot.harness.arm_process.worker_main", spec,
-                                        name=f"kernelopt-{spec.label}")
+                                        name=arm_process_name(spec.label))
         except OSError as exc:
             raise ArmError(f"{spec.label}: could not be started ({exc})") from exc
         self._conn = self._proc.conn

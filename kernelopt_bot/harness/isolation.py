@@ -425,6 +425,12 @@ def processes_started(name: str | None = None) -> int:
         return sum(_started.values()) if name is None else _started.get(name, 0)
 
 
+def processes_started_by_name() -> dict[str, int]:
+    """The isolated children this process has started so far, counted by name."""
+    with _started_lock:
+        return dict(_started)
+
+
 def spawn_isolated(entry: str, *args: object, extra_env: Mapping[str, str] | None = None,
                    writable: Sequence[str | os.PathLike[str]] = (), isolation: Isolation | None = None,
                    name: str = "kernelopt-child") -> IsolatedProcess:

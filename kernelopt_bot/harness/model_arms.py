@@ -30,6 +30,7 @@ RESERVE_MB = 2048.0  # left free for the engine's own work and the allocator's f
 LARGE_MODEL_SHARE = 1.0 / 3.0
 LARGE_MODEL_ARMS = 2
 BASELINE_STARTS = 2  # a baseline that failed this often is not started again: the failure is its answer
+BASELINE_LABELS = ("baseline", "baseline-repeat")  # the arms that serve a whole run (a GPU's has both)
 
 
 class ModelArms:
@@ -56,7 +57,8 @@ class ModelArms:
         return ArmSpec(label, self.target, self.device, self.dtype, **fields)
 
     def _baseline_labels(self) -> list[str]:
-        return ["baseline"] + (["baseline-repeat"] if self.device == "cuda" and not self.one_baseline else [])
+        first, repeat = BASELINE_LABELS
+        return [first] + ([repeat] if self.device == "cuda" and not self.one_baseline else [])
 
     @property
     def one_baseline(self) -> bool:
