@@ -40,7 +40,7 @@ from kernelopt_bot.search.tuner import MIN_KERNEL_GAIN
 from kernelopt_bot.source_patch import DEFAULT_OPTIONS, PatchError, SourceEdit, launch_keywords, unified_diff
 from kernelopt_bot.verify.launcher import InfrastructureFailure, check_config_outputs, check_config_static
 from kernelopt_bot.verify.perf import judge
-from kernelopt_bot.verify.verdict import GateResult, Verdict
+from kernelopt_bot.verify.verdict import UNTIMED, GateResult, Verdict
 
 PATCH_FILE = "patch.diff"
 PROBE_REPS = 20
@@ -49,7 +49,6 @@ GATES_DEADLINE_S = 900.0  # one config's gates 2-4 (several launcher runs, inter
 GATES_RESERVE_S = 10.0  # a config's gates do not start closer than this to the wall budget's end
 PLAIN_WARPS = (1, 2, 4, 8, 16, 32)
 PLAIN_STAGES = (1, 2, 3, 4, 5)
-UNTIMED = "passed gates 1-3 (not timed: no GPU)"
 
 
 def candidate_configs(launch: KernelLaunch) -> list[dict[str, Any]]:

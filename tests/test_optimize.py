@@ -53,6 +53,8 @@ def test_writes_report_result_and_pack(first_run: tuple[Path, Path]) -> None:
         assert result.speedup is None and "not measured" in report
         assert len(KernelPack.load(out / "pack.json")) == 0  # nothing passes gate 4 without a GPU
         assert processes["started"] == 1  # and an empty pack has no end-to-end benchmark to start arms for
+        # its candidates passed gates 1-3 and were not timed: not "no candidate accepted", which reads as rejected
+        assert result.kernels[0].status == "passed gates 1-3 (not timed: no GPU)", result.kernels[0].detail
 
 
 def test_store_records_runs_and_candidates(first_run: tuple[Path, Path]) -> None:

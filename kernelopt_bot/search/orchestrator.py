@@ -29,7 +29,7 @@ from kernelopt_bot.search.budget import Budget, BudgetExceeded
 from kernelopt_bot.search.rewrites import Rewrite
 from kernelopt_bot.search.tuner import ORIGIN
 from kernelopt_bot.store import Store
-from kernelopt_bot.verify.verdict import Verdict
+from kernelopt_bot.verify.verdict import UNTIMED, Verdict
 
 # The kind of candidate a compiler option's own launch config is (Orchestrator.try_option_configs).
 OPTION_CONFIG = "option_config"
@@ -315,7 +315,9 @@ class Orchestrator:
                 self.store.cache.record_negative(*self._cache_key(kernel), outcome.detail, self.run_id)
             return
         statuses = Counter(_shown_status(v) for _, v in tried)
-        outcome.status = "no candidate accepted"
+        # Without a GPU, candidates that passed gates 1-3 are not rejected: gate 4 never ran.
+        untimed = self.device != "cuda" and all(v.rejected_by is None and v.infrastructure is None for _, v in tried)
+        outcome.status = UNTIMED if untimed else "no candidate accepted"
         outcome.detail = "; ".join(f"{n} {s}" for s, n in statuses.most_common())
         # Only a GPU verdict is final: without one, performance was never measured. A candidate
         # our side failed to verify was not judged, so the kernel is not settled either.

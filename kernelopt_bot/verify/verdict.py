@@ -8,6 +8,8 @@ from typing import Any, Literal
 
 GateName = Literal["static", "correctness", "model", "performance"]
 GATE_ORDER: tuple[GateName, ...] = ("static", "correctness", "model", "performance")
+# A kernel's status where its candidates passed gates 1-3 and gate 4 could not run (no GPU).
+UNTIMED = "passed gates 1-3 (not timed: no GPU)"
 
 
 def _plain(value: Any) -> Any:
