@@ -359,8 +359,9 @@ def _process_counts(device: str) -> dict[str, Any]:
     parent for the run) plus every isolated child it started, and the engine's peak GPU memory
     (``torch.cuda.max_memory_allocated``; the model arms' own memory is theirs, not counted).
     ``long_lived``: the processes that serve the whole run (the engine, the compile process, the
-    baseline arms, the sandbox), started again only after a failure; the others are arms that
-    make one measurement each in a fresh process (a compiler option, the final benchmark)."""
+    baseline arms), started again only after a failure; the others each do one job in a fresh
+    process: an arm that makes one measurement (a compiler option, the final benchmark), a
+    sandbox that runs one untrusted candidate's gate 2 or timing job."""
     from kernelopt_bot.harness.arm_process import arm_process_name
     from kernelopt_bot.harness.compile_pool import PROCESS_NAME as COMPILE_PROCESS
     from kernelopt_bot.harness.isolation import processes_started, processes_started_by_name
@@ -374,7 +375,7 @@ def _process_counts(device: str) -> dict[str, Any]:
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             peak = round(torch.cuda.max_memory_allocated() / (1 << 20), 1)
     by_name = processes_started_by_name()
-    serving = (SANDBOX_PROCESS, COMPILE_PROCESS, *map(arm_process_name, BASELINE_LABELS))
+    serving = (COMPILE_PROCESS, *map(arm_process_name, BASELINE_LABELS))
     return {"started": 1 + processes_started(), "sandboxes": processes_started(SANDBOX_PROCESS),
             "long_lived": 1 + sum(by_name.get(name, 0) for name in serving), "peak_gpu_mb": peak}
 
@@ -389,7 +390,7 @@ def _processes_line(processes: dict[str, Any]) -> str:
             f"{processes['sandboxes']} sandbox(es))")
     if processes.get("long_lived") is not None:
         line += (f", {processes['long_lived']} serving the whole run and "
-                 f"{processes['started'] - processes['long_lived']} for one measurement each")
+                 f"{processes['started'] - processes['long_lived']} for one job each")
     line += f"; peak GPU memory: {mib('peak_gpu_mb')} in the engine"
     if processes.get("device_peak_mb") is not None:
         line += f", {mib('device_peak_mb')} on the device (every process)"
@@ -657,8 +658,7 @@ def _options_first(prof: Any) -> tuple[str, float] | None:
     if len(triton) >= OPTIONS_FIRST_LAUNCHES and total and launch >= OPTIONS_FIRST_SHARE * total:
         return f"{launch / total:.0%} of the Triton kernels' time is in launch-bound kernels", headroom
     if total > launch and headroom < OPTIONS_FIRST_HEADROOM:  # kernels that are not launch-bound, at the roofline
-        return (f"the Triton kernels run near the copy roofline: the search could save at most "
-                f"{headroom:.0%} of the model's time"), headroom
+        return f"the search could save at most {headroom:.0%} of the model's time", headroom
     return None
 
 

@@ -167,21 +167,23 @@ def test_the_processes_line_puts_the_device_peak_beside_the_models_own_memory() 
     assert "not measured in the engine" in cpu and "device" not in cpu
     split = _processes_line({"started": 8, "sandboxes": 0, "long_lived": 4, "peak_gpu_mb": None})
     assert "processes started: 8 (the engine and its children; 0 sandbox(es)), 4 serving the whole run " \
-           "and 4 for one measurement each;" in split
+           "and 4 for one job each;" in split
 
 
 def test_the_processes_that_serve_the_whole_run_are_told_from_one_measurement_arms(monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 12 asks for at most 4 long-lived processes a run: the engine, the compile process and
     the two baseline arms serve the whole run; an option's arm and the final benchmark's are
-    fresh processes for one measurement each (the trusted way the reported number is measured)."""
+    fresh processes for one measurement each (the trusted way the reported number is measured),
+    and a sandbox runs one untrusted candidate's job."""
     from kernelopt_bot.harness import isolation
     from kernelopt_bot.pipeline import _process_counts
 
     started = {"kernelopt-compile": 1, "kernelopt-baseline": 1, "kernelopt-baseline-repeat": 1, "kernelopt-final": 1,
-               "kernelopt-mode=max-autotune-no-cudagraphs": 1, "kernelopt-coordinate_descent_tuning=True": 1}
+               "kernelopt-mode=max-autotune-no-cudagraphs": 1, "kernelopt-coordinate_descent_tuning=True": 1,
+               "kernelopt-sandbox": 3}
     monkeypatch.setattr(isolation, "_started", started)
     counts = _process_counts("cpu")
-    assert counts["started"] == 7 and counts["long_lived"] == 4 and counts["sandboxes"] == 0
+    assert counts["started"] == 10 and counts["long_lived"] == 4 and counts["sandboxes"] == 3
 
 
 class _SettlingArm(_Arm):
