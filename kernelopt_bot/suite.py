@@ -128,12 +128,27 @@ class SuiteResult:
         return out
 
 
+def measured_slugs(path: Path) -> set[str]:
+    """The problems an earlier run (a shard's or a merge's ``suite.json``, or its folder) measured:
+    those that ended ``ok``. A failed one is run again."""
+    manifest = path / "suite.json" if path.is_dir() else path
+    try:
+        rows = json.loads(manifest.read_text())["problems"]
+        return {ProblemResult.from_json(r).problem.slug for r in rows if r.get("status") == "ok"}
+    except OSError as exc:
+        raise BadInputError(f"{path}: no suite results to skip ({exc.strerror or exc})") from exc
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise BadInputError(f"{manifest}: not a suite result ({exc})") from exc
+
+
 def load_problems(root: Path, dtypes: tuple[str, ...] | None = None,
-                  only: tuple[str, ...] | None = None) -> list[Problem]:
+                  only: tuple[str, ...] | None = None, skip: set[str] | None = None) -> list[Problem]:
     """Problems from ``root/suite.json`` (or every ``level<N>/*.py`` in fp32 and bf16).
 
     ``only`` keeps the problems whose path or slug matches one of these shell patterns
     (``level1/*``, ``*softmax*``, ``l2_*_bf16``): a short GPU job can run a chosen subset.
+    ``skip``: slugs left out (:func:`measured_slugs`: a sweep spread over several GPU jobs goes on
+    where the last one stopped; shards then split what is left).
     """
     if not root.is_dir():
         raise BadInputError(f"suite {root}: not a directory")
@@ -156,6 +171,11 @@ def load_problems(root: Path, dtypes: tuple[str, ...] | None = None,
     if only:
         problems = [p for p in problems if any(fnmatch.fnmatchcase(p.path, pat) or fnmatch.fnmatchcase(p.slug, pat)
                                                for pat in only)]
+    if skip:
+        left = [p for p in problems if p.slug not in skip]
+        if problems and not left:
+            raise BadInputError(f"suite {root}: every selected problem was measured already ({len(problems)})")
+        problems = left
     if not problems:
         raise BadInputError(f"suite {root}: no problems" + (f" match {', '.join(only)}" if only else ""))
     return problems
@@ -237,7 +257,7 @@ def reference_speedup(path: Path, dtype: str, device: str, *, timeout_s: float, 
 def run_suite(root: Path, out: Path, *, shard: Shard = ALL, device: str | None = None,
               dtypes: tuple[str, ...] | None = None, budget: list[str] | None = None, gamma: float = DEFAULT_GAMMA,
               timeout_s: float = 900.0, log: Any = print, gpus: list[int] | None = None, cores: int | None = None,
-              only: tuple[str, ...] | None = None, reference: bool = True,
+              only: tuple[str, ...] | None = None, reference: bool = True, skip: set[str] | None = None,
               compile_settings: CompileSettings | None = None, command: tuple[str, ...] | None = None) -> SuiteResult:
     """Run a shard's problems and write ``suite.json`` / ``suite.md`` into ``out`` as they finish.
 
@@ -246,7 +266,7 @@ def run_suite(root: Path, out: Path, *, shard: Shard = ALL, device: str | None =
     form, with the GPU of each problem in its ``gpu`` field. ``command`` is the optimize command
     (tests put a stand-in there so nothing compiles).
     """
-    problems = load_problems(root, dtypes, only)
+    problems = load_problems(root, dtypes, only, skip)
     mine = shard.take(problems)
     out.mkdir(parents=True, exist_ok=True)
     from kernelopt_bot.device import resolve_device

@@ -268,3 +268,25 @@ def test_a_timeout_shorter_than_the_runs_own_deadline_is_refused(tmp_path: Path)
     result = run_cli("suite", str(root), "--out", str(out), "--timeout", "115", "--budget", "wall_seconds=60",
                      "--budget", "candidates=1", "--only", "level1/*")
     assert result.returncode == 0, result.stderr
+
+
+def test_a_sweep_goes_on_where_the_last_one_stopped(tmp_path: Path) -> None:
+    """A sweep spread over several GPU jobs: `--skip-measured` leaves out what an earlier run
+    measured (a failed problem runs again), and says so; a path that holds no results is an error
+    before anything starts."""
+    root = _suite(tmp_path / "suite")
+    first = tmp_path / "first"
+    result = run_cli("suite", str(root), "--out", str(first), "--budget", "candidates=1")
+    assert result.returncode == 0, result.stderr
+    second = tmp_path / "second"
+    result = run_cli("suite", str(root), "--out", str(second), "--budget", "candidates=1", "--skip-measured", str(first))
+    assert result.returncode == 0, result.stderr
+    assert "leaving out 1 problem(s) measured in" in result.stdout + result.stderr
+    ran = json.loads((second / "suite.json").read_text())["problems"]
+    assert [p["slug"] for p in ran] == ["l2_broken_fp32"]  # gelu was measured; the broken one failed and runs again
+    done = run_cli("suite", str(root), "--out", str(tmp_path / "third"), "--only", "level1/*",
+                   "--skip-measured", str(first / "suite.json"))
+    assert done.returncode == 2 and "every selected problem was measured already" in done.stderr
+    missing = run_cli("suite", str(root), "--out", str(tmp_path / "fourth"), "--skip-measured", str(tmp_path / "nowhere"))
+    assert missing.returncode == 2 and "no suite results to skip" in missing.stderr
+    assert not (tmp_path / "third").exists() and not (tmp_path / "fourth").exists()

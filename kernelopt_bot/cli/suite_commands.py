@@ -34,6 +34,10 @@ from kernelopt_bot.errors import BadInputError
 @click.option("--gpus", default=None, metavar="all|N|I,J,...",
               help="Run problems on several GPUs at once, one per GPU: all, the first N, or these "
                    "indices (default: one problem at a time on the default device).")
+@click.option("--skip-measured", "skip_measured", multiple=True, type=click.Path(), metavar="PATH",
+              help="Leave out the problems an earlier run measured (its suite.json or folder, a shard's or a "
+                   "merge's; repeatable): a sweep over several GPU jobs goes on where the last stopped, and "
+                   "--shard splits what is left.")
 @click.option("--reference/--no-reference", default=True, show_default=True,
               help="Measure max-autotune-no-cudagraphs for the 'vs max-autotune' column when optimize's "
                    "budget did not (one more compile and benchmark per problem).")
@@ -43,21 +47,25 @@ from kernelopt_bot.errors import BadInputError
 @options.handle_errors
 def suite(suite_dir: str, out_dir: str, shard: str, device: str | None, dtypes: tuple[str, ...],
           only: tuple[str, ...], budget_items: tuple[str, ...], gamma: float, timeout_s: float,
-          gpus: str | None, reference: bool, mode: str | None, config_items: tuple[str, ...]) -> None:
+          gpus: str | None, skip_measured: tuple[str, ...], reference: bool, mode: str | None,
+          config_items: tuple[str, ...]) -> None:
     """Run `kernelopt optimize` on every problem of SUITE_DIR, each in its own process."""
     from kernelopt_bot.capture.settings import CompileSettings
     from kernelopt_bot.gpu_pool import cuda_device_count, select_gpus
     from kernelopt_bot.shards import Shard
-    from kernelopt_bot.suite import run_suite
+    from kernelopt_bot.suite import measured_slugs, run_suite
 
     _check_timeout(timeout_s, options.parse_budget(budget_items))  # validate before starting anything
     if gpus is not None and device == "cpu":
         raise BadInputError("--gpus runs on CUDA devices; not with --device cpu")
     selected = None if gpus is None else select_gpus(gpus, cuda_device_count())
+    skip = set().union(*(measured_slugs(Path(p)) for p in skip_measured))
+    if skip_measured:
+        render.log_line(f"leaving out {len(skip)} problem(s) measured in {', '.join(skip_measured)}")
     result = run_suite(Path(suite_dir), Path(out_dir), shard=Shard.parse(shard), device=device,
                        dtypes=dtypes or None, budget=list(budget_items), gamma=gamma, timeout_s=timeout_s,
                        log=render.log_line, gpus=selected, only=only or None,
-                       reference=reference,
+                       reference=reference, skip=skip,
                        compile_settings=CompileSettings.from_cli(mode, config_items))
     render.suite_levels(result, out_dir)
 
