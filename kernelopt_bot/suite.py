@@ -128,17 +128,24 @@ class SuiteResult:
         return out
 
 
-def measured_slugs(path: Path) -> set[str]:
+def measured_slugs(path: Path, settings: CompileSettings) -> set[str]:
     """The problems an earlier run (a shard's or a merge's ``suite.json``, or its folder) measured:
-    those that ended ``ok``. A failed one is run again."""
+    those that ended ``ok``. A failed one is run again. A run over other compile settings is an
+    error: its speedups are over another baseline, and what it measured is not measured here."""
     manifest = path / "suite.json" if path.is_dir() else path
     try:
-        rows = json.loads(manifest.read_text())["problems"]
-        return {ProblemResult.from_json(r).problem.slug for r in rows if r.get("status") == "ok"}
+        data = json.loads(manifest.read_text())
+        rows = data["problems"]
+        slugs = {ProblemResult.from_json(r).problem.slug for r in rows if r.get("status") == "ok"}
+        theirs = CompileSettings.from_json(data.get("compile"))
     except OSError as exc:
         raise BadInputError(f"{path}: no suite results to skip ({exc.strerror or exc})") from exc
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise BadInputError(f"{manifest}: not a suite result ({exc})") from exc
+    if theirs.to_json() != settings.to_json():
+        raise BadInputError(f"{manifest}: measured with {theirs.label}, this run compiles with {settings.label}: "
+                            "nothing it measured is measured here")
+    return slugs
 
 
 def load_problems(root: Path, dtypes: tuple[str, ...] | None = None,

@@ -289,4 +289,7 @@ def test_a_sweep_goes_on_where_the_last_one_stopped(tmp_path: Path) -> None:
     assert done.returncode == 2 and "every selected problem was measured already" in done.stderr
     missing = run_cli("suite", str(root), "--out", str(tmp_path / "fourth"), "--skip-measured", str(tmp_path / "nowhere"))
     assert missing.returncode == 2 and "no suite results to skip" in missing.stderr
-    assert not (tmp_path / "third").exists() and not (tmp_path / "fourth").exists()
+    other = run_cli("suite", str(root), "--out", str(tmp_path / "fifth"), "--mode", "max-autotune-no-cudagraphs",
+                    "--skip-measured", str(first))
+    assert other.returncode == 2 and "nothing it measured is measured here" in other.stderr  # another baseline
+    assert not any((tmp_path / name).exists() for name in ("third", "fourth", "fifth"))

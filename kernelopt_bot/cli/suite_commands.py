@@ -59,14 +59,14 @@ def suite(suite_dir: str, out_dir: str, shard: str, device: str | None, dtypes: 
     if gpus is not None and device == "cpu":
         raise BadInputError("--gpus runs on CUDA devices; not with --device cpu")
     selected = None if gpus is None else select_gpus(gpus, cuda_device_count())
-    skip = set().union(*(measured_slugs(Path(p)) for p in skip_measured))
+    settings = CompileSettings.from_cli(mode, config_items)
+    skip = set().union(*(measured_slugs(Path(p), settings) for p in skip_measured))
     if skip_measured:
         render.log_line(f"leaving out {len(skip)} problem(s) measured in {', '.join(skip_measured)}")
     result = run_suite(Path(suite_dir), Path(out_dir), shard=Shard.parse(shard), device=device,
                        dtypes=dtypes or None, budget=list(budget_items), gamma=gamma, timeout_s=timeout_s,
                        log=render.log_line, gpus=selected, only=only or None,
-                       reference=reference, skip=skip,
-                       compile_settings=CompileSettings.from_cli(mode, config_items))
+                       reference=reference, skip=skip, compile_settings=settings)
     render.suite_levels(result, out_dir)
 
 
