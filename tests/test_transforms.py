@@ -425,6 +425,22 @@ def test_the_h200_cross_entropy_kernel_folds_its_loop_with_the_log_moved_out(
     assert folded[0].item() == pytest.approx(float(torch.log_softmax(exact, 0).sum()), rel=1e-2)
 
 
+def _rows_with_special_values(seed: int) -> Any:
+    """Eight bf16 rows of 1500 for a softmax kernel: near 0, near 500 (row 1), with a -inf (2), a
+    NaN (3), a +inf (4), all -inf (5) and starting with 700 -inf (6)."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    rows = (3.0 * torch.randn(8, 1500, generator=generator)).to(torch.bfloat16)
+    rows[1] += 500.0
+    rows[2, 17] = float("-inf")
+    rows[3, 5] = float("nan")
+    rows[4, 900] = float("inf")
+    rows[5, :] = float("-inf")
+    rows[6, :700] = float("-inf")
+    return rows
+
+
 @pytest.mark.parametrize("xblock, rblock", [(2, 64), (1, 1024)])
 def test_one_exp_online_softmax_gives_the_same_bits_special_values_included(
         tmp_path: Path, xblock: int, rblock: int) -> None:
@@ -444,14 +460,7 @@ def test_one_exp_online_softmax_gives_the_same_bits_special_values_included(
     h200 = parse_output_code((H200 / "softmax_bf16.py").read_text()).kernels[0]
     assert check_source(h200, stack(h200.source, ["one_exp_online_softmax", "pipelined_loop_3"])[0]).passed
 
-    generator = torch.Generator().manual_seed(1)
-    logits = (3.0 * torch.randn(8, 1500, generator=generator)).to(torch.bfloat16)
-    logits[1] += 500.0
-    logits[2, 17] = float("-inf")
-    logits[3, 5] = float("nan")
-    logits[4, 900] = float("inf")
-    logits[5, :] = float("-inf")
-    logits[6, :700] = float("-inf")
+    logits = _rows_with_special_values(seed=1)
 
     def run(name: str, source: str) -> list[torch.Tensor]:
         return _cross_entropy_rows(tmp_path / f"{name}.py", source, logits, xblock, rblock)
@@ -510,14 +519,7 @@ def test_the_h200_softmax_divides_once_a_row_and_multiplies(tmp_path: Path, xblo
             assert stacked is not None and "_rcp = 1.0 / " in stacked
             assert check_source(kernel, stacked).passed
 
-    generator = torch.Generator().manual_seed(2)
-    x = (3.0 * torch.randn(8, 1500, generator=generator)).to(torch.bfloat16)
-    x[1] += 500.0
-    x[2, 17] = float("-inf")
-    x[3, 5] = float("nan")
-    x[4, 900] = float("inf")
-    x[5, :] = float("-inf")
-    x[6, :700] = float("-inf")
+    x = _rows_with_special_values(seed=2)
 
     def run(name: str, source: str) -> torch.Tensor:
         kernel = _load_kernel(tmp_path / f"{name}.py", source, H200_SOFTMAX_KERNEL.name)
