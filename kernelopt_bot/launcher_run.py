@@ -172,7 +172,7 @@ def search_kernel(context: SearchContext, search: KernelSearch, result: RunResul
     counts = outcome.strategies.setdefault("config", {"gated": 0, "accepted": 0, "chosen": 0})
     counts["gated"] = len(tried)
     accepted = [(c, v) for c, v in tried if v.accepted]
-    untimed = [(c, v) for c, v in tried if context.untimed_patch and target.device != "cuda" and _passed_1_to_3(v)]
+    untimed = [(c, v) for c, v in tried if context.untimed_patch and target.device != "cuda" and v.passed_first_three]
     counts["accepted"] = len(accepted)
     for config, verdict in tried:
         deciding = verdict.gate(verdict.rejected_by) if verdict.rejected_by else verdict.gate("performance")
@@ -193,13 +193,6 @@ def search_kernel(context: SearchContext, search: KernelSearch, result: RunResul
     else:
         outcome.status = "no candidate accepted"
         outcome.detail = "; ".join([*sorted({v.status for _, v in tried}), *([outcome.detail] if outcome.detail else [])])
-
-
-def _passed_1_to_3(verdict: Verdict) -> bool:
-    """Gates 1-3 passed (or gate 3 had no reference) and gate 4 could not run (no GPU)."""
-    correctness = verdict.gate("correctness")
-    return (verdict.infrastructure is None and verdict.rejected_by is None
-            and correctness is not None and correctness.passed is True)
 
 
 def device_name(device: str) -> str:

@@ -317,7 +317,7 @@ class Orchestrator:
         statuses = Counter(_shown_status(v) for _, v in tried)
         # Without a GPU, a kernel with a candidate that passed gates 1-3 is not settled: gate 4
         # never ran (the detail counts the others' verdicts).
-        untimed = self.device != "cuda" and any(v.rejected_by is None and v.infrastructure is None for _, v in tried)
+        untimed = self.device != "cuda" and any(v.passed_first_three for _, v in tried)
         outcome.status = UNTIMED if untimed else "no candidate accepted"
         outcome.detail = "; ".join(f"{n} {s}" for s, n in statuses.most_common())
         # Only a GPU verdict is final: without one, performance was never measured. A candidate

@@ -75,6 +75,14 @@ class Verdict:
         return next((g.name for g in self.gates if g.passed is False), None)
 
     @property
+    def passed_first_three(self) -> bool:
+        """Gates 1-3 passed (gate 2 ran; gate 3 may have had no reference) and nothing was
+        rejected: without a GPU, where gate 4 cannot run, the candidate is good but untimed."""
+        correctness = self.gate("correctness")
+        return (self.infrastructure is None and self.rejected_by is None
+                and correctness is not None and correctness.passed is True)
+
+    @property
     def status(self) -> str:
         """One phrase for tables: accepted, rejected by a gate, not verified because our side
         failed, or unmeasured after gates 1-3."""
