@@ -364,7 +364,7 @@ def _process_counts(device: str) -> dict[str, Any]:
     sandbox that runs one untrusted candidate's gate 2 or timing job."""
     from kernelopt_bot.harness.arm_process import arm_process_name
     from kernelopt_bot.harness.compile_pool import PROCESS_NAME as COMPILE_PROCESS
-    from kernelopt_bot.harness.isolation import processes_started, processes_started_by_name
+    from kernelopt_bot.harness.isolation import processes_started_by_name
     from kernelopt_bot.harness.model_arms import BASELINE_LABELS
     from kernelopt_bot.verify.sandbox import SANDBOX_PROCESS
 
@@ -376,7 +376,7 @@ def _process_counts(device: str) -> dict[str, Any]:
             peak = round(torch.cuda.max_memory_allocated() / (1 << 20), 1)
     by_name = processes_started_by_name()
     serving = (COMPILE_PROCESS, *map(arm_process_name, BASELINE_LABELS))
-    return {"started": 1 + processes_started(), "sandboxes": processes_started(SANDBOX_PROCESS),
+    return {"started": 1 + sum(by_name.values()), "sandboxes": by_name.get(SANDBOX_PROCESS, 0),
             "long_lived": 1 + sum(by_name.get(name, 0) for name in serving), "peak_gpu_mb": peak}
 
 
