@@ -440,6 +440,7 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
     from kernelopt_bot.harness.kernel_service import compile_threads
     from kernelopt_bot.pack.runtime import running_environment
     from kernelopt_bot.profiling import profile
+    from kernelopt_bot.search.compile_options import bench_need_s
     from kernelopt_bot.search.orchestrator import Orchestrator, SearchLimits
     from kernelopt_bot.search.tuner import TimedTuner
     from kernelopt_bot.store import Store
@@ -503,6 +504,7 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
                 rewrites=rewrites,
             )
             compile_s = result.phases.get("compiling and capturing", 0.0)
+            model_ms = prof.model_ms if prof.measured else None  # plans how long an option's timing takes
             options = plan.compile_options and tgt.device == "cuda"
             # Not where the GPU does not hold the model arms beside this process's capture (a
             # large model): the options then wait for the search to give its memory back.
@@ -515,9 +517,10 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
                     f"none starts with less than {keep:.0f} s to spare for the search)")
                 result.recommendations = _recommend_in_time(
                     cascade.model_arms, tgt, plan.gamma, plan.rounds, budget,
-                    orchestrator.candidate_estimate_s(trusted=False), keep_s=keep)
+                    orchestrator.candidate_estimate_s(trusted=False), keep_s=keep, model_ms=model_ms)
             log("searching")
-            after = _after_search_s(compile_s, reserve, options and first is None, budget.wall_s_left())
+            after = _after_search_s(compile_s, reserve, options and first is None, budget.wall_s_left(),
+                                    bench_need_s(model_ms, plan.rounds))
             with _held_back(budget, after):
                 result.kernels, pack = orchestrator.run()
             _record_llm_status(result, llm_search, llm_problem, budget)
@@ -529,7 +532,7 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
                         log("measuring the compiler's own options")
                         result.recommendations = _recommend_in_time(
                             cascade.model_arms, tgt, plan.gamma, plan.rounds, budget,
-                            orchestrator.candidate_estimate_s(trusted=False))
+                            orchestrator.candidate_estimate_s(trusted=False), model_ms=model_ms)
                     if _try_option_configs(orchestrator, cascade, result, pack, log) and final_arm is not None:
                         final_arm.close()  # it compiled the pack as it was: the benchmark starts its own
                         final_arm = None
@@ -537,7 +540,7 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
                 left = budget.wall_s_left()
                 with _arms_end_by(cascade.model_arms, None if left is None else left + reserve):
                     pack = _final_bench(cascade, tgt, pack, result, plan.rounds, final_arm)
-            _option_with_pack(cascade.model_arms, tgt, pack, result, plan, budget, reserve, log)
+            _option_with_pack(cascade.model_arms, tgt, pack, result, plan, budget, reserve, log, model_ms)
             result.pack_entries = len(pack)
             base = cascade.model_arms.baseline_info()
             result.processes["model_gpu_mb"] = None if not base.get("gpu_mb") else round(base["gpu_mb"], 1)
@@ -596,7 +599,8 @@ def _arms_end_by(model_arms: Any, seconds: float | None) -> Iterator[None]:
         model_arms.timeout_s = saved
 
 
-def _after_search_s(compile_s: float, reserve: float, options_after: bool, left: float | None) -> float:
+def _after_search_s(compile_s: float, reserve: float, options_after: bool, left: float | None,
+                    bench_s: float | None = None) -> float:
     """What the search leaves, beyond ``reserve``, for what must run after it, sized by the
     model's compile time (``compile_s``, the capture's): the compiler's options when they come
     after it (their compile and timed rounds; the final benchmark's arm compiles beside theirs),
@@ -605,18 +609,20 @@ def _after_search_s(compile_s: float, reserve: float, options_after: bool, left:
     (the search's wall time, None: no limit) the search keeps ``MIN_SEARCH_S`` whatever that
     costs them: a kernel of the model may be what matters most."""
     if options_after:
-        after = _options_need_s(compile_s) + OPTION_START_SLACK_S
+        after = _options_need_s(compile_s, bench_s) + OPTION_START_SLACK_S
     else:
         after = max(0.0, compile_s + FINAL_BENCH_TIMING_S - reserve) if reserve else 0.0
     return after if left is None else min(after, max(0.0, left - MIN_SEARCH_S))
 
 
-def _options_need_s(compile_s: float) -> float:
+def _options_need_s(compile_s: float, bench_s: float | None = None) -> float:
     """Seconds the compiler's options need after the search: their compile (max-autotune's takes
-    longer than the default one the capture timed) and their timed rounds."""
+    longer than the default one the capture timed) and their check and timed rounds (``bench_s``,
+    :func:`~kernelopt_bot.search.compile_options.bench_need_s`; default: MIN_BENCH_S)."""
     from kernelopt_bot.search.compile_options import MIN_BENCH_S, MIN_OPTION_S
 
-    return max(MIN_OPTION_S, OPTION_COMPILE_FACTOR * compile_s + MIN_BENCH_S)
+    bench = MIN_BENCH_S if bench_s is None else bench_s
+    return max(MIN_OPTION_S + bench - MIN_BENCH_S, OPTION_COMPILE_FACTOR * compile_s + bench)
 
 
 @contextlib.contextmanager
@@ -681,7 +687,7 @@ def _search_headroom(kernels: list[Any]) -> float:
 
 
 def _recommend_in_time(model_arms: Any, tgt: Any, gamma: float, rounds: int, budget: Any,
-                       candidate_s: float, keep_s: float = 0.0) -> list[Any]:
+                       candidate_s: float, keep_s: float = 0.0, model_ms: float | None = None) -> list[Any]:
     """The compiler's options, started only with time for them before the search's deadline
     less ``keep_s`` (kept for what comes after them: the search, where they go first), by the
     larger of ``MIN_OPTION_S`` and the estimate for a candidate whose gates start processes
@@ -701,7 +707,7 @@ def _recommend_in_time(model_arms: Any, tgt: Any, gamma: float, rounds: int, bud
 
     with _arms_end_by(model_arms, budget.wall_s_left()):
         return recommend(model_arms, tgt, gamma=gamma, rounds=rounds, time_left=time_left,
-                         bench_left=budget.wall_s_left)
+                         bench_left=budget.wall_s_left, model_ms=model_ms)
 
 
 def _try_option_configs(orchestrator: Any, cascade: Any, result: RunResult, pack: KernelPack,
@@ -730,7 +736,8 @@ def _try_option_configs(orchestrator: Any, cascade: Any, result: RunResult, pack
 
 
 def _option_with_pack(model_arms: Any, tgt: Any, pack: KernelPack, result: RunResult, plan: RunPlan,
-                      budget: Any, reserve: float, log: Callable[[str], None]) -> None:
+                      budget: Any, reserve: float, log: Callable[[str], None],
+                      model_ms: float | None = None) -> None:
     """The best verified compiler option with the final pack on top, in what is left of the run's
     wall time (the search's budget and the final benchmark's reserve): the figure a user who takes
     both gets, beside each alone. Added to the recommendations as ``"<option> + pack"``."""
@@ -752,7 +759,7 @@ def _option_with_pack(model_arms: Any, tgt: Any, pack: KernelPack, result: RunRe
     try:
         with _arms_end_by(model_arms, None if left is None else max(1.0, left)):
             both = measure_with_pack(model_arms, tgt, best, pack, gamma=plan.gamma, rounds=plan.rounds,
-                                     time_left=time_left)
+                                     time_left=time_left, model_ms=model_ms)
     except Exception as exc:  # noqa: BLE001 - the run's own results are measured: this figure is extra
         both = Recommendation(best.option + WITH_PACK, None, False, f"not measured: {one_line(exc)}")
     if both is not None:

@@ -239,3 +239,30 @@ def test_each_rounds_passes_are_kept_for_the_noise_table(tmp_path: Path) -> None
     assert cells[3] == "0.00%"  # the medians: mirrored passes cancel a linear drift exactly
     assert cells[4].endswith("%") and float(cells[4][:-1]) < 0.1  # paired: to second order
     assert cells[5] == "0.00%"  # the A/A of the speedup's own estimator (medians over rounds)
+
+
+class _CountingArm(_Arm):
+    """Counts the model calls its "time" requests would make in an arm: the pass's timed calls,
+    ``time_model``'s two warm-up calls and as many host-latency calls as timed ones."""
+
+    def __init__(self) -> None:
+        super().__init__(1.0, 1.0)
+        self.model_calls = 0
+
+    def request(self, op: str, *args: Any, **kwargs: Any) -> Any:
+        if op == "time":
+            self.model_calls += 2 * args[1] + 2
+        return super().request(op, *args, **kwargs)
+
+
+def test_the_planned_time_of_a_comparison_counts_the_calls_it_makes() -> None:
+    """Options are started and checked only with the time their comparison takes
+    (:func:`bench.compare_seconds`): its count of model calls is the harness's own."""
+    arms = [_CountingArm() for _ in range(3)]
+    compare_arms(*arms, target="t", device="cuda", dtype="fp32", rounds=10, reps=20)
+    calls = sum(a.model_calls for a in arms)
+    warm_up = sum(2 * bench._pass_reps(20) + 2 for _ in range(3)) * 2  # two steady warm-up passes an arm
+    per_ms = (bench.compare_seconds(1.0, 10, 20) - bench.compare_seconds(0.0, 10, 20)) * 1000.0
+    assert per_ms == calls - warm_up  # the rounds' calls; warm-up is WARMUP_MAX_S at most
+    # a 20 ms call (an fp32 GEMM-bound model) takes half a minute to compare, not 10 s
+    assert 25.0 < bench.compare_seconds(20.0, 10, 20) < 35.0

@@ -23,7 +23,7 @@ from kernelopt_bot.pipeline import (
 )
 from kernelopt_bot.profiling import KernelProfile, Profile
 from kernelopt_bot.search.budget import Budget, BudgetExceeded
-from kernelopt_bot.search.compile_options import COMPILE_OPTIONS, MIN_BENCH_S, recommend
+from kernelopt_bot.search.compile_options import COMPILE_OPTIONS, MIN_BENCH_S, bench_need_s, recommend
 from kernelopt_bot.search.orchestrator import Orchestrator, SearchLimits
 from tests.helpers import EXAMPLES, captured
 from tests.test_final_bench import GATE4, _entry, _pack, _result
@@ -145,6 +145,26 @@ def test_an_option_compiled_too_close_to_the_deadline_is_not_checked_or_timed() 
     recs = recommend(arena, None, gamma=1.03, time_left=lambda: 60.0,  # type: ignore[arg-type]
                      bench_left=lambda: MIN_BENCH_S - 1)
     assert all(r.detail == "not measured: the wall-time budget ran out after its compile" for r in recs)
+
+
+def test_a_slow_model_s_option_is_timed_only_with_the_time_its_rounds_take() -> None:
+    """On a 20 ms model gate 3 and the rounds take about 30 s: an option compiled with 20 s left
+    (enough for MIN_BENCH_S) was checked and timed anyway and ran the run past its wall budget
+    (mlp_4layer fp32 on the H200, killed by the suite's deadline). It is now reported as not
+    timed; and none starts without that time beside MIN_OPTION_S's compile allowance."""
+    need = bench_need_s(20.0)
+    assert need > 25.0 and bench_need_s(None) == bench_need_s(0.2) == MIN_BENCH_S
+    left = iter([60.0] + [20.0] * 3)
+    arena = _ReadyArena()
+    recs = recommend(arena, None, gamma=1.03, time_left=lambda: next(left), model_ms=20.0)  # type: ignore[arg-type]
+    assert len(arena.arms) == len(COMPILE_OPTIONS) and all(a.closed for a in arena.arms)
+    assert all(r.detail == "not measured: the wall-time budget ran out after its compile" for r in recs)
+    # 40 s left would start a fast model's options, not this one's
+    recs = recommend(_Arena(), None, gamma=1.03, time_left=lambda: 40.0, model_ms=20.0)  # type: ignore[arg-type]
+    assert all("wall-time budget ran out" in r.detail for r in recs)
+    # and the search leaves the options the time of their slower rounds
+    assert _options_need_s(5.0, need) == 30.0 + need - MIN_BENCH_S
+    assert _after_search_s(5.0, 20.0, True, None, need) > _after_search_s(5.0, 20.0, True, None)
 
 
 def test_the_wall_budget_counts_what_ran_before_it() -> None:

@@ -37,6 +37,9 @@ MIN_PASS_REPS = 3
 # rounds once took 1.0-1.6 ms a call and the next seven 0.8 ms, in every arm alike.
 STEADY_WITHIN = 0.03
 WARMUP_MAX_S = 2.0
+# What a "time" request costs beyond its calls: the round's inputs made on the device, the reply
+# over the pipe (an estimate for planning, not a measurement).
+REQUEST_OVERHEAD_S = 0.005
 
 
 @dataclass
@@ -212,7 +215,7 @@ def compare_arms(base: Arm, packed: Arm, repeat: Arm | None, *, target: str,
     turns = [(base, "baseline"), (packed, "packed"), (repeat or base, "baseline-repeat")]
     if repeat is None:
         result.noise_from = "the one baseline process, timed twice a round (a large model)"
-    pass_reps = max(MIN_PASS_REPS, -(-reps // PASSES_PER_ROUND))
+    pass_reps = _pass_reps(reps)
     result.warmup_passes = _warm_up([base, packed, repeat], pass_reps, timeout_s)
     for r in range(rounds):
         seed = SEED_BASE + r
@@ -244,6 +247,24 @@ def compare_arms(base: Arm, packed: Arm, repeat: Arm | None, *, target: str,
                                                      packed.request("outputs", last, timeout_s=timeout_s), device)
     _summarize(result)
     return result
+
+
+def compare_seconds(model_ms: float, rounds: int, reps: int) -> float:
+    """Seconds :func:`compare_arms` is expected to take on a model of ``model_ms`` a call, to plan
+    by: each of the three arms is timed PASSES_PER_ROUND times a round, a pass making its timed
+    calls, their warm-up (``time_model``'s two) and as many host-latency calls again, and the
+    warm-up passes take up to WARMUP_MAX_S. On a GEMM-bound fp32 model of 20 ms a call that is
+    about 30 s; planned with a fixed allowance of 10 s instead, one such measurement ran the whole
+    run past its wall budget (the H200, 12-03)."""
+    pass_reps = _pass_reps(reps)
+    requests = rounds * PASSES_PER_ROUND * 3
+    calls = requests * (2 * pass_reps + 2)
+    return WARMUP_MAX_S + requests * REQUEST_OVERHEAD_S + calls * max(0.0, model_ms) / 1000.0
+
+
+def _pass_reps(reps: int) -> int:
+    """The calls of one pass: a round's ``reps`` split over its PASSES_PER_ROUND passes."""
+    return max(MIN_PASS_REPS, -(-reps // PASSES_PER_ROUND))
 
 
 def _warm_up(arms: list[Arm | None], pass_reps: int, timeout_s: float) -> int:

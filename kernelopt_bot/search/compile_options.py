@@ -8,13 +8,14 @@ comes back as a recommendation, verified or not.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
 from kernelopt_bot.capture.settings import CompileSettings
 from kernelopt_bot.harness.arm_process import Arm, ArmError
-from kernelopt_bot.harness.bench import compare_arms
+from kernelopt_bot.harness.bench import compare_arms, compare_seconds
 from kernelopt_bot.harness.failures import InfrastructureFailure, is_out_of_memory
 from kernelopt_bot.harness.model_arms import ModelArms
 from kernelopt_bot.pack.format import KernelPack, LaunchConfig, PackError
@@ -40,14 +41,25 @@ COMPILE_OPTIONS = (
 )
 MIN_OPTION_S = 30.0  # an option needs a whole compile and a benchmark: do not start one with less left
 MIN_BENCH_S = 10.0  # gate 3 and the interleaved rounds of a compiled arm: not begun with less left
+CHECK_CALLS = 10  # gate 3's calls, in model calls: both arms' outputs, the eager and float64 references
 MAX_OPTION_CONFIGS = 16  # kernels whose option configs a recommendation keeps (keep_configs_of)
 MAX_REPORTED_CONFIGS = 64  # what a published result may carry (github.trusted.RecommendationDoc)
+
+
+def bench_need_s(model_ms: float | None, rounds: int = 10, reps: int = 20) -> float:
+    """Seconds a compiled option's arm needs for gate 3 and the timed rounds on a model of
+    ``model_ms`` a call (None: not profiled): MIN_BENCH_S, or more where the model is slow
+    (:func:`~kernelopt_bot.harness.bench.compare_seconds`)."""
+    if not model_ms:
+        return MIN_BENCH_S
+    return max(MIN_BENCH_S, compare_seconds(model_ms, rounds, reps) + CHECK_CALLS * model_ms / 1000.0)
 
 
 def recommend(model_arms: ModelArms, target: Target, *, gamma: float, rounds: int = 10, reps: int = 20,
               options: tuple[CompileOption, ...] = COMPILE_OPTIONS,
               time_left: Callable[[], float | None] | None = None,
-              bench_left: Callable[[], float | None] | None = None) -> list[Recommendation]:
+              bench_left: Callable[[], float | None] | None = None,
+              model_ms: float | None = None) -> list[Recommendation]:
     """Measure each option against the default compile; never raises for an option that fails.
 
     The options' arms compile at once (as many as the GPU's memory holds: ``ModelArms.room_for``),
@@ -55,8 +67,9 @@ def recommend(model_arms: ModelArms, target: Target, *, gamma: float, rounds: in
     once none compiles any more (``ModelArms.settle``).
     ``time_left`` (seconds of wall budget left, None = no limit): options that would start too
     close to the end are reported as not measured, so the run keeps its wall budget; an option
-    compiled with less than ``MIN_BENCH_S`` of ``bench_left`` (default: ``time_left``) is not
-    checked or timed.
+    compiled with less of ``bench_left`` (default: ``time_left``) than its check and timing take
+    (:func:`bench_need_s` for ``model_ms``, the profiled model's time a call; then what the last
+    option's took) is not checked or timed, and none starts without that time beside its compile.
     """
     if model_arms.device != "cuda":
         return [Recommendation(o.label, None, False, "not measured: no CUDA device") for o in options]
@@ -79,9 +92,10 @@ def recommend(model_arms: ModelArms, target: Target, *, gamma: float, rounds: in
             done[option.label] = Recommendation(option.label, None, False,
                                                 f"not measured: the baseline already is {users.label}")
     pending = [o for o in options if o.label not in done]
+    need_s = bench_need_s(model_ms, rounds, reps)
     while pending:
         left = time_left() if time_left is not None else None
-        if left is not None and left < MIN_OPTION_S:
+        if left is not None and left < MIN_OPTION_S + need_s - MIN_BENCH_S:
             break
         room = model_arms.room_for(len(pending))
         if room == 0:  # others (the final benchmark's arm) still compile: let them finish first
@@ -108,8 +122,12 @@ def recommend(model_arms: ModelArms, target: Target, *, gamma: float, rounds: in
                     return no_baselines(exc)
             model_arms.settle()  # nothing is timed while an arm compiles
             for option, arm in arms:
+                started = time.monotonic()
                 found = _measure(option, arm, target, baseline, repeat, model_arms.device, model_arms.dtype,
-                                 gamma=gamma, rounds=rounds, reps=reps, time_left=bench_left or time_left)
+                                 gamma=gamma, rounds=rounds, reps=reps, time_left=bench_left or time_left,
+                                 need_s=need_s)
+                if found.speedup is not None:  # measured: the next option's check and rounds take as long
+                    need_s = max(need_s, time.monotonic() - started)
                 # The option's own compile's choices (with a pack on top they would be the pack's)
                 chosen = {} if isinstance(arm, ArmError) or option.pack is not None else config_changes(baseline, arm)
                 done[option.label] = replace(found, configs=chosen) if chosen else found
@@ -166,7 +184,8 @@ def option_configs(recommendations: list[Recommendation]) -> list[tuple[str, str
 def measure_with_pack(model_arms: ModelArms, target: Target, best: Recommendation, pack: KernelPack, *,
                       gamma: float, rounds: int = 10, reps: int = 20,
                       options: tuple[CompileOption, ...] = COMPILE_OPTIONS,
-                      time_left: Callable[[], float | None] | None = None) -> Recommendation | None:
+                      time_left: Callable[[], float | None] | None = None,
+                      model_ms: float | None = None) -> Recommendation | None:
     """The best verified option with ``pack`` installed on top, against the same baseline: what a
     user who takes both gets (the pack's kernels were verified under the baseline's compile; the
     option's compile is checked again by gate 3, and its speedup by gate 4's rules), measured as
@@ -177,14 +196,15 @@ def measure_with_pack(model_arms: ModelArms, target: Target, best: Recommendatio
         return None
     both = CompileOption(option.label + WITH_PACK, option.mode, option.config, pack)
     (found,) = recommend(model_arms, target, gamma=gamma, rounds=rounds, reps=reps, options=(both,),
-                         time_left=time_left)
+                         time_left=time_left, model_ms=model_ms)
     return found
 
 
 def _measure(option: CompileOption, arm: Arm | ArmError, target: Target, baseline: Arm,
              repeat: Arm | None, device: str, dtype: str, *, gamma: float, rounds: int, reps: int,
-             time_left: Callable[[], float | None] | None) -> Recommendation:
-    """Gate 3 and gate 4's rules for one option's (compiled) arm."""
+             time_left: Callable[[], float | None] | None, need_s: float = MIN_BENCH_S) -> Recommendation:
+    """Gate 3 and gate 4's rules for one option's (compiled) arm, begun only with ``need_s``
+    (what they are expected to take) left."""
     try:
         if isinstance(arm, ArmError):
             raise arm
@@ -198,7 +218,7 @@ def _measure(option: CompileOption, arm: Arm | ArmError, target: Target, baselin
             entries = {e.kernel_name for e in option.pack.entries.values()}
             applied = f"{len(found & entries)} of {len(entries)} pack entries applied; "
         left = time_left() if time_left is not None else None
-        if left is not None and left < MIN_BENCH_S:  # compiled, but no time to check and time it
+        if left is not None and left < need_s:  # compiled, but no time to check and time it
             return Recommendation(option.label, None, False, "not measured: the wall-time budget ran out "
                                                              "after its compile")
         model = check_model(target, baseline, arm, None)
