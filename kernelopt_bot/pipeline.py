@@ -46,6 +46,7 @@ MIN_SEARCH_S = 20.0  # what the time held back for the options leaves the search
 OPTION_COMPILE_FACTOR = 1.5  # an option's compile against the default compile's (max-autotune tunes GEMMs)
 FINAL_BENCH_RESERVE_S = 20.0  # seconds kept for the final end-to-end benchmark on a GPU, at least
 FINAL_BENCH_TIMING_S = 10.0  # the final benchmark's gate 3 and timed rounds, after its compile
+BASELINE_TIME_CALLS = 42  # model calls of a 20-rep "time" request (timed, warm-up, latency): an empty pack's rounds
 # The wall budget is a deadline for the whole run, from the moment run_pipeline is called: no
 # candidate, compiler option or final benchmark starts that its estimate says cannot finish, and
 # their waits end at the deadline. What may still run past it: closing the model arms, writing
@@ -532,7 +533,9 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
                         log("measuring the compiler's own options")
                         result.recommendations = _recommend_in_time(
                             cascade.model_arms, tgt, plan.gamma, plan.rounds, budget,
-                            orchestrator.candidate_estimate_s(trusted=False), model_ms=model_ms)
+                            orchestrator.candidate_estimate_s(trusted=False), model_ms=model_ms,
+                            reserve_s=reserve, final_need_s=functools.partial(
+                                _final_need_s, pack, result, final_arm, model_ms, plan.rounds, reserve))
                     if _try_option_configs(orchestrator, cascade, result, pack, log) and final_arm is not None:
                         final_arm.close()  # it compiled the pack as it was: the benchmark starts its own
                         final_arm = None
@@ -689,12 +692,14 @@ def _search_headroom(kernels: list[Any]) -> float:
 
 
 def _recommend_in_time(model_arms: Any, tgt: Any, gamma: float, rounds: int, budget: Any,
-                       candidate_s: float, keep_s: float = 0.0, model_ms: float | None = None) -> list[Any]:
+                       candidate_s: float, keep_s: float = 0.0, model_ms: float | None = None,
+                       reserve_s: float = 0.0, final_need_s: Callable[[], float] | None = None) -> list[Any]:
     """The compiler's options, started only with time for them before the search's deadline
     less ``keep_s`` (kept for what comes after them: the search, where they go first), by the
     larger of ``MIN_OPTION_S`` and the estimate for a candidate whose gates start processes
     (an option compiles and times the whole model as such a candidate's arm does), and cut off
-    at that deadline."""
+    at that deadline. A compiled option may also be checked and timed in the final benchmark's
+    ``reserve_s`` less what that benchmark still needs (``final_need_s()``: :func:`_final_need_s`)."""
     from kernelopt_bot.search.compile_options import MIN_OPTION_S, recommend
 
     extra = max(0.0, candidate_s - MIN_OPTION_S)
@@ -707,9 +712,36 @@ def _recommend_in_time(model_arms: Any, tgt: Any, gamma: float, rounds: int, bud
         left = deadline_left()
         return None if left is None else left - extra
 
+    def bench_left() -> float | None:
+        if budget.max_wall_s is None or final_need_s is None:
+            return budget.wall_s_left()
+        return budget.max_wall_s + reserve_s - final_need_s() - budget.elapsed_s()
+
     with _arms_end_by(model_arms, budget.wall_s_left()):
         return recommend(model_arms, tgt, gamma=gamma, rounds=rounds, time_left=time_left,
-                         bench_left=budget.wall_s_left, model_ms=model_ms)
+                         bench_left=bench_left, model_ms=model_ms)
+
+
+def _final_need_s(pack: KernelPack, result: RunResult, final_arm: Any, model_ms: float | None,
+                  rounds: int, reserve: float) -> float:
+    """Seconds of its ``reserve`` the final benchmark still needs, as things stand: the reserve is
+    kept for a fresh compile of the packed model and its rounds, but where the pack is empty (the
+    baseline alone is timed), where gate 4 already measured exactly this pack, or where the pack's
+    arm compiled beside the options and is ready, only the rounds are left to run, and the rest
+    may time a compiled option. On the H200 a scan's options compiled with 7 s of the search's
+    time left and were not timed, while 14 s of the reserve went unused (log_cumsum_exp bf16,
+    12-03). All of it without a profiled model time to size the rounds by."""
+    from kernelopt_bot.search.compile_options import bench_need_s
+
+    if not model_ms:
+        return reserve
+    if not len(pack):
+        return min(reserve, 1.0 + rounds * BASELINE_TIME_CALLS * model_ms / 1000.0)
+    if _measured_in_this_run(pack, result) is not None:
+        return 0.0
+    if final_arm is not None and getattr(final_arm, "ready", False):
+        return min(reserve, bench_need_s(model_ms, rounds))
+    return reserve
 
 
 def _try_option_configs(orchestrator: Any, cascade: Any, result: RunResult, pack: KernelPack,

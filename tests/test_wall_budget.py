@@ -6,6 +6,7 @@ import contextlib
 import json
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -16,12 +17,14 @@ from kernelopt_bot.pipeline import (
     WALL_MARGIN_S,
     _after_search_s,
     _final_bench,
+    _final_need_s,
     _held_back,
     _options_first,
     _options_need_s,
     _recommend_in_time,
 )
 from kernelopt_bot.profiling import KernelProfile, Profile
+from kernelopt_bot.search import compile_options
 from kernelopt_bot.search.budget import Budget, BudgetExceeded
 from kernelopt_bot.search.compile_options import COMPILE_OPTIONS, MIN_BENCH_S, bench_need_s, recommend
 from kernelopt_bot.search.orchestrator import Orchestrator, SearchLimits
@@ -167,6 +170,54 @@ def test_a_slow_model_s_option_is_timed_only_with_the_time_its_rounds_take() -> 
     assert _after_search_s(5.0, 20.0, True, None, need) > _after_search_s(5.0, 20.0, True, None)
     # the final benchmark's rounds too, where the search goes last
     assert _after_search_s(5.0, 20.0, False, None, need) == 5.0 + need - 20.0
+
+
+class _ClockedArena(_ReadyArena):
+    """The options' compile ends at ``compiled_at`` on the run's clock."""
+
+    def __init__(self, now: list[float], compiled_at: float) -> None:
+        super().__init__()
+        self.now, self.compiled_at, self.timeout_s = now, compiled_at, 600.0
+
+    def settle(self) -> None:
+        self.now[0] = max(self.now[0], self.compiled_at)
+
+
+def test_a_compiled_option_may_take_what_the_final_benchmark_will_not_need(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The options compiled with 5 s of the search's time left: timed in the final benchmark's
+    20 s reserve, less what that benchmark still needs, instead of reported as not timed (gate 3
+    answers here, for the arena); each one only while that time lasts."""
+    checked: list[float] = []
+
+    def check(*_a: Any) -> Any:
+        checked.append(now[0])
+        now[0] += 8.0  # gate 3 and the rounds
+        return SimpleNamespace(passed=False, reason="checked")
+
+    monkeypatch.setattr(compile_options, "check_model", check)
+    for need, detail in ((5.0, ["outputs differ: checked"] * 2 + ["not measured: the wall-time budget ran out after its compile"]),
+                         (20.0, ["not measured: the wall-time budget ran out after its compile"] * 3)):
+        now, checked = [0.0], []
+        budget = Budget(max_wall_s=100.0, clock=lambda now=now: now[0])
+        recs = _recommend_in_time(_ClockedArena(now, 95.0), None, 1.03, 3, budget, candidate_s=20.0,
+                                  reserve_s=20.0, final_need_s=lambda n=need: n)
+        assert [r.detail for r in recs] == detail
+        assert all(t + MIN_BENCH_S <= 100.0 + 20.0 - need for t in checked)  # none begun past the spare time
+
+
+def test_what_the_final_benchmark_still_needs_of_its_reserve() -> None:
+    """An empty pack's baseline rounds; nothing where gate 4 measured exactly this pack; the
+    rounds where the pack's arm is compiled; all of it while that arm compiles, or where no
+    profiled time sizes the rounds."""
+    entry = _entry("k", [GATE4])
+    ready, compiling = SimpleNamespace(ready=True), SimpleNamespace(ready=False)
+    assert _final_need_s(_pack(), _result(), None, 1.0, 10, 20.0) == pytest.approx(1.42)
+    assert _final_need_s(_pack(entry), _result(("k", "accepted")), None, 1.0, 10, 20.0) == 0.0
+    several = _pack(entry, _entry("j", [GATE4]))
+    assert _final_need_s(several, _result(), ready, 1.0, 10, 20.0) == bench_need_s(1.0)
+    assert _final_need_s(several, _result(), compiling, 1.0, 10, 20.0) == 20.0
+    assert _final_need_s(several, _result(), ready, None, 10, 20.0) == 20.0
+    assert _final_need_s(several, _result(), ready, 30.0, 10, 20.0) == 20.0  # a slow model's rounds fill it
 
 
 def test_the_wall_budget_counts_what_ran_before_it() -> None:
