@@ -441,6 +441,7 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
     from kernelopt_bot.harness.kernel_service import compile_threads
     from kernelopt_bot.pack.runtime import running_environment
     from kernelopt_bot.profiling import profile
+    from kernelopt_bot.search.budget import TimerWithinDeadline
     from kernelopt_bot.search.compile_options import bench_need_s
     from kernelopt_bot.search.orchestrator import Orchestrator, SearchLimits
     from kernelopt_bot.search.tuner import TimedTuner
@@ -497,7 +498,8 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
                 if not prestarted:
                     log("    the baseline arms start after the search: the GPU does not hold them beside it")
             # The tuner ranks variants by kernel-level time, which only a GPU gives.
-            strategies = [TimedTuner(cascade.time_variants if tgt.device == "cuda" else None)]
+            strategies = [TimedTuner(TimerWithinDeadline(cascade.time_variants, budget.wall_s_left, log=log)
+                                     if tgt.device == "cuda" else None)]
             orchestrator = Orchestrator(
                 cap, prof, cascade, budget, strategies=strategies, feedback=llm_search,
                 store=store, run_id=run_id, log=log,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -10,6 +11,7 @@ from kernelopt_bot.candidate import Candidate
 from kernelopt_bot.capture.artifact import parse_output_code
 from kernelopt_bot.profiling import KernelProfile
 from kernelopt_bot.search.base import SearchContext
+from kernelopt_bot.search.budget import BudgetExceeded, TimerWithinDeadline
 from kernelopt_bot.search.tuner import TimedTuner, predicted_gain, promising
 from kernelopt_bot.verify.static import check_source
 
@@ -75,6 +77,39 @@ def test_descent_continues_while_it_improves_and_transformations_are_timed_once(
     assert [c.label.split(" + ")[0] for c in batches[-1]] == ["stacked_transforms"]
     assert proposals and proposals[0].kernel_ms == pytest.approx(0.9 * 0.95 ** 5)
     assert proposals[0].note == "source transformations, stacked"
+
+
+def test_a_search_stopped_by_the_deadline_ranks_what_it_timed() -> None:
+    """The deadline-aware timer refuses the descent's batch: the tuner stops there (no more
+    batches) and proposes from the sample it timed, instead of running past its wall time."""
+    kernel = parse_output_code((H200 / "softmax_bf16.py").read_text()).kernels[0]
+    now, batches = [0.0], []
+
+    def timer(_kernel: object, cands: list[Candidate]) -> tuple[float, list[float | str | None]]:
+        batches.append(len(cands))
+        now[0] += 0.5 * len(cands)  # half a second a variant
+        return 1.0, [0.8 for _ in cands]
+
+    deadline = TimerWithinDeadline(timer, lambda: 15.0 - now[0], clock=lambda: now[0])  # 15 s of search
+    proposals = TimedTuner(deadline, sample_size=6).propose(SearchContext(kernel, _profile(1.0), None, "cuda"), 3)
+    assert len(batches) == 1 and now[0] < 15.0  # the descent's batch did not fit in what was left
+    assert len(proposals) == 3 and all(p.kernel_ms == pytest.approx(0.8) for p in proposals)
+
+
+def test_the_deadline_timer_sizes_a_batch_by_the_kernel_s_last_one() -> None:
+    left = [100.0]
+    timer = TimerWithinDeadline(lambda _k, cands: (1.0, [1.0] * len(cands)), lambda: left[0])
+    kernel, other = SimpleNamespace(qualified_name="g0:k"), SimpleNamespace(qualified_name="g0:j")
+    assert timer(kernel, ["a"] * 10) == (1.0, [1.0] * 10)
+    timer._per_variant_s["g0:k"] = 2.0  # what the last batch took a variant
+    left[0] = 15.0
+    with pytest.raises(BudgetExceeded, match="10 variant"):
+        timer(kernel, ["a"] * 10)  # 20 s needed
+    assert timer(kernel, ["a"] * 5)[0] == 1.0  # 10 s fits
+    assert timer(other, ["a"] * 10)[0] == 1.0  # another kernel's first batch: only the deadline counts
+    left[0] = 0.0
+    with pytest.raises(BudgetExceeded):
+        timer(other, ["a"])
 
 
 @pytest.mark.parametrize("fixture", ["softmax_bf16.py", "rmsnorm_bf16.py", "attention_block_bf16.py", "gelu.py"])

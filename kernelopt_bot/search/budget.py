@@ -204,3 +204,35 @@ class Budget:
     def __repr__(self) -> str:
         s = self.snapshot()
         return f"Budget(limits={s['limits']}, used={s['used']})"
+
+
+class TimerWithinDeadline:
+    """A search strategy's timer (``(kernel, candidates) -> (original_ms, times)``) that refuses a
+    batch the wall deadline cannot see through: it raises :class:`BudgetExceeded` where the time
+    left is less than the batch's variants at the seconds a variant took in the kernel's last
+    batch (the first batch of a kernel is refused only once the deadline has passed). The search
+    itself stays pure: it stops where it is and ranks what it timed. On the H200 a 7 ms RMS-norm
+    kernel's tuner ran on for 30 s past the time it was given, and the compiler's options found
+    none left (rms_norm_large fp32, 12-03)."""
+
+    def __init__(self, timer: Callable[[Any, list[Any]], Any], left: Callable[[], float | None],
+                 clock: Callable[[], float] = time.monotonic, log: Callable[[str], None] | None = None) -> None:
+        self.timer, self.left, self.clock, self.log = timer, left, clock, log
+        self._per_variant_s: dict[str, float] = {}
+
+    def __call__(self, kernel: Any, candidates: list[Any]) -> Any:
+        key = str(getattr(kernel, "qualified_name", None) or getattr(kernel, "name", ""))
+        left = self.left()
+        need = self._per_variant_s.get(key, 0.0) * len(candidates)
+        if left is not None and (left <= 0.0 or left < need):
+            why = (f"the search's wall time ran out before a batch of {len(candidates)} variant(s) "
+                   f"({left:.0f} s left, about {need:.0f} s needed)")
+            if self.log is not None:
+                self.log(f"    {why}: ranking what was timed")
+            raise BudgetExceeded(why, "wall_s")
+        start = self.clock()
+        try:
+            return self.timer(kernel, candidates)
+        finally:
+            if candidates:
+                self._per_variant_s[key] = (self.clock() - start) / len(candidates)

@@ -22,6 +22,7 @@ from kernelopt_bot.candidate import Candidate, Proposal
 from kernelopt_bot.capture.artifact import TritonKernel
 from kernelopt_bot.pack.format import LaunchConfig
 from kernelopt_bot.search.base import SearchContext, SearchStrategy
+from kernelopt_bot.search.budget import BudgetExceeded
 from kernelopt_bot.search.rewrites import Rewrite
 from kernelopt_bot.search.seeds import max_autotune_configs
 from kernelopt_bot.search.space import block_choices, configs, sample
@@ -148,11 +149,14 @@ class TimedTuner(SearchStrategy):
         original_ms: float | None = None
         transforms = applicable(kernel.source)
         rewrite_sources = {rw.source for rw in ctx.rewrites}
+        stopped = False  # the timer refused a batch (the wall deadline): rank what was timed
 
         def run_job(batch: list[LaunchConfig], on: LaunchConfig | None, extra: list[Candidate] | None = None) -> None:
             """Time ``batch`` (untimed configs only), ``extra`` candidates (strategy rewrites)
-            and, ``on`` a config, every transformation."""
-            nonlocal original_ms
+            and, ``on`` a config, every transformation; nothing once the timer has refused."""
+            nonlocal original_ms, stopped
+            if stopped:
+                return
             unique = {_key(c): c for c in batch}
             batch = [c for k, c in unique.items() if k not in timed]
             cands = [Candidate("config", config=c, origin=ORIGIN) for c in batch]
@@ -161,7 +165,11 @@ class TimedTuner(SearchStrategy):
                 cands += [Candidate(f"{name} + {on.describe()}", source=src, config=on, origin=ORIGIN) for name, src in transforms]
             if not cands:
                 return
-            orig, results = self.timer(kernel, cands)
+            try:
+                orig, results = self.timer(kernel, cands)
+            except BudgetExceeded:
+                stopped = True
+                return
             original_ms = original_ms or orig
             for cand, ms in zip(cands, results):
                 if not isinstance(ms, float):
@@ -202,7 +210,7 @@ class TimedTuner(SearchStrategy):
 
         transformed_on: set[tuple] = set()
         for _ in range(max(1, self.descent_rounds)):
-            if not timed:
+            if not timed or stopped:
                 break
             ranked = sorted(timed, key=timed.__getitem__)
             before = best_ms()
