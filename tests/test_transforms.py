@@ -533,3 +533,74 @@ def test_the_h200_softmax_divides_once_a_row_and_multiplies(tmp_path: Path, xblo
     assert torch.allclose(mine[finite], original[finite], rtol=2 ** -7, atol=0.0)  # a bf16 ulp
     assert (mine[finite] == original[finite]).float().mean() > 0.9
     assert torch.allclose(original[0].sum(), torch.tensor(1.0), rtol=2e-2)  # a softmax row, as it was
+
+
+MASKED_SOFTMAX = '''
+import torch
+
+class Model(torch.nn.Module):
+    """Attention probabilities with a causal mask (masked_fill to -inf, then softmax), rows of
+    WIDTH: short rows give a persistent reduction, long ones a loop that reads the scores twice."""
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("causal", torch.ones(WIDTH, WIDTH, dtype=torch.bool).tril())
+
+    def forward(self, scores):
+        return torch.softmax((scores * 0.125).masked_fill(~self.causal, float("-inf")), dim=-1)
+
+def get_inputs():
+    return [4.0 * torch.randn(2, WIDTH, WIDTH)]
+
+def get_init_inputs():
+    return []
+'''
+
+
+@pytest.mark.parametrize("width, dtype", [(48, "fp32"), (48, "bf16")])
+def test_a_causal_softmax_reads_no_masked_score(tmp_path: Path, width: int, dtype: str) -> None:
+    """The captured kernel's score load is masked with the causal mask's condition, the mask's
+    own load is not, and gates 1-3 pass."""
+    from kernelopt_bot.search.transforms import skip_discarded_loads
+
+    path = tmp_path / "masked_softmax.py"
+    path.write_text(MASKED_SOFTMAX.replace("WIDTH", str(width)))
+    captured = capture(load_target(str(path), DEVICE, dtype))
+    (kernel,) = [k for k in captured.artifact.kernels if "masked_fill" in k.name]
+    new = skip_discarded_loads(kernel.source)
+    assert new is not None and "skip_discarded_loads" in [name for name, _ in applicable(kernel.source)]
+    loads = [ln.strip() for ln in new.splitlines() if "tl.load(" in ln]
+    masked = [ln for ln in loads if re.search(r"\) & \(~tmp\d+\), ", ln)]
+    assert len(masked) == kernel.source.count("tl.load(in_ptr1") >= 1  # every read of the scores
+    assert all("in_ptr1" in ln for ln in masked)  # not the mask's own
+    assert skip_discarded_loads(new) is None  # once
+    with Cascade(captured, VerifyOptions(seeds=(0, 1), rounds=1)) as gates:
+        verdict = gates.verify(kernel, Candidate("skip_discarded_loads", source=new, config=None, origin=ORIGIN))
+    assert verdict.infrastructure is None
+    assert [g.name for g in verdict.gates if g.passed] == ["static", "correctness", "model"], verdict.gates
+
+
+DISCARDED = """
+    tmp0 = tl.load(in_ptr0 + (x0), xmask).to(tl.int1)
+    tmp2 = tl.load(in_ptr1 + (x0), xmask, other=0.0)
+    tmp1 = tmp0 == 0
+    tmp3 = tl.full([1], float("-inf"), tl.float32)
+    tmp4 = tmp2 * 2.0
+    tmp6 = tl.where(tmp1, tmp3, tmp4)
+    tl.store(out_ptr0 + (x0), tmp6, xmask)
+"""
+
+
+def test_a_load_is_masked_only_where_nothing_else_uses_its_value() -> None:
+    from kernelopt_bot.search.transforms import skip_discarded_loads
+
+    new = skip_discarded_loads(DISCARDED)
+    assert new is not None and "tmp2 = tl.load(in_ptr1 + (x0), (xmask) & (~tmp1), other=0.0)" in new
+    assert new.index("tmp1 = tmp0 == 0") < new.index("tmp2 = tl.load") < new.index("tmp4 = tmp2 * 2.0")
+    # kept where the condition holds: loaded where it holds
+    assert "(xmask) & (tmp1)" in skip_discarded_loads(DISCARDED.replace("where(tmp1, tmp3, tmp4)", "where(tmp1, tmp4, tmp3)"))
+    for other_use in ("    tmp7 = tmp6 + tmp2\n",  # the value is used beside the where
+                      "    tmp7 = tl.sum(tmp4, 0)\n",  # a value computed from it is reduced
+                      "    tl.store(out_ptr1 + (x0), tmp4, xmask)\n"):  # or stored
+        assert skip_discarded_loads(DISCARDED + other_use) is None, other_use
+    assert skip_discarded_loads(DISCARDED.replace("tmp1 = tmp0 == 0", "tmp1 = tmp2 > 0")) is None  # its own condition
+    assert skip_discarded_loads(DISCARDED.replace("tl.where(tmp1, tmp3, tmp4)", "tl.where(tmp1, tmp2, tmp4)")) is None

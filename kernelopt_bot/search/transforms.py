@@ -289,6 +289,130 @@ def multiply_by_hoisted_reciprocal(source: str) -> str | None:
     return "\n".join(lines)
 
 
+_DEF = re.compile(r"^(?P<pad>[ \t]*)(?P<name>_?tmp\d+) = (?P<expr>.+?)[ \t]*$")
+_NAME = re.compile(r"\b_?tmp\d+\b")
+_VALUE_LOAD = re.compile(r"^tl\.load\((?P<where>[^,]+), (?P<mask>[^,=]+), (?P<rest>(?:eviction_policy='\w+', )?other=[^)]+\))"
+                         r"(?P<cast>\.to\(tl\.\w+\))?$")
+_IMPURE = re.compile(r"tl\.(load|store|atomic|rand|sum|max|min|reduce|cumsum|cumprod|associative_scan)|"
+                     r"triton_helpers\.(max2|min2|welford|online_softmax)|device_assert")
+
+
+def _where_args(expr: str) -> list[str] | None:
+    """The three arguments of ``tl.where(a, b, c)`` when ``expr`` is exactly that call."""
+    if not expr.startswith("tl.where(") or not expr.endswith(")"):
+        return None
+    args, depth, start = [], 0, len("tl.where(")
+    for i in range(start, len(expr) - 1):
+        if expr[i] in "([":
+            depth += 1
+        elif expr[i] in ")]":
+            depth -= 1
+            if depth < 0:
+                return None
+        elif expr[i] == "," and depth == 0:
+            args.append(expr[start:i].strip())
+            start = i + 1
+    args.append(expr[start:len(expr) - 1].strip())
+    return args if len(args) == 3 and depth == 0 else None
+
+
+def _skip_one_discarded_load(lines: list[str], done: set[str]) -> list[str] | None:
+    """One load whose every use ends in a ``tl.where`` branch that a condition independent of it
+    discards, loaded only where that branch is taken (see :func:`skip_discarded_loads`)."""
+    defs = {m["name"]: (i, m) for i, line in enumerate(lines) if (m := _DEF.match(line))}
+    uses: dict[str, list[int]] = {}
+    for i, line in enumerate(lines):
+        rhs = line.split(" = ", 1)[1] if _DEF.match(line) else line
+        for name in set(_NAME.findall(rhs)):
+            uses.setdefault(name, []).append(i)
+    for name, (at, m) in defs.items():
+        load = _VALUE_LOAD.match(m["expr"])
+        if load is None or name in done or list(defs).count(name) != 1:
+            continue
+        pad = m["pad"]
+        chain, order, frontier = {name}, [at], [name]  # the load and the values computed from it alone
+        where_at: int | None = None
+        ok = True
+        while frontier and ok:
+            current = frontier.pop()
+            for i in uses.get(current, []):
+                d = _DEF.match(lines[i])
+                if d is None or d["pad"] != pad or i <= at:
+                    ok = False
+                    break
+                args = _where_args(d["expr"])
+                if args is not None and current in _NAME.findall(args[1] + " " + args[2]) \
+                        and current not in _NAME.findall(args[0]):
+                    if where_at not in (None, i):
+                        ok = False
+                        break
+                    where_at = i
+                    continue
+                if _IMPURE.search(d["expr"]):
+                    ok = False
+                    break
+                if d["name"] not in chain:
+                    chain.add(d["name"])
+                    order.append(i)
+                    frontier.append(d["name"])
+        if not ok or where_at is None:
+            continue
+        w = _DEF.match(lines[where_at])
+        assert w is not None
+        cond, if_true, if_false = _where_args(w["expr"]) or ["", "", ""]
+        # Every value computed from the load must end in the where: one that goes elsewhere (or
+        # nowhere) would see the lanes the new mask does not read.
+        reaching = chain & set(_NAME.findall(if_true + " " + if_false))
+        grown = True
+        while grown:
+            more = {n for i in order if _DEF.match(lines[i])["name"] in reaching  # type: ignore[index]
+                    for n in _NAME.findall(lines[i].split(" = ", 1)[1]) if n in chain}
+            grown = not more <= reaching
+            reaching |= more
+        if reaching != chain:
+            continue
+        in_true = bool(chain & set(_NAME.findall(if_true)))
+        in_false = bool(chain & set(_NAME.findall(if_false)))
+        if in_true == in_false or not re.fullmatch(r"_?tmp\d+", cond) or cond in chain:
+            continue  # both branches need the value, or the condition is not a plain value of its own
+        if cond not in defs or defs[cond][0] >= where_at:
+            continue
+        # The block from the load to the where: one level (no loop or block ends between them)
+        between = lines[at:where_at + 1]
+        if any(ln.strip() and (len(ln) - len(ln.lstrip())) < len(pad) for ln in between):
+            continue
+        if any(_LOOP.match(ln) for ln in between):
+            continue
+        keep = cond if in_true else f"~{cond}"
+        if f"({keep})" in load["mask"]:
+            continue  # masked so already
+        new_load = (f"{pad}{name} = tl.load({load['where']}, ({load['mask']}) & ({keep}), {load['rest']}"
+                    f"{load['cast'] or ''}")
+        moved = [new_load] + [lines[i] for i in sorted(order) if i != at]
+        out = [ln for i, ln in enumerate(lines) if i not in set(order)]
+        insert = out.index(lines[where_at])
+        out[insert:insert] = moved
+        done.add(name)
+        return out
+    return None
+
+
+def skip_discarded_loads(source: str) -> str | None:
+    """Loads whose values a mask throws away are not read: where every use of a load ends in one
+    branch of a ``tl.where`` whose condition does not depend on it (a causal or padding mask's
+    ``masked_fill``: ``tl.where(masked, -inf, scores * scale)``), the load is moved down to the
+    ``where`` and masked with its condition, so the lanes it discards read nothing (``other``
+    instead). A causal attention mask discards half of the scores: the kernel reads a quarter
+    less (the masked half of the reads) and writes as before. The values computed from the load
+    move down with it; every lane the ``where`` keeps gets the same bits as before."""
+    lines = source.split("\n")
+    done: set[str] = set()
+    changed = False
+    while (new := _skip_one_discarded_load(lines, done)) is not None:
+        lines, changed = new, True
+    return "\n".join(lines) if changed else None
+
+
 TRANSFORMS: tuple[Callable[[str], str | None], ...] = (
     pipelined_reduction_loop(2),
     pipelined_reduction_loop(3),
@@ -296,6 +420,7 @@ TRANSFORMS: tuple[Callable[[str], str | None], ...] = (
     fold_shifted_sum_loop,
     one_exp_online_softmax,
     multiply_by_hoisted_reciprocal,
+    skip_discarded_loads,
     flip_eviction,
     drop_eviction_hints,
 )
