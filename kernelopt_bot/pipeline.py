@@ -46,7 +46,7 @@ MIN_SEARCH_S = 20.0  # what the time held back for the options leaves the search
 OPTION_COMPILE_FACTOR = 1.5  # an option's compile against the default compile's (max-autotune tunes GEMMs)
 FINAL_BENCH_RESERVE_S = 20.0  # seconds kept for the final end-to-end benchmark on a GPU, at least
 FINAL_BENCH_TIMING_S = 10.0  # the final benchmark's gate 3 and timed rounds, after its compile
-BASELINE_TIME_CALLS = 42  # model calls of a 20-rep "time" request (timed, warm-up, latency): an empty pack's rounds
+BASELINE_REPS = 20  # calls a round of an empty pack's final benchmark times the baseline for
 # The wall budget is a deadline for the whole run, from the moment run_pipeline is called: no
 # candidate, compiler option or final benchmark starts that its estimate says cannot finish, and
 # their waits end at the deadline. What may still run past it: closing the model arms, writing
@@ -715,13 +715,22 @@ def _recommend_in_time(model_arms: Any, tgt: Any, gamma: float, rounds: int, bud
         return None if left is None else left - extra
 
     def bench_left() -> float | None:
-        if budget.max_wall_s is None or final_need_s is None:
+        left = _run_s_left(budget, reserve_s)
+        if left is None or final_need_s is None:
             return budget.wall_s_left()
-        return budget.max_wall_s + reserve_s - final_need_s() - budget.elapsed_s()
+        return left - final_need_s()
 
     with _arms_end_by(model_arms, budget.wall_s_left()):
         return recommend(model_arms, tgt, gamma=gamma, rounds=rounds, time_left=time_left,
                          bench_left=bench_left, model_ms=model_ms)
+
+
+def _run_s_left(budget: Any, reserve: float) -> float | None:
+    """Seconds to the run's own end: the search's wall deadline plus the final benchmark's
+    ``reserve`` (None: no wall limit)."""
+    if budget.max_wall_s is None:
+        return None
+    return budget.max_wall_s + reserve - budget.elapsed_s()
 
 
 def _final_need_s(pack: KernelPack, result: RunResult, final_arm: Any, model_ms: float | None,
@@ -733,12 +742,13 @@ def _final_need_s(pack: KernelPack, result: RunResult, final_arm: Any, model_ms:
     may time a compiled option. On the H200 a scan's options compiled with 7 s of the search's
     time left and were not timed, while 14 s of the reserve went unused (log_cumsum_exp bf16,
     12-03). All of it without a profiled model time to size the rounds by."""
+    from kernelopt_bot.harness.timing import time_request_calls
     from kernelopt_bot.search.compile_options import bench_need_s
 
     if not model_ms:
         return reserve
     if not len(pack):
-        return min(reserve, 1.0 + rounds * BASELINE_TIME_CALLS * model_ms / 1000.0)
+        return min(reserve, 1.0 + rounds * time_request_calls(BASELINE_REPS) * model_ms / 1000.0)
     if _measured_in_this_run(pack, result) is not None:
         return 0.0
     if final_arm is not None and getattr(final_arm, "ready", False):
@@ -786,9 +796,7 @@ def _option_with_pack(model_arms: Any, tgt: Any, pack: KernelPack, result: RunRe
         return
 
     def time_left() -> float | None:
-        if budget.max_wall_s is None:
-            return None
-        return budget.max_wall_s + reserve - budget.elapsed_s()
+        return _run_s_left(budget, reserve)
 
     log("measuring the best option with the pack")
     left = time_left()
@@ -863,14 +871,14 @@ def _final_bench(cascade: Any, tgt: Any, pack: KernelPack, result: RunResult, ro
         return pack
     if len(pack) == 0:
         if tgt.device == "cuda":
-            times = [baseline.request("time", 2000 + i, 20) for i in range(rounds)]
+            times = [baseline.request("time", 2000 + i, BASELINE_REPS) for i in range(rounds)]
             result.baseline_ms = result.optimized_ms = statistics.median(t[0] for t in times)
             if all(t[1] is not None for t in times):
                 host = statistics.median(t[1] for t in times)
                 result.latency_ms = {"baseline": host, "optimized": host, "noise_floor": None}
             result.speedup = 1.0  # nothing replaced: the compiler's code runs
             if tgt.train:  # where a training step's time goes, even with nothing to change in it (device time)
-                forward, step = (statistics.median(baseline.request("time", 2000 + i, 20, part, True)[0]
+                forward, step = (statistics.median(baseline.request("time", 2000 + i, BASELINE_REPS, part, True)[0]
                                                    for i in range(rounds)) for part in ("forward", "step"))
                 halves = {"forward": forward, "backward": step - forward}
                 result.step_split_ms = {half: {"baseline": ms, "optimized": ms} for half, ms in halves.items()}

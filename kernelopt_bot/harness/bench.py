@@ -24,6 +24,7 @@ from typing import Any
 
 from kernelopt_bot.harness.arm_process import Arm, ArmProcess, ArmSpec
 from kernelopt_bot.harness.model_arms import ModelArms
+from kernelopt_bot.harness.timing import time_request_calls
 from kernelopt_bot.pack.format import KernelPack
 from kernelopt_bot.stats import noise_floor
 
@@ -256,9 +257,8 @@ def compare_seconds(model_ms: float, rounds: int, reps: int) -> float:
     warm-up passes take up to WARMUP_MAX_S. On a GEMM-bound fp32 model of 20 ms a call that is
     about 30 s; planned with a fixed allowance of 10 s instead, one such measurement ran the whole
     run past its wall budget (the H200, 12-03)."""
-    pass_reps = _pass_reps(reps)
     requests = rounds * PASSES_PER_ROUND * 3
-    calls = requests * (2 * pass_reps + 2)
+    calls = requests * time_request_calls(_pass_reps(reps))
     return WARMUP_MAX_S + requests * REQUEST_OVERHEAD_S + calls * max(0.0, model_ms) / 1000.0
 
 

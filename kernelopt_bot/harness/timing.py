@@ -151,7 +151,16 @@ def time_on(device: str, fn: Callable[[], Any], **kwargs: Any) -> Timing:
     return Timing.not_measured()
 
 
-def time_model(device: str, fn: Callable[[], Any], *, reps: int = 20, warmup: int = 2,
+MODEL_WARMUP_CALLS = 2  # untimed calls before a model's timed ones (time_model)
+
+
+def time_request_calls(reps: int) -> int:
+    """The model calls one ``time_model`` of ``reps`` makes: its warm-up, the timed calls and as
+    many host-latency calls again (what a model arm's "time" request costs, to plan by)."""
+    return MODEL_WARMUP_CALLS + 2 * reps
+
+
+def time_model(device: str, fn: Callable[[], Any], *, reps: int = 20, warmup: int = MODEL_WARMUP_CALLS,
                hide_host: bool = False) -> Timing:
     """A whole model's call, timed two ways: GPU time (CUDA events, calls queued back to back after
     an L2 flush, as for a kernel) and host-inclusive latency (wall clock from the call to the end

@@ -320,6 +320,7 @@ def _skip_one_discarded_load(lines: list[str], done: set[str]) -> list[str] | No
     """One load whose every use ends in a ``tl.where`` branch that a condition independent of it
     discards, loaded only where that branch is taken (see :func:`skip_discarded_loads`)."""
     defs = {m["name"]: (i, m) for i, line in enumerate(lines) if (m := _DEF.match(line))}
+    assigned = [m["name"] for line in lines if (m := _DEF.match(line))]
     uses: dict[str, list[int]] = {}
     for i, line in enumerate(lines):
         rhs = line.split(" = ", 1)[1] if _DEF.match(line) else line
@@ -327,7 +328,7 @@ def _skip_one_discarded_load(lines: list[str], done: set[str]) -> list[str] | No
             uses.setdefault(name, []).append(i)
     for name, (at, m) in defs.items():
         load = _VALUE_LOAD.match(m["expr"])
-        if load is None or name in done or list(defs).count(name) != 1:
+        if load is None or name in done or assigned.count(name) != 1:  # a loop's accumulator is assigned again
             continue
         pad = m["pad"]
         chain, order, frontier = {name}, [at], [name]  # the load and the values computed from it alone
@@ -363,10 +364,10 @@ def _skip_one_discarded_load(lines: list[str], done: set[str]) -> list[str] | No
         # Every value computed from the load must end in the where: one that goes elsewhere (or
         # nowhere) would see the lanes the new mask does not read.
         reaching = chain & set(_NAME.findall(if_true + " " + if_false))
+        computed = {lines[i].split(" = ", 1)[0].strip(): lines[i].split(" = ", 1)[1] for i in order}
         grown = True
         while grown:
-            more = {n for i in order if _DEF.match(lines[i])["name"] in reaching  # type: ignore[index]
-                    for n in _NAME.findall(lines[i].split(" = ", 1)[1]) if n in chain}
+            more = {n for out, expr in computed.items() if out in reaching for n in _NAME.findall(expr) if n in chain}
             grown = not more <= reaching
             reaching |= more
         if reaching != chain:
@@ -389,7 +390,8 @@ def _skip_one_discarded_load(lines: list[str], done: set[str]) -> list[str] | No
         new_load = (f"{pad}{name} = tl.load({load['where']}, ({load['mask']}) & ({keep}), {load['rest']}"
                     f"{load['cast'] or ''}")
         moved = [new_load] + [lines[i] for i in sorted(order) if i != at]
-        out = [ln for i, ln in enumerate(lines) if i not in set(order)]
+        leaving = set(order)
+        out = [ln for i, ln in enumerate(lines) if i not in leaving]
         insert = out.index(lines[where_at])
         out[insert:insert] = moved
         done.add(name)
