@@ -470,6 +470,12 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
         cap = capture(tgt, mode=settings.mode)
         log("profiling")
         prof = profile(cap)
+        if tgt.device == "cuda" and prof.measured:
+            fitted = plan.for_model(prof.model_ms)
+            if fitted.rounds != plan.rounds:
+                log(f"    {fitted.rounds} timed rounds a comparison, not {plan.rounds}: "
+                    f"the model takes {prof.model_ms:.1f} ms a call")
+                plan = fitted
         env = running_environment(tgt.device)
         result.versions = {**versions(), "kernelopt": __version__}
         result.hardware = {"gpu": env.gpu, "compute_capability": env.compute_capability,
@@ -527,7 +533,10 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
             with _held_back(budget, after):
                 result.kernels, pack = orchestrator.run()
             _record_llm_status(result, llm_search, llm_problem, budget)
+            released = time.monotonic()
             cascade.release_search_memory()
+            if time.monotonic() - released > 1.0:
+                log(f"    the search's GPU memory released in {time.monotonic() - released:.1f} s")
             # The final benchmark's arm compiles beside the compiler's options' arms.
             with _final_arm(cascade.model_arms, tgt, pack, result, budget, reserve) as final_arm:
                 if options:

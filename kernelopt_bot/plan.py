@@ -10,7 +10,7 @@ and re-convert. ``result.json``'s ``"budget"`` is :meth:`RunPlan.to_json`.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from kernelopt_bot.candidate import DEFAULT_GAMMA
@@ -29,7 +29,7 @@ DEFAULT_BUDGET: dict[str, Any] = {
     "tokens": 200_000,
     "cost": None,
     "compile_options": True,  # measure the compiler's own options as whole-model candidates
-    "rounds": 10,
+    "rounds": 10,  # interleaved rounds of a comparison, at most: a slow model takes fewer (RunPlan.for_model)
 }
 
 # What each budget key takes: a whole number, a number, or true/false; whether null ("no limit")
@@ -60,7 +60,7 @@ class RunPlan:
     tokens: int | None = DEFAULT_BUDGET["tokens"]  # LLM tokens, prompt and completion together
     cost: float | None = DEFAULT_BUDGET["cost"]  # LLM spending, in the endpoint's price unit
     compile_options: bool = DEFAULT_BUDGET["compile_options"]  # measure the compiler's own options
-    rounds: int = DEFAULT_BUDGET["rounds"]  # interleaved rounds of each end-to-end comparison
+    rounds: int = DEFAULT_BUDGET["rounds"]  # interleaved rounds of each end-to-end comparison, at most
     gamma: float = DEFAULT_GAMMA  # the end-to-end speedup a replacement must reach
 
     @classmethod
@@ -90,6 +90,16 @@ class RunPlan:
         wall = None if self.wall_seconds is None else max(0.0, float(self.wall_seconds) - reserve_s)
         return Budget(max_candidates=self.candidates, max_tokens=self.tokens, max_gpu_s=self.gpu_seconds,
                       max_wall_s=wall, max_cost=self.cost, elapsed_before=elapsed_before)
+
+    def for_model(self, model_ms: float | None) -> RunPlan:
+        """This plan with its rounds fitted to a model of ``model_ms`` a call (the profile's;
+        :func:`~kernelopt_bot.harness.bench.rounds_within`): ``rounds`` is the most a comparison
+        takes, and a slow model's take fewer, so its compiler options and candidates still fit
+        in the wall budget."""
+        from kernelopt_bot.harness.bench import rounds_within
+
+        fitted = rounds_within(model_ms, self.rounds)
+        return self if fitted == self.rounds else replace(self, rounds=fitted)
 
     def verify_options(self) -> VerifyOptions:
         """The gates' options this plan sets (gamma, rounds); the rest keep their defaults."""

@@ -266,3 +266,22 @@ def test_the_planned_time_of_a_comparison_counts_the_calls_it_makes() -> None:
     assert per_ms == calls - warm_up  # the rounds' calls; warm-up is WARMUP_MAX_S at most
     # a 20 ms call (an fp32 GEMM-bound model) takes half a minute to compare, not 10 s
     assert 25.0 < bench.compare_seconds(20.0, 10, 20) < 35.0
+
+
+def test_a_slow_models_comparison_takes_fewer_rounds_that_fit_its_time() -> None:
+    """A 1 ms model keeps its ten rounds; a 31 ms one (whose ten took 47 s on the H200, and left its
+    compiler options no time) takes as many as fit COMPARE_WITHIN_S, never fewer than MIN_ROUNDS;
+    a plan that asked for fewer keeps them. The plan fits its rounds once, for the whole run."""
+    from kernelopt_bot.plan import RunPlan
+
+    assert bench.rounds_within(1.0, 10) == 10
+    assert bench.rounds_within(None, 10) == bench.rounds_within(0.0, 10) == 10
+    fitted = bench.rounds_within(12.0, 10)
+    assert bench.MIN_ROUNDS < fitted < 10
+    assert bench.compare_seconds(12.0, fitted, 20) <= bench.COMPARE_WITHIN_S < bench.compare_seconds(12.0, fitted + 1, 20)
+    assert bench.rounds_within(31.0, 10) == bench.MIN_ROUNDS
+    assert bench.rounds_within(31.0, 2) == 2
+    plan = RunPlan.parse(None)
+    assert plan.for_model(1.0) is plan
+    assert plan.for_model(31.0).rounds == bench.MIN_ROUNDS
+    assert plan.for_model(31.0).verify_options().rounds == bench.MIN_ROUNDS

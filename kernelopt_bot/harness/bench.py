@@ -41,6 +41,11 @@ WARMUP_MAX_S = 2.0
 # What a "time" request costs beyond its calls: the round's inputs made on the device, the reply
 # over the pipe (an estimate for planning, not a measurement).
 REQUEST_OVERHEAD_S = 0.005
+# A comparison's rounds are fitted to the model (rounds_within): as many as take COMPARE_WITHIN_S,
+# never fewer than MIN_ROUNDS. A slow model's call is long enough to time alone: on the H200 a
+# 31 ms MLP's ten rounds took 47 s, and its compiler options were never started in a 110 s budget.
+COMPARE_WITHIN_S = 15.0
+MIN_ROUNDS = 3
 
 
 @dataclass
@@ -260,6 +265,20 @@ def compare_seconds(model_ms: float, rounds: int, reps: int) -> float:
     requests = rounds * PASSES_PER_ROUND * 3
     calls = requests * time_request_calls(_pass_reps(reps))
     return WARMUP_MAX_S + requests * REQUEST_OVERHEAD_S + calls * max(0.0, model_ms) / 1000.0
+
+
+def rounds_within(model_ms: float | None, rounds: int, reps: int = 20, seconds: float = COMPARE_WITHIN_S) -> int:
+    """The rounds a comparison on a model of ``model_ms`` a call takes: ``rounds`` where those
+    fit in ``seconds`` (:func:`compare_seconds`), else as many as fit, at least MIN_ROUNDS (or
+    ``rounds`` where that is fewer). Each round is the median of its passes, each pass several
+    calls: on a model of tens of milliseconds a call, three rounds time more GPU work than ten
+    rounds of a 1 ms model do. None or 0 (not profiled): ``rounds``."""
+    if not model_ms or model_ms <= 0:
+        return rounds
+    fitted = rounds
+    while fitted > MIN_ROUNDS and compare_seconds(model_ms, fitted, reps) > seconds:
+        fitted -= 1
+    return fitted
 
 
 def _pass_reps(reps: int) -> int:

@@ -281,6 +281,10 @@ class KernelService:
         self._recording_of = recording_of
         self._benches: dict[tuple[int, str], KernelBench] = {}
         self._on_device: tuple[int, str] | None = None  # whose recorded arguments are on the device
+        # Their host copy, kept: back to the host they are dropped, not copied (a copy of a large
+        # model's arguments to pageable host memory took tens of seconds on the H200), and what
+        # comes back is as recorded, whatever a kernel wrote into the device copy.
+        self._host_args: tuple[Any, ...] = ()
 
     def bench(self, kernel: TritonKernel) -> KernelBench:
         """The kernel's bench, its recorded arguments on the device (back there if another
@@ -289,6 +293,7 @@ class KernelService:
         recording = self._recording_of(*key)
         if self.device == "cuda" and self._on_device != key:  # elsewhere the arguments stay where they are
             self._to_host()
+            self._host_args = recording.args
             recording.args = relocated(recording.args, self.device)
             self._on_device = key
         if key not in self._benches:
@@ -299,7 +304,7 @@ class KernelService:
         """The arguments on the device, if any, back to host memory."""
         if self._on_device is not None:
             last = self._recording_of(*self._on_device)
-            last.args = relocated(last.args, "cpu")
+            last.args, self._host_args = relocated(self._host_args, "cpu"), ()  # a no-op for host tensors
             self._on_device = None
             free_memory(self.device)
 

@@ -24,7 +24,7 @@ import torch
 
 from kernelopt_bot.candidate import DEFAULT_GAMMA, Candidate, candidate_pack
 from kernelopt_bot.capture.artifact import TritonKernel
-from kernelopt_bot.capture.recorder import Capture, relocated
+from kernelopt_bot.capture.recorder import Capture
 from kernelopt_bot.capture.settings import CompileSettings
 from kernelopt_bot.device import device_limits
 from kernelopt_bot.errors import one_line
@@ -100,8 +100,12 @@ class Cascade:
         variants and argument copies; the recorded arguments and the capture's inputs, moved to
         host memory), so the model arms that come next (the compiler's options, the final
         benchmark) have room. On a
-        large model these are several copies of its activations."""
-        self.capture.inputs = relocated(self.capture.inputs, "cpu")
+        large model these are several copies of its activations. The capture's inputs are
+        dropped on a GPU rather than copied to host memory: the profile, their use, is over, and
+        ``target.make_inputs(0)`` makes them again (a large model's arguments and inputs took 36 s
+        to copy to host memory on the H200, the compiler options' time)."""
+        if self.device == "cuda":
+            self.capture.inputs = ()
         self.kernels.close()  # the searched kernel's arguments to host memory; frees the cached GPU blocks
 
     def __enter__(self) -> Cascade:
