@@ -604,3 +604,83 @@ def test_a_load_is_masked_only_where_nothing_else_uses_its_value() -> None:
         assert skip_discarded_loads(DISCARDED + other_use) is None, other_use
     assert skip_discarded_loads(DISCARDED.replace("tmp1 = tmp0 == 0", "tmp1 = tmp2 > 0")) is None  # its own condition
     assert skip_discarded_loads(DISCARDED.replace("tl.where(tmp1, tmp3, tmp4)", "tl.where(tmp1, tmp2, tmp4)")) is None
+
+
+# The score kernel of benchmarks/level2/bmm_scale_masked_softmax.py in bf16 as torch 2.11 generated
+# it on the H200 (`kernelopt inspect ... --json`, 12-04): a persistent online softmax whose loads
+# have no mask (the sizes need none) and no ``other``, reading and writing the scores in place.
+H200_MASKED_SOFTMAX = '''
+import triton
+import triton.language as tl
+
+from torch._inductor.runtime import triton_helpers
+from torch._inductor.runtime.triton_helpers import libdevice
+
+
+@triton.jit
+def masked_softmax(in_out_ptr0, in_ptr0, xnumel, r0_numel, XBLOCK : tl.constexpr):
+    xnumel = 196608
+    r0_numel = 1024
+    R0_BLOCK: tl.constexpr = 1024
+    rnumel = r0_numel
+    RBLOCK: tl.constexpr = R0_BLOCK
+    xoffset = tl.program_id(0) * XBLOCK
+    xindex = xoffset + tl.arange(0, XBLOCK)[:, None]
+    xmask = tl.full([XBLOCK], True, tl.int1)[:, None]
+    r0_index = tl.arange(0, R0_BLOCK)[None, :]
+    r0_offset = 0
+    r0_mask = tl.full([R0_BLOCK], True, tl.int1)[None, :]
+    roffset = r0_offset
+    rindex = r0_index
+    r0_2 = r0_index
+    x0 = (xindex % 1024)
+    x3 = xindex
+    tmp0 = tl.load(in_ptr0 + (r0_2 + 1024*x0), None, eviction_policy='evict_last').to(tl.int1)
+    tmp2 = tl.load(in_out_ptr0 + (r0_2 + 1024*x3), None).to(tl.float32)
+    tmp1 = tmp0 == 0
+    tmp3 = tl.full([1, 1], 0.08838834764831845, tl.float32)
+    tmp4 = tmp2 * tmp3
+    tmp5 = tl.full([1, 1], float("-inf"), tl.float32)
+    tmp6 = tl.where(tmp1, tmp5, tmp4)
+    tmp7 = tmp6.to(tl.float32)
+    tmp8 = tl.broadcast_to(tmp7, [XBLOCK, R0_BLOCK])
+    tmp10 = tl.broadcast_to(tmp8, [XBLOCK, R0_BLOCK])
+    tmp12 = triton_helpers.max2(tmp10, 1)[:, None].to(tl.float32)
+    tmp13 = tmp8 - tmp12
+    tmp14 = libdevice.exp(tmp13)
+    tmp15 = tl.broadcast_to(tmp14, [XBLOCK, R0_BLOCK])
+    tmp17 = tl.sum(tmp15, 1)[:, None].to(tl.float32)
+    tmp18 = tmp7 - tmp12
+    tmp19 = libdevice.exp(tmp18)
+    tmp20 = (tmp19 / tmp17)
+    tmp21 = tmp20.to(tl.float32)
+    tl.store(in_out_ptr0 + (r0_2 + 1024*x3), tmp21, None)
+'''
+
+
+def test_the_h200_causal_softmax_without_load_masks_reads_no_masked_score(tmp_path: Path) -> None:
+    """Where the sizes need no load mask (``None``) the score load gets the causal condition as
+    its whole mask and an ``other``; the mask's own load is left alone; the rows it writes are
+    the same bits as the original's, the masked lanes included (exp(-inf) is 0 either way)."""
+    import torch
+
+    from kernelopt_bot.search.transforms import skip_discarded_loads
+
+    new = skip_discarded_loads(H200_MASKED_SOFTMAX)
+    assert new is not None
+    assert "tmp2 = tl.load(in_out_ptr0 + (r0_2 + 1024*x3), (~tmp1), other=0.0).to(tl.float32)" in new
+    assert "tmp0 = tl.load(in_ptr0 + (r0_2 + 1024*x0), None, eviction_policy='evict_last').to(tl.int1)" in new
+    assert skip_discarded_loads(new) is None
+    rows = 4  # of the 196608: the interpreter runs a few programs, one row each
+    causal = torch.ones(1024, 1024, dtype=torch.bool).tril()
+    scores = 4.0 * torch.randn(rows, 1024, generator=torch.Generator().manual_seed(0))
+
+    def run(name: str, source: str) -> torch.Tensor:
+        kernel = _load_kernel(tmp_path / f"{name}.py", source, "masked_softmax")
+        out = scores.to(torch.bfloat16).clone()
+        kernel[(rows,)](out, causal, rows, 1024, XBLOCK=1)
+        return out
+
+    original, mine = run("original", H200_MASKED_SOFTMAX), run("skipped", new)
+    assert torch.equal(mine, original)
+    assert torch.equal(original[:, 512:] == 0, ~causal[:rows, 512:])  # the masked half is 0, as it was

@@ -291,8 +291,10 @@ def multiply_by_hoisted_reciprocal(source: str) -> str | None:
 
 _DEF = re.compile(r"^(?P<pad>[ \t]*)(?P<name>_?tmp\d+) = (?P<expr>.+?)[ \t]*$")
 _NAME = re.compile(r"\b_?tmp\d+\b")
-_VALUE_LOAD = re.compile(r"^tl\.load\((?P<where>[^,]+), (?P<mask>[^,=]+), (?P<rest>(?:eviction_policy='\w+', )?other=[^)]+\))"
-                         r"(?P<cast>\.to\(tl\.\w+\))?$")
+# A load of values: its mask (``None`` where the sizes need none: on the H200 a 1024-wide causal
+# softmax's score load was ``tl.load(in_out_ptr0 + (...), None)``), hint and ``other`` as Inductor writes them.
+_VALUE_LOAD = re.compile(r"^tl\.load\((?P<where>[^,]+), (?P<mask>[^,=]+?)"
+                         r"(?P<rest>(?:, eviction_policy='\w+')?(?:, other=[^)]+)?\))(?P<cast>\.to\(tl\.\w+\))?$")
 _IMPURE = re.compile(r"tl\.(load|store|atomic|rand|sum|max|min|reduce|cumsum|cumprod|associative_scan)|"
                      r"triton_helpers\.(max2|min2|welford|online_softmax)|device_assert")
 
@@ -387,8 +389,9 @@ def _skip_one_discarded_load(lines: list[str], done: set[str]) -> list[str] | No
         keep = cond if in_true else f"~{cond}"
         if f"({keep})" in load["mask"]:
             continue  # masked so already
-        new_load = (f"{pad}{name} = tl.load({load['where']}, ({load['mask']}) & ({keep}), {load['rest']}"
-                    f"{load['cast'] or ''}")
+        mask = f"({keep})" if load["mask"] == "None" else f"({load['mask']}) & ({keep})"
+        rest = load["rest"] if "other=" in load["rest"] else load["rest"][:-1] + ", other=0.0)"
+        new_load = f"{pad}{name} = tl.load({load['where']}, {mask}{rest}{load['cast'] or ''}"
         moved = [new_load] + [lines[i] for i in sorted(order) if i != at]
         leaving = set(order)
         out = [ln for i, ln in enumerate(lines) if i not in leaving]
