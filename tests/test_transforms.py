@@ -603,6 +603,8 @@ def test_a_load_is_masked_only_where_nothing_else_uses_its_value() -> None:
                       "    tl.store(out_ptr1 + (x0), tmp4, xmask)\n"):  # or stored
         assert skip_discarded_loads(DISCARDED + other_use) is None, other_use
     assert skip_discarded_loads(DISCARDED.replace("tmp1 = tmp0 == 0", "tmp1 = tmp2 > 0")) is None  # its own condition
+    stored_between = DISCARDED.replace("    tmp1 = tmp0 == 0\n", "    tmp1 = tmp0 == 0\n    tl.store(in_ptr1 + (x0), tmp0, xmask)\n")
+    assert skip_discarded_loads(stored_between) is None  # the load would read what the store wrote
     assert skip_discarded_loads(DISCARDED.replace("tl.where(tmp1, tmp3, tmp4)", "tl.where(tmp1, tmp2, tmp4)")) is None
 
 

@@ -295,6 +295,7 @@ _NAME = re.compile(r"\b_?tmp\d+\b")
 # softmax's score load was ``tl.load(in_out_ptr0 + (...), None)``), hint and ``other`` as Inductor writes them.
 _VALUE_LOAD = re.compile(r"^tl\.load\((?P<where>[^,]+), (?P<mask>[^,=]+?)"
                          r"(?P<rest>(?:, eviction_policy='\w+')?(?:, other=[^)]+)?\))(?P<cast>\.to\(tl\.\w+\))?$")
+_WRITES = re.compile(r"tl\.(store|atomic_\w+|debug_barrier)\(")
 _IMPURE = re.compile(r"tl\.(load|store|atomic|rand|sum|max|min|reduce|cumsum|cumprod|associative_scan)|"
                      r"triton_helpers\.(max2|min2|welford|online_softmax)|device_assert")
 
@@ -386,6 +387,8 @@ def _skip_one_discarded_load(lines: list[str], done: set[str]) -> list[str] | No
             continue
         if any(_LOOP.match(ln) for ln in between):
             continue
+        if any(_WRITES.search(ln) for ln in between):
+            continue  # a store passed on the way down could be what the load reads (an in_out_ptr)
         keep = cond if in_true else f"~{cond}"
         if f"({keep})" in load["mask"]:
             continue  # masked so already
