@@ -471,7 +471,7 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
         log("profiling")
         prof = profile(cap)
         if tgt.device == "cuda" and prof.measured:
-            fitted = plan.for_model(prof.model_ms)
+            fitted = plan.for_model(prof.model_ms, train=train)
             if fitted.rounds != plan.rounds:
                 log(f"    {fitted.rounds} timed rounds a comparison, not {plan.rounds}: "
                     f"the model takes {prof.model_ms:.1f} ms a call")

@@ -91,14 +91,14 @@ class RunPlan:
         return Budget(max_candidates=self.candidates, max_tokens=self.tokens, max_gpu_s=self.gpu_seconds,
                       max_wall_s=wall, max_cost=self.cost, elapsed_before=elapsed_before)
 
-    def for_model(self, model_ms: float | None) -> RunPlan:
+    def for_model(self, model_ms: float | None, train: bool = False) -> RunPlan:
         """This plan with its rounds fitted to a model of ``model_ms`` a call (the profile's;
         :func:`~kernelopt_bot.harness.bench.rounds_within`): ``rounds`` is the most a comparison
         takes, and a slow model's take fewer, so its compiler options and candidates still fit
-        in the wall budget."""
+        in the wall budget. ``train``: a training step's, whose comparisons also time its halves."""
         from kernelopt_bot.harness.bench import rounds_within
 
-        fitted = rounds_within(model_ms, self.rounds)
+        fitted = rounds_within(model_ms, self.rounds, split_step=train)
         return self if fitted == self.rounds else replace(self, rounds=fitted)
 
     def verify_options(self) -> VerifyOptions:

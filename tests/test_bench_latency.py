@@ -285,3 +285,6 @@ def test_a_slow_models_comparison_takes_fewer_rounds_that_fit_its_time() -> None
     assert plan.for_model(1.0) is plan
     assert plan.for_model(31.0).rounds == bench.MIN_ROUNDS
     assert plan.for_model(31.0).verify_options().rounds == bench.MIN_ROUNDS
+    # a training step's comparison also times its halves: it fits fewer rounds
+    assert bench.compare_seconds(5.0, 10, 20, split_step=True) > 2 * bench.compare_seconds(5.0, 10, 20) - bench.WARMUP_MAX_S
+    assert plan.for_model(5.0, train=True).rounds < plan.for_model(5.0).rounds

@@ -103,3 +103,7 @@ def test_two_hiccups_in_ten_rounds_do_not_set_the_noise_floor() -> None:
     assert noise_floor([*steady, 0.136, 0.152]) == pytest.approx(0.01)
     assert noise_floor([*steady, 0.136, 0.152, 0.14]) == pytest.approx(0.848)
     assert noise_floor([]) is None
+    # a slow model's three or four rounds: one hiccup does not set the floor either
+    assert noise_floor([1.0, 1.01, 0.136]) == pytest.approx(0.01)
+    assert noise_floor([1.0, 0.995, 1.01, 0.136]) == pytest.approx(0.01)
+    assert noise_floor([1.0, 1.02]) == pytest.approx(0.02)  # of two, no round can be left out

@@ -605,6 +605,8 @@ def test_a_load_is_masked_only_where_nothing_else_uses_its_value() -> None:
     assert skip_discarded_loads(DISCARDED.replace("tmp1 = tmp0 == 0", "tmp1 = tmp2 > 0")) is None  # its own condition
     stored_between = DISCARDED.replace("    tmp1 = tmp0 == 0\n", "    tmp1 = tmp0 == 0\n    tl.store(in_ptr1 + (x0), tmp0, xmask)\n")
     assert skip_discarded_loads(stored_between) is None  # the load would read what the store wrote
+    commas = DISCARDED.replace("tl.load(in_ptr1 + (x0), xmask, other=0.0)", "tl.load(in_ptr1 + (tl.broadcast_to(x0, [XBLOCK])))")
+    assert skip_discarded_loads(commas) is None  # an address with a comma is not misread as address and mask
     assert skip_discarded_loads(DISCARDED.replace("tl.where(tmp1, tmp3, tmp4)", "tl.where(tmp1, tmp2, tmp4)")) is None
 
 

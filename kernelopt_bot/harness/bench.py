@@ -255,28 +255,32 @@ def compare_arms(base: Arm, packed: Arm, repeat: Arm | None, *, target: str,
     return result
 
 
-def compare_seconds(model_ms: float, rounds: int, reps: int) -> float:
+def compare_seconds(model_ms: float, rounds: int, reps: int, split_step: bool = False) -> float:
     """Seconds :func:`compare_arms` is expected to take on a model of ``model_ms`` a call, to plan
     by: each of the three arms is timed PASSES_PER_ROUND times a round, a pass making its timed
     calls, their warm-up (``time_model``'s two) and as many host-latency calls again, and the
     warm-up passes take up to WARMUP_MAX_S. On a GEMM-bound fp32 model of 20 ms a call that is
     about 30 s; planned with a fixed allowance of 10 s instead, one such measurement ran the whole
     run past its wall budget (the H200, 12-03)."""
-    requests = rounds * PASSES_PER_ROUND * 3
+    # split_step: the baseline and packed arms' forward half and whole step, timed again each
+    # pass (counted as whole calls: a forward half is shorter, so this errs long)
+    requests = rounds * PASSES_PER_ROUND * (3 + (4 if split_step else 0))
     calls = requests * time_request_calls(_pass_reps(reps))
     return WARMUP_MAX_S + requests * REQUEST_OVERHEAD_S + calls * max(0.0, model_ms) / 1000.0
 
 
-def rounds_within(model_ms: float | None, rounds: int, reps: int = 20, seconds: float = COMPARE_WITHIN_S) -> int:
+def rounds_within(model_ms: float | None, rounds: int, reps: int = 20, seconds: float = COMPARE_WITHIN_S,
+                  split_step: bool = False) -> int:
     """The rounds a comparison on a model of ``model_ms`` a call takes: ``rounds`` where those
     fit in ``seconds`` (:func:`compare_seconds`), else as many as fit, at least MIN_ROUNDS (or
     ``rounds`` where that is fewer). Each round is the median of its passes, each pass several
     calls: on a model of tens of milliseconds a call, three rounds time more GPU work than ten
-    rounds of a 1 ms model do. None or 0 (not profiled): ``rounds``."""
+    rounds of a 1 ms model do. ``split_step``: a training step's comparison, which also times
+    each step's halves. None or 0 (not profiled): ``rounds``."""
     if not model_ms or model_ms <= 0:
         return rounds
     fitted = rounds
-    while fitted > MIN_ROUNDS and compare_seconds(model_ms, fitted, reps) > seconds:
+    while fitted > MIN_ROUNDS and compare_seconds(model_ms, fitted, reps, split_step) > seconds:
         fitted -= 1
     return fitted
 

@@ -333,6 +333,8 @@ def _skip_one_discarded_load(lines: list[str], done: set[str]) -> list[str] | No
         load = _VALUE_LOAD.match(m["expr"])
         if load is None or name in done or assigned.count(name) != 1:  # a loop's accumulator is assigned again
             continue
+        if load["where"].count("(") != load["where"].count(")"):
+            continue  # an address with a comma of its own, misread as the mask's: not a load we know
         pad = m["pad"]
         chain, order, frontier = {name}, [at], [name]  # the load and the values computed from it alone
         where_at: int | None = None
