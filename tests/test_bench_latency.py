@@ -94,7 +94,7 @@ def test_mirrored_passes_cancel_a_drift_of_the_device(monkeypatch: pytest.Monkey
                           rounds=3)
     assert device.requests == 3 * result.warmup_passes + 3 * 3 * passes
     if passes == 1:
-        assert result.noise_floor is not None and result.noise_floor > 0.01
+        assert result.noise_floor is not None and result.noise_floor > 0.005  # about 1% a round
     else:
         assert result.noise_floor is not None and result.noise_floor < 1e-9
         assert result.speedup is not None and abs(result.speedup - 1.0) < 1e-9
