@@ -152,7 +152,10 @@ class BudgetConfig(_Strict):
                                          description="Also measure the compiler's own options (max-autotune, "
                                                      "coordinate descent, CUDA graphs) end to end.")
     rounds: int | None = Field(default=None, ge=1, le=1000,
-                               description="Interleaved timing rounds of each end-to-end comparison.")
+                               description="Interleaved timing rounds of each end-to-end comparison, at most: on a GPU, a model "
+                               "whose comparison of that many rounds would take over 15 s (tens of milliseconds a call) "
+                               "takes as many as fit, at least 3, so its compiler options and candidates fit in the wall "
+                               "budget (`run.log` says so).")
 
     def as_dict(self) -> dict[str, Any]:
         return {k: v for k, v in self.model_dump().items() if v is not None}
