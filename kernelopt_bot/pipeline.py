@@ -533,10 +533,11 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
             with _held_back(budget, after):
                 result.kernels, pack = orchestrator.run()
             _record_llm_status(result, llm_search, llm_problem, budget)
-            released = time.monotonic()
+            release_start = time.monotonic()
             cascade.release_search_memory()
-            if time.monotonic() - released > 1.0:
-                log(f"    the search's GPU memory released in {time.monotonic() - released:.1f} s")
+            release_s = time.monotonic() - release_start
+            if release_s > 1.0:
+                log(f"    the search's GPU memory released in {release_s:.1f} s")
             # The final benchmark's arm compiles beside the compiler's options' arms.
             with _final_arm(cascade.model_arms, tgt, pack, result, budget, reserve) as final_arm:
                 if options:
