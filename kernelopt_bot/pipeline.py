@@ -513,6 +513,7 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
                 rewrites=rewrites,
             )
             compile_s = result.phases.get("compiling and capturing", 0.0)
+            option_compile_s = OPTION_COMPILE_FACTOR * compile_s if compile_s else None  # sizes their waves
             model_ms = prof.model_ms if prof.measured else None  # plans how long an option's timing takes
             options = plan.compile_options and tgt.device == "cuda"
             # Not where the GPU does not hold the model arms beside this process's capture (a
@@ -526,7 +527,8 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
                     f"none starts with less than {keep:.0f} s to spare for the search)")
                 result.recommendations = _recommend_in_time(
                     cascade.model_arms, tgt, plan.gamma, plan.rounds, budget,
-                    orchestrator.candidate_estimate_s(trusted=False), keep_s=keep, model_ms=model_ms)
+                    orchestrator.candidate_estimate_s(trusted=False), keep_s=keep, model_ms=model_ms,
+                    compile_s=option_compile_s)
             log("searching")
             after = _after_search_s(compile_s, reserve, options and first is None, budget.wall_s_left(),
                                     bench_need_s(model_ms, plan.rounds))
@@ -546,7 +548,7 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
                         result.recommendations = _recommend_in_time(
                             cascade.model_arms, tgt, plan.gamma, plan.rounds, budget,
                             orchestrator.candidate_estimate_s(trusted=False), model_ms=model_ms,
-                            reserve_s=reserve, final_need_s=functools.partial(
+                            compile_s=option_compile_s, reserve_s=reserve, final_need_s=functools.partial(
                                 _final_need_s, pack, result, final_arm, model_ms, plan.rounds, reserve))
                     if _try_option_configs(orchestrator, cascade, result, pack, log) and final_arm is not None:
                         final_arm.close()  # it compiled the pack as it was: the benchmark starts its own
@@ -705,13 +707,15 @@ def _search_headroom(kernels: list[Any]) -> float:
 
 def _recommend_in_time(model_arms: Any, tgt: Any, gamma: float, rounds: int, budget: Any,
                        candidate_s: float, keep_s: float = 0.0, model_ms: float | None = None,
-                       reserve_s: float = 0.0, final_need_s: Callable[[], float] | None = None) -> list[Any]:
+                       compile_s: float | None = None, reserve_s: float = 0.0,
+                       final_need_s: Callable[[], float] | None = None) -> list[Any]:
     """The compiler's options, started only with time for them before the search's deadline
     less ``keep_s`` (kept for what comes after them: the search, where they go first), by the
     larger of ``MIN_OPTION_S`` and the estimate for a candidate whose gates start processes
     (an option compiles and times the whole model as such a candidate's arm does), and cut off
     at that deadline. A compiled option may also be checked and timed in the final benchmark's
-    ``reserve_s`` less what that benchmark still needs (``final_need_s()``: :func:`_final_need_s`)."""
+    ``reserve_s`` less what that benchmark still needs (``final_need_s()``: :func:`_final_need_s`).
+    ``compile_s``: an option's compile, estimated (no more compile at once than can then be timed)."""
     from kernelopt_bot.search.compile_options import MIN_OPTION_S, recommend
 
     extra = max(0.0, candidate_s - MIN_OPTION_S)
@@ -732,7 +736,7 @@ def _recommend_in_time(model_arms: Any, tgt: Any, gamma: float, rounds: int, bud
 
     with _arms_end_by(model_arms, budget.wall_s_left()):
         return recommend(model_arms, tgt, gamma=gamma, rounds=rounds, time_left=time_left,
-                         bench_left=bench_left, model_ms=model_ms)
+                         bench_left=bench_left, model_ms=model_ms, compile_s=compile_s)
 
 
 def _run_s_left(budget: Any, reserve: float) -> float | None:

@@ -688,3 +688,88 @@ def test_the_h200_causal_softmax_without_load_masks_reads_no_masked_score(tmp_pa
     original, mine = run("original", H200_MASKED_SOFTMAX), run("skipped", new)
     assert torch.equal(mine, original)
     assert torch.equal(original[:, 512:] == 0, ~causal[:rows, 512:])  # the masked half is 0, as it was
+
+
+# The H200 cross-entropy kernel with its row length written in, as Inductor writes it, and odd.
+ODD_ROWS = (H200_CROSS_ENTROPY.replace("xnumel, r0_numel, XBLOCK", "xnumel, r0_numel_given, XBLOCK")
+            .replace("    xoffset = tl.program_id(0)", "    r0_numel = 3001\n    xoffset = tl.program_id(0)")
+            .replace("r0_numel*x0", "3001*x0"))
+
+
+@pytest.mark.parametrize("xblock, rblock", [(2, 64), (1, 1024), (2, 8)])
+def test_rows_of_odd_length_are_read_in_aligned_chunks(tmp_path: Path, xblock: int, rblock: int) -> None:
+    """A 3001-wide row: its chunks start at the row's offset rounded down to a multiple of 8, and
+    those wholly inside the row load without the row's mask. The row's maximum comes out the same
+    bits, its sums within rounding, with -inf and NaN as before; a row length that is a multiple
+    of 8 is left as it is, and the rewrite does not apply twice."""
+    import torch
+
+    from kernelopt_bot.search.transforms import aligned_row_loads
+
+    new = aligned_row_loads(ODD_ROWS)
+    assert new is not None and new.count("if _kfull:") == 2 and new.count("tl.multiple_of(") == 1
+    assert new.count("tl.range(0, r0_numel + 7, R0_BLOCK)") == 2
+    assert "tmp0 = tl.load(in_ptr0 + (_kbase + _krow), None, eviction_policy='evict_last')" in new
+    assert aligned_row_loads(new) is None
+    assert aligned_row_loads(ODD_ROWS.replace("3001", "3008")) is None
+    generator = torch.Generator().manual_seed(3)
+    logits = (2.0 * torch.randn(6, 3001, generator=generator)).to(torch.bfloat16)
+    logits[1] += 500.0
+    logits[2, 17] = float("-inf")
+    logits[3, 3000] = float("nan")
+    logits[4, :9] = 40.0  # the row's first chunk, partly before its first aligned offset
+    original = _cross_entropy_rows(tmp_path / "original.py", ODD_ROWS, logits, xblock, rblock)
+    aligned = _cross_entropy_rows(tmp_path / "aligned.py", new, logits, xblock, rblock)
+    torch.testing.assert_close(aligned[0], original[0], rtol=0, atol=0, equal_nan=True)  # the maximum: the same bits
+    for mine, theirs in zip(aligned[1:], original[1:]):
+        assert torch.equal(torch.isnan(mine), torch.isnan(theirs)) and torch.equal(torch.isinf(mine), torch.isinf(theirs))
+        finite = torch.isfinite(theirs)
+        assert finite.sum() >= 4 and torch.allclose(mine[finite].float(), theirs[finite].float(), rtol=1e-2)
+    exact = torch.logsumexp(logits[0].double(), 0)
+    assert float(original[0][0] + torch.log(original[1][0])) == pytest.approx(float(exact), rel=1e-5)
+    assert float(aligned[0][0] + torch.log(aligned[1][0])) == pytest.approx(float(exact), rel=1e-5)
+
+
+LAYER_NORM_ODD = '''
+import torch
+
+class Model(torch.nn.Module):
+    """A 3001-wide layer norm: a loop of statistics, then a loop that reads the row again and writes it."""
+    def __init__(self):
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(3001)
+
+    def forward(self, x):
+        return self.norm(x)
+
+def get_inputs():
+    return [3.0 * torch.randn(5, 3001) + 2.0]
+
+def get_init_inputs():
+    return []
+'''
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_an_odd_width_layer_norm_with_aligned_rows_passes_gates_1_to_3(tmp_path: Path, dtype: str) -> None:
+    """Captured here: its loads and its store of the row are split into an aligned unmasked
+    access and the masked one, its weight's loads are left alone, and gates 1-3 pass it (the
+    row's shift on its own and on the stacked rewrites)."""
+    from kernelopt_bot.search.transforms import aligned_row_loads
+
+    path = tmp_path / "layer_norm_odd.py"
+    path.write_text(LAYER_NORM_ODD)
+    captured = capture(load_target(str(path), DEVICE, dtype))
+    kernel = next(k for k in captured.artifact.kernels if k.name.startswith("triton_red_"))
+    new = aligned_row_loads(kernel.source)
+    assert new is not None and "aligned_row_loads" in [name for name, _ in applicable(kernel.source)]
+    assert re.search(r"if _kfull:\n\s+tl\.store\(out_ptr\d+ \+ \(_kbase \+ _krow\)", new)
+    assert re.search(r"tl\.load\(in_ptr[12] \+ \(r0_1\)", new)  # the weight and bias: not the row's offset
+    stacked, applied = stack(kernel.source, ["aligned_row_loads", "shifted_sums_for_welford"])
+    assert applied == ["shifted_sums_for_welford", "aligned_row_loads"]
+    assert check_source(kernel, new).passed and check_source(kernel, stacked).passed
+    with Cascade(captured, VerifyOptions(seeds=(0, 1), rounds=1)) as gates:
+        for source in (new, stacked):
+            verdict = gates.verify(kernel, Candidate("aligned_row_loads", source=source, config=None, origin=ORIGIN))
+            assert verdict.infrastructure is None
+            assert [g.name for g in verdict.gates if g.passed] == ["static", "correctness", "model"], verdict.gates

@@ -205,6 +205,52 @@ def test_a_compiled_option_may_take_what_the_final_benchmark_will_not_need(monke
         assert all(t + MIN_BENCH_S <= 100.0 + 20.0 - need for t in checked)  # none begun past the spare time
 
 
+class _WaveArena(_ReadyArena):
+    """Options compile for ``compile_s`` a wave (side by side); records each wave's size."""
+
+    def __init__(self, now: list[float], compile_s: float) -> None:
+        super().__init__()
+        self.now, self.compile_s, self.waves, self.compiling = now, compile_s, [], 0
+
+    def candidate(self, *_a: Any, **_k: Any) -> Any:
+        self.compiling += 1
+        return super().candidate()
+
+    def settle(self) -> None:
+        if self.compiling:
+            self.waves.append(self.compiling)
+            self.now[0] += self.compile_s
+        self.compiling = 0
+
+
+def test_no_more_options_compile_at_once_than_can_then_be_timed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 30 ms model whose options compile for about 42 s, with 72 s left and 16 s for a check and
+    its rounds: its three options compiled side by side and none was timed (the H200's MLP-Mixer,
+    12-04). Now max-autotune compiles alone and is checked and timed; the others do not start in
+    the 14 s left. With time for all three they compile as one wave, as before; with no estimate
+    of the compile, the wave is what the GPU holds."""
+    checked: list[float] = []
+
+    def check(*_a: Any) -> Any:
+        checked.append(now[0])
+        now[0] += 16.0  # gate 3 and the rounds
+        return SimpleNamespace(passed=False, reason="checked")
+
+    monkeypatch.setattr(compile_options, "check_model", check)
+    need = bench_need_s(30.0, rounds=3)
+    assert 14.0 < need <= 16.0
+    for left, compile_s, waves, checks in ((72.0, 42.0, [1], 1), (200.0, 42.0, [3], 3), (72.0, None, [3], 1)):
+        now, checked = [0.0], []
+        arena = _WaveArena(now, 42.0)
+        recs = recommend(arena, None, gamma=1.03, rounds=3, model_ms=30.0, compile_s=compile_s,  # type: ignore[arg-type]
+                         time_left=lambda left=left, now=now: left - now[0])
+        assert arena.waves == waves and len(checked) == checks
+        assert [r.option for r in recs][:1] == ["mode=max-autotune-no-cudagraphs"]
+        assert recs[0].detail == "outputs differ: checked"  # max-autotune, the suite's reference, is timed first
+    assert compile_options.wave_size(3, None, 42.0, 16.0) == 3
+    assert compile_options.wave_size(3, 30.0, 42.0, 16.0) == 1  # at least one: it may finish early
+
+
 def test_what_the_final_benchmark_still_needs_of_its_reserve() -> None:
     """An empty pack's baseline rounds; nothing where gate 4 measured exactly this pack; the
     rounds where the pack's arm is compiled; all of it while that arm compiles, or where no
