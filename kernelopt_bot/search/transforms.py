@@ -479,7 +479,7 @@ def aligned_row_loads(source: str) -> str | None:
     lets Triton prove that eight neighbouring elements are aligned and all valid, so every thread
     loads its elements one at a time: the H200's bf16 kernels of such rows ran at 23-31% of the
     copy roofline, their fp32 twins (twice the bytes a load) at 44-55%. Here each row's chunks
-    start at its offset rounded down to a multiple of 8 (``tl.multiple_of``), the row's index
+    start at its offset rounded down to a multiple of 8 (``(base // 8) * 8``), the row's index
     being the chunk's less that shift, and a chunk wholly inside the row (every one but the
     first and the last) loads and stores without the row's mask: 16-byte vectors. Each lane
     holds other elements than before, so sums round differently; the gates judge that."""
@@ -513,8 +513,10 @@ def aligned_row_loads(source: str) -> str | None:
         if sum(ln.strip().startswith("r0_mask = (r0_index >= 0)") for ln in body) != 1:
             return None  # a loop without Inductor's index lines: its lanes' masks are not the row's
         header = f"{pad}for r0_offset in tl.range(0, r0_numel + {ALIGN - 1}, R0_BLOCK):"
-        prelude = [] if changed else [f"{pad}_kshift = ({base}) % {ALIGN}",
-                                      f"{pad}_kbase = tl.multiple_of(({base}) - _kshift, [{ALIGN}, {ALIGN}])"]
+        # Rounded down by // and *, which Triton's alignment analysis follows (a tl.multiple_of
+        # hint on this [XBLOCK, 1] tensor crashed Triton 3.6's compiler on the H200).
+        prelude = [] if changed else [f"{pad}_kbase = (({base}) // {ALIGN}) * {ALIGN}",
+                                      f"{pad}_kshift = ({base}) - _kbase"]
         at_start = start + at
         out[at_start:at_start + (end - start)] = [*prelude, header, *body]
         at += len(prelude) + 1 + len(body) - (end - start)
