@@ -504,8 +504,11 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
                 if not prestarted:
                     log("    the baseline arms start after the search: the GPU does not hold them beside it")
             # The tuner ranks variants by kernel-level time, which only a GPU gives.
-            strategies = [TimedTuner(TimerWithinDeadline(cascade.time_variants, budget.wall_s_left, log=log)
-                                     if tgt.device == "cuda" else None)]
+            # The timer keeps a tuner candidate's gates before the deadline (the orchestrator's
+            # estimate; it is asked only while the orchestrator runs the search).
+            strategies = [TimedTuner(TimerWithinDeadline(
+                cascade.time_variants, budget.wall_s_left, log=log,
+                reserve=lambda: orchestrator.candidate_estimate_s(trusted=True)) if tgt.device == "cuda" else None)]
             orchestrator = Orchestrator(
                 cap, prof, cascade, budget, strategies=strategies, feedback=llm_search,
                 store=store, run_id=run_id, log=log,

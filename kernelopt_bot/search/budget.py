@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 RESOURCES = ("candidates", "tokens", "gpu_s", "wall_s", "cost")
 # What an LLM call needs left: its own consumption plus the clock.
@@ -206,33 +206,69 @@ class Budget:
         return f"Budget(limits={s['limits']}, used={s['used']})"
 
 
+FIRST_CHUNK = 24  # a kernel's first variants, timed before the seconds a variant takes are known
+
+
 class TimerWithinDeadline:
-    """A search strategy's timer (``(kernel, candidates) -> (original_ms, times)``) that refuses a
-    batch the wall deadline cannot see through: it raises :class:`BudgetExceeded` where the time
-    left is less than the batch's variants at the seconds a variant took in the kernel's last
-    batch (the first batch of a kernel is refused only once the deadline has passed). The search
-    itself stays pure: it stops where it is and ranks what it timed. On the H200 a 7 ms RMS-norm
-    kernel's tuner ran on for 30 s past the time it was given, and the compiler's options found
-    none left (rms_norm_large fp32, 12-03)."""
+    """A search strategy's timer (``(kernel, candidates) -> (original_ms, times)``) that times no
+    more than the wall deadline can see through, keeping ``reserve()`` seconds (the gates of what
+    the search will propose) before it. A kernel's first batch is timed ``first_chunk`` variants
+    first; from then on the seconds a variant took size what is timed: as many variants of a
+    batch as fit (in the order given, the rest not timed: ``None``), and a batch of which none
+    fits is refused (:class:`BudgetExceeded`). The search itself stays pure: it stops where it is
+    and ranks what it timed. On the H200 a 7 ms RMS-norm kernel's tuner ran on for 30 s past the
+    time it was given (rms_norm_large fp32, 12-03); a scan's 68 variants took 28 of the search's
+    34 s to compile and time, and the 1.7x config among them found no time left for its gates
+    (log_cumsum_exp fp32, 12-04)."""
 
     def __init__(self, timer: Callable[[Any, list[Any]], Any], left: Callable[[], float | None],
-                 clock: Callable[[], float] = time.monotonic, log: Callable[[str], None] | None = None) -> None:
+                 clock: Callable[[], float] = time.monotonic, log: Callable[[str], None] | None = None,
+                 reserve: Callable[[], float] | None = None, first_chunk: int = FIRST_CHUNK) -> None:
         self.timer, self.left, self.clock, self.log = timer, left, clock, log
+        self.reserve, self.first_chunk = reserve, max(1, first_chunk)
         self._per_variant_s: dict[str, float] = {}
 
     def __call__(self, kernel: Any, candidates: list[Any]) -> Any:
         key = str(getattr(kernel, "qualified_name", None) or getattr(kernel, "name", ""))
         left = self.left()
-        need = self._per_variant_s.get(key, 0.0) * len(candidates)
-        if left is not None and (left <= 0.0 or left < need):
-            why = (f"the search's wall time ran out before a batch of {len(candidates)} variant(s) "
-                   f"({left:.0f} s left, about {need:.0f} s needed)")
+        if left is None or not candidates:
+            return self._time(key, kernel, candidates)
+        per = self._per_variant_s.get(key)
+        if left <= 0.0 or per is None:  # a first batch: only a deadline already passed refuses it
+            if left <= 0.0:
+                self._refuse(len(candidates), left, 0.0)
+            head = candidates[:self.first_chunk]
+            original_ms, times = self._time(key, kernel, head)
+            if len(head) == len(candidates):
+                return original_ms, times
+            try:
+                more_ms, more = self(kernel, candidates[len(head):])
+            except BudgetExceeded:
+                return original_ms, [*times, *([None] * (len(candidates) - len(head)))]
+            return original_ms if original_ms is not None else more_ms, [*times, *more]
+        room = left - (self.reserve() if self.reserve is not None else 0.0)
+        fit = len(candidates) if per <= 0.0 else min(len(candidates), int(room // per))
+        if fit <= 0:
+            self._refuse(len(candidates), left, per * len(candidates))
+        original_ms, times = self._time(key, kernel, candidates[:fit])
+        if fit < len(candidates):
             if self.log is not None:
-                self.log(f"    {why}: ranking what was timed")
-            raise BudgetExceeded(why, "wall_s")
+                self.log(f"    the search's wall time left room for {fit} of a batch of {len(candidates)} variant(s) "
+                         f"({left:.0f} s left, {left - room:.0f} s of it kept for the gates)")
+            times = [*times, *([None] * (len(candidates) - fit))]
+        return original_ms, times
+
+    def _time(self, key: str, kernel: Any, candidates: list[Any]) -> Any:
         start = self.clock()
         try:
             return self.timer(kernel, candidates)
         finally:
             if candidates:
                 self._per_variant_s[key] = (self.clock() - start) / len(candidates)
+
+    def _refuse(self, count: int, left: float, need: float) -> NoReturn:
+        why = (f"the search's wall time ran out before a batch of {count} variant(s) "
+               f"({left:.0f} s left, about {need:.0f} s needed)")
+        if self.log is not None:
+            self.log(f"    {why}: ranking what was timed")
+        raise BudgetExceeded(why, "wall_s")

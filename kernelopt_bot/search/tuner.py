@@ -151,18 +151,24 @@ class TimedTuner(SearchStrategy):
         rewrite_sources = {rw.source for rw in ctx.rewrites}
         stopped = False  # the timer refused a batch (the wall deadline): rank what was timed
 
-        def run_job(batch: list[LaunchConfig], on: LaunchConfig | None, extra: list[Candidate] | None = None) -> None:
+        def run_job(batch: list[LaunchConfig], on: LaunchConfig | None, extra: list[Candidate] | None = None,
+                    lead: int = 0) -> None:
             """Time ``batch`` (untimed configs only), ``extra`` candidates (strategy rewrites)
-            and, ``on`` a config, every transformation; nothing once the timer has refused."""
+            and, ``on`` a config, every transformation; nothing once the timer has refused. In
+            the order a timer short of time takes them: the first ``lead`` configs of the batch
+            (the compiler's own), the rewrites and transformations, then the other configs."""
             nonlocal original_ms, stopped
             if stopped:
                 return
+            first = {_key(c) for c in batch[:lead]}
             unique = {_key(c): c for c in batch}
             batch = [c for k, c in unique.items() if k not in timed]
-            cands = [Candidate("config", config=c, origin=ORIGIN) for c in batch]
+            configs = [Candidate("config", config=c, origin=ORIGIN) for c in batch]
+            cands = [c for c in configs if c.config is not None and _key(c.config) in first]
             cands += extra or []
             if on is not None:
                 cands += [Candidate(f"{name} + {on.describe()}", source=src, config=on, origin=ORIGIN) for name, src in transforms]
+            cands += [c for c in configs if c.config is not None and _key(c.config) not in first]
             if not cands:
                 return
             try:
@@ -190,7 +196,7 @@ class TimedTuner(SearchStrategy):
             first += neighbours(chosen, set(space))
         rewritten = [c for rw in ctx.rewrites for c in rewrite_candidates(rw, REWRITE_SAMPLE, seed=self.seed)]
         tried = {c.label for c in rewritten}
-        run_job(first, None, rewritten)
+        run_job(first, None, rewritten, lead=len(seeds))
         by_source = {rw.source: rw for rw in ctx.rewrites}
 
         def next_rewrites() -> list[Candidate]:
