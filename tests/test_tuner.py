@@ -338,3 +338,32 @@ def test_a_stack_that_is_one_of_its_parts_is_not_timed_again() -> None:
     TimedTuner(timer, sample_size=4, descent_rounds=1).propose(SearchContext(kernel, _profile(1.0), None, "cuda"), 3)
     assert not any(c.label.startswith("stacked_transforms") for batch in batches for c in batch)
     assert any(c.label.startswith("flip_eviction + ") for batch in batches for c in batch)
+
+
+def test_aligned_rows_are_searched_over_their_own_launch_configs() -> None:
+    """An odd row length (the H200 softmax kernel with 16383-wide rows): the aligned-row
+    transformation is timed on a sample of the kernel's launch space and by descent from its
+    fastest config, as a strategy rewrite is, not only on the compiler's best config (on the
+    H200 the aligned cross-entropy kernel won at another config than the original's best)."""
+    text = (H200 / "softmax_bf16.py").read_text().replace("16384", "16383")
+    kernel = parse_output_code(text).kernels[0]
+    batches: list[list[Candidate]] = []
+
+    def timer(_kernel: object, cands: list[Candidate]) -> tuple[float, list[float | str | None]]:
+        batches.append(cands)
+
+        def ms(c: Candidate) -> float:
+            aligned = c.label.startswith("aligned_row_loads")
+            return 0.8 if aligned and c.config is not None and c.config.kwargs.get("XBLOCK") == 2 else \
+                1.1 if aligned else 1.0
+        return 1.0, [ms(c) for c in cands]
+
+    proposals = TimedTuner(timer, sample_size=8).propose(SearchContext(kernel, _profile(1.0), None, "cuda"), 3)
+    aligned = [c for c in batches[0] if c.label.startswith("aligned_row_loads")]
+    assert len({c.label for c in aligned}) > 4  # a sample of configs, in the first batch
+    assert proposals and proposals[0].candidate.label.startswith("aligned_row_loads")
+    assert proposals[0].candidate.config is not None and proposals[0].candidate.config.kwargs["XBLOCK"] == 2
+    assert proposals[0].note == "source transformation"
+    # the descent goes on from the fastest aligned variant: its neighbours are timed
+    later = [c for batch in batches[1:] for c in batch if c.label.startswith("aligned_row_loads")]
+    assert later and all(c.source == proposals[0].candidate.source for c in later)

@@ -26,7 +26,7 @@ from kernelopt_bot.search.budget import BudgetExceeded
 from kernelopt_bot.search.rewrites import Rewrite
 from kernelopt_bot.search.seeds import max_autotune_configs
 from kernelopt_bot.search.space import block_choices, configs, sample
-from kernelopt_bot.search.transforms import STACKED, applicable, stack
+from kernelopt_bot.search.transforms import OWN_LAUNCH_SPACE, STACKED, applicable, stack
 
 # (original_ms, [ms or error per variant]) for a kernel's candidates, timed alone
 # (the gates' ``time_variants``: :class:`kernelopt_bot.search.orchestrator.Gates`).
@@ -147,8 +147,13 @@ class TimedTuner(SearchStrategy):
         timed: dict[tuple, float] = {}  # launch configs alone
         transformed: list[Proposal] = []  # source transformations (on a config)
         original_ms: float | None = None
-        transforms = applicable(kernel.source)
-        rewrite_sources = {rw.source for rw in ctx.rewrites}
+        transforms = [(name, src) for name, src in applicable(kernel.source) if name not in OWN_LAUNCH_SPACE]
+        compiler_rewrites = {rw.source for rw in ctx.rewrites}
+        # Our transformations whose best launch config is not the kernel's: searched as a strategy
+        # rewrite is, on a sample of the kernel's launch space and by descent from the fastest.
+        fixed = carry(LaunchConfig({}, 4, 1)).kwargs
+        rewrites = [*ctx.rewrites, *(Rewrite(name, src, dict(fixed), kernel)
+                                     for name, src in applicable(kernel.source) if name in OWN_LAUNCH_SPACE)]
         stopped = False  # the timer refused a batch (the wall deadline): rank what was timed
 
         def run_job(batch: list[LaunchConfig], on: LaunchConfig | None, extra: list[Candidate] | None = None,
@@ -184,7 +189,7 @@ class TimedTuner(SearchStrategy):
                     timed[_key(cand.config)] = ms
                 else:
                     kind = ("source transformations, stacked" if cand.label.startswith(STACKED) else
-                            "strategy rewrite" if cand.source in rewrite_sources else
+                            "strategy rewrite" if cand.source in compiler_rewrites else
                             "source transformation on a strategy rewrite" if ON_REWRITE in cand.label else
                             "source transformation")
                     transformed.append(Proposal(cand, self.name, ms, kind))
@@ -194,10 +199,10 @@ class TimedTuner(SearchStrategy):
         first = seeds + [carry(c) for c in sample(kernel, self.sample_size, seed=self.seed)]
         if chosen is not None and _key(chosen) in space:
             first += neighbours(chosen, set(space))
-        rewritten = [c for rw in ctx.rewrites for c in rewrite_candidates(rw, REWRITE_SAMPLE, seed=self.seed)]
+        rewritten = [c for rw in rewrites for c in rewrite_candidates(rw, REWRITE_SAMPLE, seed=self.seed)]
         tried = {c.label for c in rewritten}
         run_job(first, None, rewritten, lead=len(seeds))
-        by_source = {rw.source: rw for rw in ctx.rewrites}
+        by_source = {rw.source: rw for rw in rewrites}
 
         def next_rewrites() -> list[Candidate]:
             """Neighbours of the fastest rewrite so far, not yet tried."""
