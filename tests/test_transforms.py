@@ -773,3 +773,39 @@ def test_an_odd_width_layer_norm_with_aligned_rows_passes_gates_1_to_3(tmp_path:
             verdict = gates.verify(kernel, Candidate("aligned_row_loads", source=source, config=None, origin=ORIGIN))
             assert verdict.infrastructure is None
             assert [g.name for g in verdict.gates if g.passed] == ["static", "correctness", "model"], verdict.gates
+
+
+LOG_CUMSUM_ODD = '''
+import torch
+
+class Model(torch.nn.Module):
+    """A scan along 3001-wide rows: Inductor's looped scan combines every lane of a chunk in order."""
+    def forward(self, x):
+        return torch.logcumsumexp(x, dim=1)
+
+def get_inputs():
+    return [torch.randn(4, 3001)]
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_rows_are_not_aligned_where_lanes_are_combined_in_order(tmp_path: Path) -> None:
+    """A looped scan's shifted first chunk would put masked lanes (holding ``other``) before the
+    row's first element, inside every prefix: not rewritten. A fill value written as a call
+    (``other=float("-inf")``) is dropped whole from the unmasked branch."""
+    import ast
+
+    from kernelopt_bot.search.transforms import aligned_row_loads
+
+    path = tmp_path / "log_cumsum_odd.py"
+    path.write_text(LOG_CUMSUM_ODD)
+    kernels = [k for k in capture(load_target(str(path), DEVICE, "fp32")).artifact.kernels if "r0_numel = 3001" in k.source]
+    assert kernels and any("scan" in k.source for k in kernels)
+    assert all(aligned_row_loads(k.source) is None for k in kernels)
+    filled = ODD_ROWS.replace("r0_mask, eviction_policy='evict_last', other=0.0)",
+                              "r0_mask, eviction_policy='evict_last', other=float(\"-inf\"))")
+    new = aligned_row_loads(filled)
+    assert new is not None and "tmp0 = tl.load(in_ptr0 + (_kbase + _krow), None, eviction_policy='evict_last').to(" in new
+    ast.parse(new)

@@ -367,3 +367,17 @@ def test_aligned_rows_are_searched_over_their_own_launch_configs() -> None:
     # the descent goes on from the fastest aligned variant: its neighbours are timed
     later = [c for batch in batches[1:] for c in batch if c.label.startswith("aligned_row_loads")]
     assert later and all(c.source == proposals[0].candidate.source for c in later)
+
+
+def test_rewrites_timed_before_any_config_are_still_proposed() -> None:
+    """No compiler configs to seed with, and every config failing to compile: the aligned-row
+    variants the first batch timed are proposed, not dropped for want of a timed config."""
+    text = (H200 / "softmax_bf16.py").read_text().replace("16384", "16383")
+    kernel = parse_output_code(text).kernels[0]
+
+    def timer(_kernel: object, cands: list[Candidate]) -> tuple[float, list[float | str | None]]:
+        return 1.0, [0.8 if c.label.startswith("aligned_row_loads") else "compile error" for c in cands]
+
+    tuner = TimedTuner(timer, sample_size=4, seeds=lambda _k: [])
+    proposals = tuner.propose(SearchContext(kernel, _profile(1.0), None, "cuda"), 3)
+    assert proposals and all(p.candidate.label.startswith("aligned_row_loads") for p in proposals)

@@ -429,6 +429,10 @@ _ROW_ACCESS = re.compile(r"(?P<ptr>\b(?:in_out_ptr|in_ptr|out_ptr)\d+) \+ \((?P<
 _ROW_LOAD = re.compile(r"^(?P<pad>[ \t]+)(?P<var>tmp\d+) = tl\.load\((?P<where>[^,]+), (?P<mask>[\w &]+)(?P<rest>,.*|\).*)$")
 _ROW_STORE = re.compile(r"^(?P<pad>[ \t]+)tl\.store\((?P<where>[^,]+), (?P<value>\w+), (?P<mask>[\w &]+)\)[ \t]*$")
 _FULL_MASK = {"r0_mask": "None", "r0_mask & xmask": "xmask", "xmask & r0_mask": "xmask"}
+# Kernels whose result depends on which lane holds which element, masked ones included: a looped
+# scan combines every lane of a chunk in order (the shifted first chunk's masked lanes, holding
+# ``other``, would enter every prefix: a cumulative product of zeros), a sort orders them.
+_LANE_ORDER = re.compile(r"associative_scan|_scan\w*\(|tl\.sort\(|tl\.(?:cumsum|cumprod)\(|\bflip\(")
 
 
 def _row_base(lines: list[str], loops: list[tuple[int, int, int]]) -> str | None:
@@ -463,7 +467,7 @@ def _aligned_access(line: str, aliases: set[str], base: str) -> list[str] | None
     where, pad = f"{access['ptr']} + (_kbase + _krow)", m["pad"]
     full = _FULL_MASK[m["mask"]]
     if "var" in m.groupdict():
-        rest = m["rest"] if full != "None" else re.sub(r",\s*other=[^,)]+", "", m["rest"])
+        rest = m["rest"] if full != "None" else re.sub(r",\s*other=(?:float\([^)]*\)|[^,)]+)", "", m["rest"])
         whole = f"{m['var']} = tl.load({where}, {full}{rest}"
         part = f"{m['var']} = tl.load({where}, {m['mask']}{m['rest']}"
     else:
@@ -484,7 +488,7 @@ def aligned_row_loads(source: str) -> str | None:
     first and the last) loads and stores without the row's mask: 16-byte vectors. Each lane
     holds other elements than before, so sums round differently; the gates judge that."""
     m = _ROW_LENGTH.search(source)
-    if m is None or int(m["n"]) % ALIGN == 0 or "_kfull" in source:
+    if m is None or int(m["n"]) % ALIGN == 0 or "_kfull" in source or _LANE_ORDER.search(source):
         return None
     lines = source.split("\n")
     loops = [(i, j, ind) for i, j, ind in _loops(lines) if lines[i].strip() == _WHOLE_ROW]

@@ -233,7 +233,7 @@ class TimedTuner(SearchStrategy):
                 break
         # One last job: the transformations that each won, stacked, and every transformation on
         # the fastest strategy rewrite (its own config), which the rounds above never combined.
-        if not timed or original_ms is None:
+        if original_ms is None or not (timed or transformed):  # rewrites timed before any config count too
             return []
         stacked = self._stacked(kernel.source, transformed, timed, set(by_source))
         last = ([stacked] if stacked is not None else []) + self._on_best_rewrite(transformed, set(by_source))
