@@ -234,9 +234,9 @@ class TimerWithinDeadline:
         if left is None or not candidates:
             return self._time(key, kernel, candidates)
         per = self._per_variant_s.get(key)
-        if left <= 0.0 or per is None:  # a first batch: only a deadline already passed refuses it
-            if left <= 0.0:
-                self._refuse(len(candidates), left, 0.0)
+        if left <= 0.0:
+            self._refuse(len(candidates), left, 0.0)
+        if per is None:  # a kernel's first batch: only a deadline already passed refuses it
             head = candidates[:self.first_chunk]
             original_ms, times = self._time(key, kernel, head)
             if len(head) == len(candidates):

@@ -546,7 +546,7 @@ STACKED = "stacked_transforms"
 # Transformations after which the kernel's fastest launch config is another: on the H200 the
 # bf16 cross-entropy kernel with aligned rows was 10% faster at XBLOCK=2, R0_BLOCK=1024 and 6% slower at
 # the compiler's best config. The tuner searches their configs as it does a strategy rewrite's.
-OWN_LAUNCH_SPACE = frozenset({"aligned_row_loads"})
+OWN_LAUNCH_SPACE = frozenset({aligned_row_loads.__name__})
 # Transformations that are alternatives to each other: a stack takes the first of each group it
 # is given (dropping the hints after flipping them is dropping them alone).
 _EXCLUSIVE = {"pipelined_loop_2": "pipelining", "pipelined_loop_3": "pipelining",
@@ -559,7 +559,7 @@ def stack(source: str, names: list[str]) -> tuple[str, list[str]]:
     that no longer applies to what the earlier ones made is skipped. Returns the source and
     the names that applied."""
     by_name = {t.__name__: t for t in TRANSFORMS}
-    names = sorted(names, key=lambda name: name == "aligned_row_loads")  # last: see TRANSFORMS
+    names = sorted(names, key=lambda name: name == aligned_row_loads.__name__)  # last: see TRANSFORMS
     applied: list[str] = []
     taken: set[str] = set()
     for name in names:

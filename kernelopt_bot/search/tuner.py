@@ -147,13 +147,14 @@ class TimedTuner(SearchStrategy):
         timed: dict[tuple, float] = {}  # launch configs alone
         transformed: list[Proposal] = []  # source transformations (on a config)
         original_ms: float | None = None
-        transforms = [(name, src) for name, src in applicable(kernel.source) if name not in OWN_LAUNCH_SPACE]
+        found = applicable(kernel.source)
+        transforms = [(name, src) for name, src in found if name not in OWN_LAUNCH_SPACE]
         compiler_rewrites = {rw.source for rw in ctx.rewrites}
         # Our transformations whose best launch config is not the kernel's: searched as a strategy
         # rewrite is, on a sample of the kernel's launch space and by descent from the fastest.
         fixed = carry(LaunchConfig({}, 4, 1)).kwargs
         rewrites = [*ctx.rewrites, *(Rewrite(name, src, dict(fixed), kernel)
-                                     for name, src in applicable(kernel.source) if name in OWN_LAUNCH_SPACE)]
+                                     for name, src in found if name in OWN_LAUNCH_SPACE)]
         stopped = False  # the timer refused a batch (the wall deadline): rank what was timed
 
         def run_job(batch: list[LaunchConfig], on: LaunchConfig | None, extra: list[Candidate] | None = None,
@@ -165,15 +166,15 @@ class TimedTuner(SearchStrategy):
             nonlocal original_ms, stopped
             if stopped:
                 return
-            first = {_key(c) for c in batch[:lead]}
+            leading = {_key(c) for c in batch[:lead]}
             unique = {_key(c): c for c in batch}
-            batch = [c for k, c in unique.items() if k not in timed]
-            configs = [Candidate("config", config=c, origin=ORIGIN) for c in batch]
-            cands = [c for c in configs if c.config is not None and _key(c.config) in first]
+            untimed = [(k in leading, Candidate("config", config=c, origin=ORIGIN)) for k, c in unique.items()
+                       if k not in timed]
+            cands = [cand for lead_config, cand in untimed if lead_config]
             cands += extra or []
             if on is not None:
                 cands += [Candidate(f"{name} + {on.describe()}", source=src, config=on, origin=ORIGIN) for name, src in transforms]
-            cands += [c for c in configs if c.config is not None and _key(c.config) not in first]
+            cands += [cand for lead_config, cand in untimed if not lead_config]
             if not cands:
                 return
             try:
