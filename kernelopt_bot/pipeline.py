@@ -524,14 +524,18 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
             first = _options_first(prof) if options and prestarted else None
             if first is not None:
                 why, headroom = first
-                left = budget.wall_s_left()
-                keep = max(OPTIONS_FIRST_SEARCH_S, headroom * left) if left is not None else 0.0
-                log(f"measuring the compiler's own options (before the search: {why}; "
-                    f"none starts with less than {keep:.0f} s to spare for the search)")
+                searched = bool(orchestrator.worth_searching())
+                keep, floor = _search_keep_s(
+                    headroom, budget.wall_s_left(), plan.gamma, orchestrator.candidate_estimate_s(trusted=True),
+                    after_s=_after_search_s(compile_s, reserve, False, None, bench_need_s(model_ms, plan.rounds)),
+                    searched=searched)
+                spare = (f"none starts with less than {keep:.0f} s to spare for the search" if searched
+                         else "no kernel takes enough of the model's time for a search")
+                log(f"measuring the compiler's own options (before the search: {why}; {spare})")
                 result.recommendations = _recommend_in_time(
                     cascade.model_arms, tgt, plan.gamma, plan.rounds, budget,
                     orchestrator.candidate_estimate_s(trusted=False), keep_s=keep, model_ms=model_ms,
-                    compile_s=option_compile_s)
+                    compile_s=option_compile_s, floor_s=floor)
             log("searching")
             after = _after_search_s(compile_s, reserve, options and first is None, budget.wall_s_left(),
                                     bench_need_s(model_ms, plan.rounds))
@@ -690,6 +694,33 @@ def _options_first(prof: Any) -> tuple[str, float] | None:
     return None
 
 
+def _search_keep_s(headroom: float, left: float | None, gamma: float, candidate_s: float,
+                   after_s: float = 0.0, searched: bool = True) -> tuple[float, float]:
+    """What the compiler's options, measured first, leave of the search's wall time (``left``):
+    ``(keep, floor)``. An option starts only with ``keep`` to spare: the share of the model's time
+    the search could save at most (``headroom``, of ``left``), at least ``OPTIONS_FIRST_SEARCH_S``.
+    A started option is compiled and timed into that, but never into ``floor``: where the
+    searched kernels alone could pass the performance gate (a headroom of at least ``1 - 1/gamma``
+    of the model's time), one kernel's first timed variants (``OPTIONS_FIRST_SEARCH_S``) and one
+    tuner candidate's gates (``candidate_s``); else nothing, as a compiled option left untimed is
+    the larger loss (mlp bf16 on the H200: max-autotune compiled and was not timed, and the
+    search used 17 s). On the H200 the options of a convolution + group norm model left the
+    search 4 s where a candidate takes 10: its Triton kernels, 43% of the time with a headroom of
+    14%, were not searched (fp32, 12-04), where in bf16 the search's candidate gave 1.038x.
+    Both come on top of ``after_s``, what the search holds back for the final benchmark
+    (:func:`_after_search_s`), where the search may need it. Where no kernel is worth a search
+    (``searched`` false: each below the share threshold), the search keeps nothing but that: on
+    the H200 a 37 ms fp32 transformer block's options compiled and were not timed, 10 s short,
+    while the search then took 0.3 s (gpt_block, 12-04)."""
+    if left is None:
+        return 0.0, 0.0
+    if not searched:
+        return after_s, 0.0
+    floor = OPTIONS_FIRST_SEARCH_S + candidate_s if headroom >= 1.0 - 1.0 / gamma else 0.0
+    keep = after_s + max(OPTIONS_FIRST_SEARCH_S, headroom * left, floor)
+    return keep, after_s + floor if floor else 0.0
+
+
 def _search_headroom(kernels: list[Any]) -> float:
     """Milliseconds of the kernels' time a faster kernel could save at most: a pointwise kernel
     reads and writes its bytes once, as the copy does, so it cannot run faster than the copy
@@ -710,13 +741,14 @@ def _search_headroom(kernels: list[Any]) -> float:
 
 def _recommend_in_time(model_arms: Any, tgt: Any, gamma: float, rounds: int, budget: Any,
                        candidate_s: float, keep_s: float = 0.0, model_ms: float | None = None,
-                       compile_s: float | None = None, reserve_s: float = 0.0,
+                       compile_s: float | None = None, reserve_s: float = 0.0, floor_s: float = 0.0,
                        final_need_s: Callable[[], float] | None = None) -> list[Any]:
     """The compiler's options, started only with time for them before the search's deadline
     less ``keep_s`` (kept for what comes after them: the search, where they go first), by the
     larger of ``MIN_OPTION_S`` and the estimate for a candidate whose gates start processes
     (an option compiles and times the whole model as such a candidate's arm does), and cut off
-    at that deadline. A compiled option may also be checked and timed in the final benchmark's
+    at the search's deadline less ``floor_s`` (what a started option leaves the search whatever
+    it costs the option, :func:`_search_keep_s`). A compiled option may also be checked and timed in the final benchmark's
     ``reserve_s`` less what that benchmark still needs (``final_need_s()``: :func:`_final_need_s`).
     ``compile_s``: an option's compile, estimated (no more compile at once than can then be timed)."""
     from kernelopt_bot.search.compile_options import MIN_OPTION_S, recommend
@@ -734,10 +766,12 @@ def _recommend_in_time(model_arms: Any, tgt: Any, gamma: float, rounds: int, bud
     def bench_left() -> float | None:
         left = _run_s_left(budget, reserve_s)
         if left is None or final_need_s is None:
-            return budget.wall_s_left()
+            left = budget.wall_s_left()
+            return None if left is None else left - floor_s
         return left - final_need_s()
 
-    with _arms_end_by(model_arms, budget.wall_s_left()):
+    left = budget.wall_s_left()
+    with _arms_end_by(model_arms, None if left is None else max(1.0, left - floor_s)):
         return recommend(model_arms, tgt, gamma=gamma, rounds=rounds, time_left=time_left,
                          bench_left=bench_left, model_ms=model_ms, compile_s=compile_s)
 

@@ -22,6 +22,7 @@ from kernelopt_bot.pipeline import (
     _options_first,
     _options_need_s,
     _recommend_in_time,
+    _search_keep_s,
 )
 from kernelopt_bot.profiling import KernelProfile, Profile
 from kernelopt_bot.search import compile_options
@@ -392,6 +393,28 @@ def test_options_measured_first_leave_the_search_its_time() -> None:
     recs = _recommend_in_time(model_arms, None, 1.03, 3, Budget(max_wall_s=50.0, clock=lambda: now[0]),
                               candidate_s=20.0, keep_s=25.0)
     assert model_arms.started == [] and all("wall-time budget ran out" in r.detail for r in recs)
+
+
+def test_options_measured_first_never_take_a_promising_search_its_one_candidate() -> None:
+    """Where the searched kernels alone could pass the performance gate, the options measured
+    first leave the search one kernel's first variants and one candidate's gates, beyond what the
+    final benchmark needs, even once started (a convolution + group norm model on the H200: the
+    options left 4 s, a candidate takes 10, and 43% of the time was not searched). Where they could
+    not, a started option is still timed into the search's time (mlp bf16)."""
+    # 14% of the model's time to save, 71 s left: 20 s for the search, beyond 4 s for the benchmark
+    assert _search_keep_s(0.136, 71.0, 1.03, 10.0, after_s=4.0) == (24.0, 24.0)
+    # 1% to save: gamma is out of the search's reach; options start with 10 s to spare, no floor
+    assert _search_keep_s(0.01, 71.0, 1.03, 10.0, after_s=4.0) == (14.0, 0.0)
+    assert _search_keep_s(0.5, 100.0, 1.03, 10.0) == (50.0, 20.0)  # the headroom's share, when larger
+    assert _search_keep_s(0.5, None, 1.03, 10.0) == (0.0, 0.0)  # no wall limit
+    # no kernel worth a search (each below the share threshold): the options take its time
+    assert _search_keep_s(0.01, 71.0, 1.03, 10.0, after_s=4.0, searched=False) == (4.0, 0.0)
+    now = [0.0]
+    model_arms = _SlowArena(now)
+    recs = _recommend_in_time(model_arms, None, 1.03, 3, Budget(max_wall_s=100.0, clock=lambda: now[0]),
+                              candidate_s=20.0, keep_s=25.0, floor_s=24.0)
+    assert model_arms.started == [76.0] * 3 and now[0] == 76.0  # cut off with the floor to spare
+    assert all("ran out while it compiled" in r.detail for r in recs)
 
 
 def test_the_search_leaves_the_options_and_the_final_benchmark_their_time() -> None:
