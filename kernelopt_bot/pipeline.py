@@ -532,10 +532,16 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
                 spare = (f"none starts with less than {keep:.0f} s to spare for the search" if searched
                          else "no kernel takes enough of the model's time for a search")
                 log(f"measuring the compiler's own options (before the search: {why}; {spare})")
+                # With nothing to search the pack stays empty: the final benchmark then times the
+                # baseline alone, and the rest of its reserve may time an option.
+                empty_final = None if searched else functools.partial(
+                    _final_need_s, KernelPack(target=cap.target.spec, created_by="kernelopt optimize"),
+                    result, None, model_ms, plan.rounds, reserve)
                 result.recommendations = _recommend_in_time(
                     cascade.model_arms, tgt, plan.gamma, plan.rounds, budget,
                     orchestrator.candidate_estimate_s(trusted=False), keep_s=keep, model_ms=model_ms,
-                    compile_s=option_compile_s, floor_s=floor)
+                    compile_s=option_compile_s, floor_s=floor, reserve_s=0.0 if searched else reserve,
+                    final_need_s=empty_final)
             log("searching")
             after = _after_search_s(compile_s, reserve, options and first is None, budget.wall_s_left(),
                                     bench_need_s(model_ms, plan.rounds))
@@ -709,9 +715,11 @@ def _search_keep_s(headroom: float, left: float | None, gamma: float, candidate_
     14%, were not searched (fp32, 12-04), where in bf16 the search's candidate gave 1.038x.
     Both come on top of ``after_s``, what the search holds back for the final benchmark
     (:func:`_after_search_s`), where the search may need it. Where no kernel is worth a search
-    (``searched`` false: each below the share threshold), the search keeps nothing but that: on
-    the H200 a 37 ms fp32 transformer block's options compiled and were not timed, 10 s short,
-    while the search then took 0.3 s (gpt_block, 12-04)."""
+    (``searched`` false: each below the share threshold), the search keeps nothing but that (and
+    the options may be timed in the final benchmark's reserve, which an empty pack barely needs):
+    on the H200 a 37 ms fp32 transformer block's max-autotune compiled and was not timed, with
+    13 s of the search's time and 20 s of the reserve left where its timing needed 19 s and the
+    final benchmark 6 s; the search then took 0.3 s (gpt_block, 12-04)."""
     if left is None:
         return 0.0, 0.0
     if not searched:

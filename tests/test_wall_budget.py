@@ -417,6 +417,33 @@ def test_options_measured_first_never_take_a_promising_search_its_one_candidate(
     assert all("ran out while it compiled" in r.detail for r in recs)
 
 
+def test_with_nothing_to_search_an_option_is_timed_in_the_final_benchmarks_reserve(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """gpt_block fp32 on the H200: no kernel worth a search, max-autotune compiled with 13 s of the
+    search's time left where its check and rounds take 19 s, and was reported not timed. The pack
+    stays empty, so the final benchmark needs 6 s of its 20 s reserve: the option is timed."""
+    checked: list[float] = []
+
+    def check(*_a: Any) -> Any:
+        checked.append(now[0])
+        now[0] += 18.5
+        return SimpleNamespace(passed=False, reason="checked")
+
+    monkeypatch.setattr(compile_options, "check_model", check)
+    need = _final_need_s(_pack(), _result(), None, 36.94, 3, 20.0)
+    assert need == pytest.approx(5.65, abs=0.01)
+    now = [0.0]
+    budget = Budget(max_wall_s=100.0, clock=lambda: now[0])
+    recs = _recommend_in_time(_ClockedArena(now, 87.0), None, 1.03, 3, budget, candidate_s=20.0,
+                              keep_s=4.0, model_ms=36.94, reserve_s=20.0, final_need_s=lambda: need)
+    assert checked == [87.0] and recs[0].detail == "outputs differ: checked"
+    assert all("ran out after its compile" in r.detail for r in recs[1:])  # 1 s left for the next
+    now[0], checked = 0.0, []  # as before: the search's time alone
+    recs = _recommend_in_time(_ClockedArena(now, 87.0), None, 1.03, 3, budget, candidate_s=20.0,
+                              keep_s=4.0, model_ms=36.94)
+    assert checked == [] and all("ran out after its compile" in r.detail for r in recs)
+
+
 def test_the_search_leaves_the_options_and_the_final_benchmark_their_time() -> None:
     """The model's compile time sizes what comes after the search: the options compile it under
     their settings, the final benchmark compiles it afresh (a level-3 model took 30 s on the H200,
