@@ -222,6 +222,32 @@ def test_shifted_sums_give_welfords_mean_and_m2_with_special_values(tmp_path: Pa
     assert m2 == pytest.approx(float(((exact - exact.mean()) ** 2).sum()), rel=1e-3)
 
 
+def test_shifted_sums_of_squares_are_compensated_so_bf16_values_do_not_bias_them(tmp_path: Path) -> None:
+    """Values with bf16's few significant bits, 256 to a lane: summed plainly, the lanes' sums of
+    squares come out low against float64 (-6.3e-7 here; -1.3e-6 at 288 a lane, which gate 2
+    rejected as a systematic error in a bf16 group norm on the H200), compensated they do not."""
+    import torch
+
+    new = shifted_sums_for_welford(TWO_WELFORDS)
+    assert new is not None
+    plain = re.sub(r"(\w+_square = \w+_delta \* \w+_delta) - \w+_m2c", r"\1", new)
+    assert plain != new
+    rows, width = 6, 512 * 256
+    generator = torch.Generator().manual_seed(0)
+    a = torch.randn(rows, width, generator=generator).to(torch.bfloat16).float()
+    b = (torch.randn(rows, width, generator=generator) * 3 + 2).to(torch.bfloat16).float()
+    exact = torch.cat([a, b]).double()
+    m2_exact = ((exact - exact.mean(1, keepdim=True)) ** 2).sum(1)
+
+    def bias(name: str, source: str) -> float:
+        outs = [torch.zeros(rows) for _ in range(4)]
+        _load_kernel(tmp_path / f"{name}.py", source)[(rows,)](a, b, *outs, rows, width, XBLOCK=1, R0_BLOCK=512)
+        return float(((torch.cat([outs[1], outs[3]]).double() - m2_exact) / m2_exact).mean())
+
+    assert abs(bias("compensated", new)) < 2e-7
+    assert bias("plain", plain) < -5e-7
+
+
 def test_a_stack_takes_one_of_each_pair_of_alternatives() -> None:
     kernel = parse_output_code((H200 / "linear_epilogue.py").read_text()).kernels[0]
     source, applied = stack(kernel.source, ["flip_eviction", "drop_eviction_hints", "pipelined_loop_3",
