@@ -715,15 +715,16 @@ def _search_keep_s(headroom: float, left: float | None, gamma: float, candidate_
     14%, were not searched (fp32, 12-04), where in bf16 the search's candidate gave 1.038x.
     Both come on top of ``after_s``, what the search holds back for the final benchmark
     (:func:`_after_search_s`), where the search may need it. Where no kernel is worth a search
-    (``searched`` false: each below the share threshold), the search keeps nothing but that (and
-    the options may be timed in the final benchmark's reserve, which an empty pack barely needs):
+    (``searched`` false: each below the share threshold), the search keeps nothing, nor does the
+    final benchmark beyond its reserve (an empty pack compiles nothing; the options may be timed
+    in that reserve, which the baseline's rounds barely need):
     on the H200 a 37 ms fp32 transformer block's max-autotune compiled and was not timed, with
     13 s of the search's time and 20 s of the reserve left where its timing needed 19 s and the
     final benchmark 6 s; the search then took 0.3 s (gpt_block, 12-04)."""
     if left is None:
         return 0.0, 0.0
     if not searched:
-        return after_s, 0.0
+        return 0.0, 0.0
     floor = OPTIONS_FIRST_SEARCH_S + candidate_s if headroom >= 1.0 - 1.0 / gamma else 0.0
     keep = after_s + max(OPTIONS_FIRST_SEARCH_S, headroom * left, floor)
     return keep, after_s + floor if floor else 0.0

@@ -222,6 +222,28 @@ def test_shifted_sums_give_welfords_mean_and_m2_with_special_values(tmp_path: Pa
     assert m2 == pytest.approx(float(((exact - exact.mean()) ** 2).sum()), rel=1e-3)
 
 
+def test_shifted_sums_where_inductor_writes_no_mask(tmp_path: Path) -> None:
+    """Where every mask is constant true (rows a multiple of the block), Inductor updates the
+    accumulators plainly, ``acc_m2 = acc_m2_next``: the compensation then advances plainly too,
+    and the sums are Welford's."""
+    import torch
+
+    unmasked = re.sub(r"tl\.where\(r0_mask & xmask, (\w+_next), \w+\)", r"\1", TWO_WELFORDS)
+    assert "tl.where" not in unmasked
+    new = shifted_sums_for_welford(unmasked)
+    assert new is not None and "tmp2_m2c = tmp2_m2c_next" in new and "tmp5_m2c = tmp5_m2c_next" in new
+    generator = torch.Generator().manual_seed(1)
+    a, b = torch.randn(4, 256, generator=generator) * 0.5 + 100.0, torch.randn(4, 256, generator=generator)
+
+    def run(name: str, source: str) -> list[torch.Tensor]:
+        outs = [torch.zeros(4) for _ in range(4)]
+        _load_kernel(tmp_path / f"{name}.py", source)[(4,)](a, b, *outs, 4, 256, XBLOCK=1, R0_BLOCK=64)
+        return outs
+
+    for mine, theirs in zip(run("shifted", new), run("welford", unmasked)):
+        assert torch.allclose(mine, theirs, rtol=1e-4, atol=1e-3), (mine, theirs)
+
+
 def test_shifted_sums_of_squares_are_compensated_so_bf16_values_do_not_bias_them(tmp_path: Path) -> None:
     """Values with bf16's few significant bits, 256 to a lane: summed plainly, the lanes' sums of
     squares come out low against float64 (-6.3e-7 here; -1.3e-6 at 288 a lane, which gate 2

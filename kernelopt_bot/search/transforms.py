@@ -73,10 +73,13 @@ def shifted_sums_for_welford(source: str) -> str | None:
         if init is None or combine is None or not init.end() < step.start() < step.end() < combine.start():
             return None
         indent, value, c = step["indent"], step["value"], combine["indent"]
-        masked = re.search(rf"^{re.escape(indent)}{acc}_m2 = tl\.where\((?P<mask>[^\n]+), {acc}_m2_next, "
-                           rf"{acc}_m2\)[ \t]*$", new[step.end():combine.start()], re.M)
+        # Inductor's update of M2 after the step: masked, or plain where no mask applies.
+        masked = re.search(rf"^{re.escape(indent)}{acc}_m2 = (?:tl\.where\((?P<mask>[^\n]+), {acc}_m2_next, "
+                           rf"{acc}_m2\)|{acc}_m2_next)[ \t]*$", new[step.end():combine.start()], re.M)
         if masked is None:
             return None
+        m2c_update = (f"tl.where({masked['mask']}, {acc}_m2c_next, {acc}_m2c)" if masked["mask"]
+                      else f"{acc}_m2c_next")
         accumulate = "\n".join([
             f"{indent}{acc}_shift = tl.where({acc}_weight == 0, {value}, {acc}_shift)",
             # 0 for the lane's first value itself (an infinite one would give inf - inf = NaN)
@@ -101,8 +104,7 @@ def shifted_sums_for_welford(source: str) -> str | None:
         new = new[:combine.start()] + finish + "\n" + new[combine.start():]
         # The compensation advances where the sum does (Inductor's masked update of M2).
         m2_update = step.end() + masked.end()
-        new = (new[:m2_update] + f"\n{indent}{acc}_m2c = tl.where({masked['mask']}, {acc}_m2c_next, {acc}_m2c)"
-               + new[m2_update:])
+        new = new[:m2_update] + f"\n{indent}{acc}_m2c = {m2c_update}" + new[m2_update:]
         new = new[:step.start()] + accumulate + new[step.end():]
         new = (new[:init.end()] + f"\n{init['indent']}{acc}_shift = {init['zeros']}"
                + f"\n{init['indent']}{acc}_m2c = {init['zeros']}" + new[init.end():])
