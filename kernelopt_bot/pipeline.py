@@ -470,6 +470,10 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
         cap = capture(tgt, mode=settings.mode)
         log("profiling")
         prof = profile(cap)
+        if tgt.device == "cuda":
+            # The profile was the capture's inputs' one use (arms and gates make their own):
+            # on a large model they are a copy of its activations the search would hold.
+            cap.inputs = ()
         if tgt.device == "cuda" and prof.measured:
             fitted = plan.for_model(prof.model_ms, train=train)
             if fitted.rounds != plan.rounds:
@@ -525,18 +529,18 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
             if first is not None:
                 why, headroom = first
                 searched = bool(orchestrator.worth_searching())
+                after_s = (_after_search_s(compile_s, reserve, False, None, bench_need_s(model_ms, plan.rounds))
+                           if searched else 0.0)
                 keep, floor = _search_keep_s(
                     headroom, budget.wall_s_left(), plan.gamma, orchestrator.candidate_estimate_s(trusted=True),
-                    after_s=_after_search_s(compile_s, reserve, False, None, bench_need_s(model_ms, plan.rounds)),
-                    searched=searched)
+                    after_s=after_s, searched=searched)
                 spare = (f"none starts with less than {keep:.0f} s to spare for the search" if searched
                          else "no kernel takes enough of the model's time for a search")
                 log(f"measuring the compiler's own options (before the search: {why}; {spare})")
                 # With nothing to search the pack stays empty: the final benchmark then times the
                 # baseline alone, and the rest of its reserve may time an option.
                 empty_final = None if searched else functools.partial(
-                    _final_need_s, KernelPack(target=cap.target.spec, created_by="kernelopt optimize"),
-                    result, None, model_ms, plan.rounds, reserve)
+                    _empty_pack_need_s, model_ms, plan.rounds, reserve)
                 result.recommendations = _recommend_in_time(
                     cascade.model_arms, tgt, plan.gamma, plan.rounds, budget,
                     orchestrator.candidate_estimate_s(trusted=False), keep_s=keep, model_ms=model_ms,
@@ -721,9 +725,7 @@ def _search_keep_s(headroom: float, left: float | None, gamma: float, candidate_
     on the H200 a 37 ms fp32 transformer block's max-autotune compiled and was not timed, with
     13 s of the search's time and 20 s of the reserve left where its timing needed 19 s and the
     final benchmark 6 s; the search then took 0.3 s (gpt_block, 12-04)."""
-    if left is None:
-        return 0.0, 0.0
-    if not searched:
+    if left is None or not searched:
         return 0.0, 0.0
     floor = OPTIONS_FIRST_SEARCH_S + candidate_s if headroom >= 1.0 - 1.0 / gamma else 0.0
     keep = after_s + max(OPTIONS_FIRST_SEARCH_S, headroom * left, floor)
@@ -772,15 +774,18 @@ def _recommend_in_time(model_arms: Any, tgt: Any, gamma: float, rounds: int, bud
         left = deadline_left()
         return None if left is None else left - extra
 
+    def search_left() -> float | None:  # what a started option may use of the search's time
+        left = budget.wall_s_left()
+        return None if left is None else left - floor_s
+
     def bench_left() -> float | None:
         left = _run_s_left(budget, reserve_s)
         if left is None or final_need_s is None:
-            left = budget.wall_s_left()
-            return None if left is None else left - floor_s
+            return search_left()
         return left - final_need_s()
 
-    left = budget.wall_s_left()
-    with _arms_end_by(model_arms, None if left is None else max(1.0, left - floor_s)):
+    left = search_left()
+    with _arms_end_by(model_arms, None if left is None else max(1.0, left)):
         return recommend(model_arms, tgt, gamma=gamma, rounds=rounds, time_left=time_left,
                          bench_left=bench_left, model_ms=model_ms, compile_s=compile_s)
 
@@ -802,18 +807,27 @@ def _final_need_s(pack: KernelPack, result: RunResult, final_arm: Any, model_ms:
     may time a compiled option. On the H200 a scan's options compiled with 7 s of the search's
     time left and were not timed, while 14 s of the reserve went unused (log_cumsum_exp bf16,
     12-03). All of it without a profiled model time to size the rounds by."""
-    from kernelopt_bot.harness.timing import time_request_calls
     from kernelopt_bot.search.compile_options import bench_need_s
 
     if not model_ms:
         return reserve
     if not len(pack):
-        return min(reserve, 1.0 + rounds * time_request_calls(BASELINE_REPS) * model_ms / 1000.0)
+        return _empty_pack_need_s(model_ms, rounds, reserve)
     if _measured_in_this_run(pack, result) is not None:
         return 0.0
     if final_arm is not None and getattr(final_arm, "ready", False):
         return min(reserve, bench_need_s(model_ms, rounds))
     return reserve
+
+
+def _empty_pack_need_s(model_ms: float | None, rounds: int, reserve: float) -> float:
+    """Seconds of its ``reserve`` the final benchmark needs for an empty pack: the baseline's
+    rounds alone, as nothing compiles (all of it without a profiled model time)."""
+    from kernelopt_bot.harness.timing import time_request_calls
+
+    if not model_ms:
+        return reserve
+    return min(reserve, 1.0 + rounds * time_request_calls(BASELINE_REPS) * model_ms / 1000.0)
 
 
 def _try_option_configs(orchestrator: Any, cascade: Any, result: RunResult, pack: KernelPack,

@@ -54,7 +54,7 @@ run_tests() {  # $1 log name, rest: pytest args
   local log="$1"; shift
   python3 -m pytest -q -p no:cacheprovider -s "$@" > "$R/$log.log" 2>&1
   local rc=$?
-  grep -E "PIN|EMPTY|REDTEAM|HONEST|OPTIMIZE|ALIGNED|^\[ *[0-9]+ s\]|passed|failed|Error" "$R/$log.log" | tail -40
+  grep -E "PIN|EMPTY|REDTEAM|HONEST|OPTIMIZE|ALIGNED|MEMORY|^\[ *[0-9]+ s\]|passed|failed|Error" "$R/$log.log" | tail -40
   return $rc
 }
 

@@ -74,11 +74,11 @@ def shifted_sums_for_welford(source: str) -> str | None:
             return None
         indent, value, c = step["indent"], step["value"], combine["indent"]
         # Inductor's update of M2 after the step: masked, or plain where no mask applies.
-        masked = re.search(rf"^{re.escape(indent)}{acc}_m2 = (?:tl\.where\((?P<mask>[^\n]+), {acc}_m2_next, "
+        update = re.search(rf"^{re.escape(indent)}{acc}_m2 = (?:tl\.where\((?P<mask>[^\n]+), {acc}_m2_next, "
                            rf"{acc}_m2\)|{acc}_m2_next)[ \t]*$", new[step.end():combine.start()], re.M)
-        if masked is None:
+        if update is None:
             return None
-        m2c_update = (f"tl.where({masked['mask']}, {acc}_m2c_next, {acc}_m2c)" if masked["mask"]
+        m2c_update = (f"tl.where({update['mask']}, {acc}_m2c_next, {acc}_m2c)" if update["mask"]
                       else f"{acc}_m2c_next")
         accumulate = "\n".join([
             f"{indent}{acc}_shift = tl.where({acc}_weight == 0, {value}, {acc}_shift)",
@@ -103,7 +103,7 @@ def shifted_sums_for_welford(source: str) -> str | None:
         # Spliced from the last position back, so the earlier matches' offsets still hold.
         new = new[:combine.start()] + finish + "\n" + new[combine.start():]
         # The compensation advances where the sum does (Inductor's masked update of M2).
-        m2_update = step.end() + masked.end()
+        m2_update = step.end() + update.end()
         new = new[:m2_update] + f"\n{indent}{acc}_m2c = {m2c_update}" + new[m2_update:]
         new = new[:step.start()] + accumulate + new[step.end():]
         new = (new[:init.end()] + f"\n{init['indent']}{acc}_shift = {init['zeros']}"

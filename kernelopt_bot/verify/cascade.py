@@ -97,15 +97,12 @@ class Cascade:
 
     def release_search_memory(self) -> None:
         """The search is over: what only it needed leaves the GPU (the kernel service's compiled
-        variants and argument copies, its recorded arguments' device copy, the capture's inputs),
-        so the model arms that come next (the compiler's options, the final benchmark) have room.
-        On a large model these are several copies of its activations. Nothing is copied to host
-        memory: the recorded arguments go back to the host copy the kernel service kept, and the
-        capture's inputs are dropped on a GPU, the profile (their use) being over;
-        ``target.make_inputs(0)`` makes them again. Copied, a large model's took 36 s on the H200,
-        the compiler options' time."""
-        if self.device == "cuda":
-            self.capture.inputs = ()
+        variants and argument copies, its recorded arguments' device copy), so the model arms
+        that come next (the compiler's options, the final benchmark) have room. On a large model
+        these are several copies of its activations. Nothing is copied to host memory: the
+        recorded arguments go back to the host copy the kernel service kept (copied, a large
+        model's took 36 s on the H200, the compiler options' time). The capture's inputs left the
+        GPU after the profile (``kernelopt_bot.pipeline._run``)."""
         self.kernels.close()  # the searched kernel's arguments back to their host copy; frees the cached GPU blocks
 
     def __enter__(self) -> Cascade:

@@ -18,6 +18,7 @@ import torch
 from kernelopt_bot.capture.artifact import TritonKernel
 from kernelopt_bot.harness.failures import InfrastructureFailure, is_out_of_memory
 from kernelopt_bot.harness.kernel_service import KernelBench, KernelService, late_text
+from kernelopt_bot.harness.memory import free_memory
 from kernelopt_bot.harness.timing import StepClock
 from kernelopt_bot.pack.format import LaunchConfig
 from kernelopt_bot.verify.correctness import DEFAULT_SEEDS, DISTRIBUTIONS, check_correctness
@@ -81,4 +82,9 @@ def judge_in_engine(service: KernelService, kernel: TritonKernel, source: str | 
             raise torch.cuda.OutOfMemoryError(result["reason"])
         return result
 
-    return service.retrying_memory(attempt)
+    try:
+        return service.retrying_memory(attempt)
+    finally:
+        # The trials' buffers and comparisons (several copies of the kernel's arguments) go back
+        # to the GPU: the model arms and the sandbox share it with the engine's search.
+        free_memory(service.device)
