@@ -105,6 +105,21 @@ def test_max_abs_diff_in_small_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
     assert _max_abs_diff(a, b) == math.inf
 
 
+def test_bitwise_comparison_in_small_pieces_finds_a_difference_in_any_piece(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Gate 2's bit-for-bit checks (inputs left untouched, repeat runs identical) go in pieces of
+    4 x ``CHUNK_ELEMENTS`` bytes: a flipped bit in the last, short piece, or a sign of zero, counts."""
+    from kernelopt_bot.verify.correctness import _same
+
+    monkeypatch.setattr(memory, "CHUNK_ELEMENTS", 3)  # 12-byte pieces of a 37 x 29 float32 tensor
+    a = torch.randn(37, 29, generator=torch.Generator().manual_seed(2))
+    b = a.clone()
+    assert _same(a, b) and _same(a.t(), b.t()) and _same(torch.tensor(1.0), torch.tensor(1.0))
+    b.view(-1)[-1] = torch.nextafter(b.view(-1)[-1], torch.tensor(math.inf))  # one ulp, last piece
+    assert not _same(a, b)
+    assert not _same(torch.zeros(5), -torch.zeros(5))
+    assert not _same(torch.zeros(6), torch.zeros(2, 3))  # same bytes, another shape
+
+
 def test_max_abs_diff_out_of_memory_twice_is_infrastructure(monkeypatch: pytest.MonkeyPatch) -> None:
     calls = []
 
