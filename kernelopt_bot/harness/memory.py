@@ -53,18 +53,24 @@ def retry_note(device: str = "cuda") -> str:
     return f"retried once after freeing; GPU memory: {free / 2**30:.1f} of {total / 2**30:.1f} GiB free"
 
 
+def flat_pieces(*tensors: torch.Tensor, chunk: int | None = None) -> Iterator[tuple[torch.Tensor, ...]]:
+    """Matching flat pieces of ``tensors`` (same number of elements, in their logical order), at
+    most ``chunk`` elements each (default :data:`CHUNK_ELEMENTS`, read at call time): the one walk
+    every bounded pass over large tensors takes."""
+    sizes = {t.numel() for t in tensors}
+    if len(sizes) > 1:
+        raise ValueError(f"{tensors[0].numel()} elements against " + " against ".join(str(t.numel()) for t in tensors[1:]))
+    step = max(1, int(chunk or CHUNK_ELEMENTS))
+    flats = [t.reshape(-1) for t in tensors]
+    for start in range(0, sizes.pop() if sizes else 0, step):
+        yield tuple(f[start:start + step] for f in flats)
+
+
 def float64_chunks(a: torch.Tensor, b: torch.Tensor, *, device: torch.device | str | None = None,
                    chunk: int | None = None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """Matching flat pieces of ``a`` and ``b`` (same number of elements, in their logical order),
-    each converted to float64 on ``device`` (default: ``b``'s), at most ``chunk`` elements at a
-    time (default :data:`CHUNK_ELEMENTS`, read at call time). A tensor on another device (an arm's
-    output that came through a pipe) moves one piece at a time, never whole."""
-    if a.numel() != b.numel():
-        raise ValueError(f"{a.numel()} elements against {b.numel()}")
-    step = max(1, int(chunk or CHUNK_ELEMENTS))
+    """Matching flat pieces of ``a`` and ``b`` (:func:`flat_pieces`), each converted to float64 on
+    ``device`` (default: ``b``'s). A tensor on another device (an arm's output that came through a
+    pipe) moves one piece at a time, never whole."""
     where = torch.device(device) if device is not None else b.device
-    flat_a, flat_b = a.reshape(-1), b.reshape(-1)
-    for start in range(0, flat_a.numel(), step):
-        piece_a = flat_a[start:start + step].to(device=where, dtype=torch.float64)
-        piece_b = flat_b[start:start + step].to(device=where, dtype=torch.float64)
-        yield piece_a, piece_b
+    for piece_a, piece_b in flat_pieces(a, b, chunk=chunk):
+        yield (piece_a.to(device=where, dtype=torch.float64), piece_b.to(device=where, dtype=torch.float64))

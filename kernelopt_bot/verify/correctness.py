@@ -362,10 +362,9 @@ def _repeatable(fresh: Any, first: tuple[Any, ...], compared: list[ArgRole], rea
         if problem is not None:
             return problem
         differs = next((r.name for r in compared if not _same(first[r.index], again[r.index])), None)
+        del again  # before the next buffers are drawn
         if differs is None:
-            del again  # before the next repeat's buffers are drawn
             continue
-        del again
         # The compiler's kernel, run as often: compared with its first run one run at a time, so
         # no more than two of its argument sets are held.
         ref_first: tuple[Any, ...] | None = None
@@ -392,5 +391,4 @@ def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
         return False
     bytes_a = a.contiguous().reshape(-1).view(torch.uint8)
     bytes_b = b.contiguous().reshape(-1).view(torch.uint8)
-    step = 4 * memory.CHUNK_ELEMENTS
-    return all(bool(torch.equal(bytes_a[i:i + step], bytes_b[i:i + step])) for i in range(0, bytes_a.numel(), step))
+    return all(bool(torch.equal(x, y)) for x, y in memory.flat_pieces(bytes_a, bytes_b, chunk=4 * memory.CHUNK_ELEMENTS))

@@ -59,11 +59,8 @@ class Comparison:
 
 def _scale(ref: torch.Tensor) -> float:
     """The largest finite ``|ref|`` (0 when there is none), a piece at a time."""
-    flat = ref.reshape(-1)
-    step = memory.CHUNK_ELEMENTS
     worst = 0.0
-    for start in range(0, flat.numel(), step):
-        piece = flat[start:start + step]
+    for (piece,) in memory.flat_pieces(ref):
         finite = piece[torch.isfinite(piece)]
         if finite.numel():
             worst = max(worst, float(finite.abs().max()))
