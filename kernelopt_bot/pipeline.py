@@ -442,7 +442,7 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
     from kernelopt_bot.pack.runtime import running_environment
     from kernelopt_bot.profiling import profile
     from kernelopt_bot.search.budget import TimerWithinDeadline
-    from kernelopt_bot.search.compile_options import bench_need_s
+    from kernelopt_bot.search.compile_options import bench_need_s, template_tune_s
     from kernelopt_bot.search.orchestrator import Orchestrator, SearchLimits
     from kernelopt_bot.search.tuner import TimedTuner
     from kernelopt_bot.store import Store
@@ -521,11 +521,12 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
             )
             compile_s = result.phases.get("compiling and capturing", 0.0)
             option_compile_s = OPTION_COMPILE_FACTOR * compile_s if compile_s else None  # sizes their waves
+            template_s = template_tune_s([c.op for c in cap.artifact.extern_calls], dtype)  # max-autotune's
             model_ms = prof.model_ms if prof.measured else None  # plans how long an option's timing takes
             options = plan.compile_options and tgt.device == "cuda"
             # Not where the GPU does not hold the model arms beside this process's capture (a
             # large model): the options then wait for the search to give its memory back.
-            first = _options_first(prof) if options and prestarted else None
+            first = _options_first(prof, orchestrator.worth_searching()) if options and prestarted else None
             if first is not None:
                 why, headroom = first
                 searched = bool(orchestrator.worth_searching())
@@ -544,8 +545,8 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
                 result.recommendations = _recommend_in_time(
                     cascade.model_arms, tgt, plan.gamma, plan.rounds, budget,
                     orchestrator.candidate_estimate_s(trusted=False), keep_s=keep, model_ms=model_ms,
-                    compile_s=option_compile_s, floor_s=floor, reserve_s=0.0 if searched else reserve,
-                    final_need_s=empty_final)
+                    compile_s=option_compile_s, template_s=template_s, floor_s=floor,
+                    reserve_s=0.0 if searched else reserve, final_need_s=empty_final)
             log("searching")
             after = _after_search_s(compile_s, reserve, options and first is None, budget.wall_s_left(),
                                     bench_need_s(model_ms, plan.rounds))
@@ -565,7 +566,8 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
                         result.recommendations = _recommend_in_time(
                             cascade.model_arms, tgt, plan.gamma, plan.rounds, budget,
                             orchestrator.candidate_estimate_s(trusted=False), model_ms=model_ms,
-                            compile_s=option_compile_s, reserve_s=reserve, final_need_s=functools.partial(
+                            compile_s=option_compile_s, template_s=template_s, reserve_s=reserve,
+                            final_need_s=functools.partial(
                                 _final_need_s, pack, result, final_arm, model_ms, plan.rounds, reserve))
                     if _try_option_configs(orchestrator, cascade, result, pack, log) and final_arm is not None:
                         final_arm.close()  # it compiled the pack as it was: the benchmark starts its own
@@ -674,7 +676,7 @@ def _held_back(budget: Any, seconds: float) -> Iterator[None]:
         budget.max_wall_s = saved
 
 
-def _options_first(prof: Any) -> tuple[str, float] | None:
+def _options_first(prof: Any, searched: list[Any]) -> tuple[str, float] | None:
     """Why the compiler's options are measured before the search rather than after it, and the
     share of what is then left of the wall budget that the search keeps; None: search first.
     Where library calls (cuBLAS, cuDNN) take most of the model's time, the searched Triton
@@ -685,7 +687,8 @@ def _options_first(prof: Any) -> tuple[str, float] | None:
     copy roofline already, the search has little to give either: a small CNN's BN+ReLU kernels at
     100% of it took the search's time and left max-autotune's convolution tuning too little to
     finish (12-03, fp32). The search keeps the share of the model's time it could save at most
-    (:func:`_search_headroom`)."""
+    (:attr:`~kernelopt_bot.profiling.KernelProfile.headroom_ms` of the kernels it would search,
+    ``searched``: not those below the share threshold or past the kernel limit)."""
     if not prof.measured or not prof.model_ms:
         return None
     triton = [k for k in prof.kernels if k.time_ms]
@@ -694,7 +697,7 @@ def _options_first(prof: Any) -> tuple[str, float] | None:
     # As the profile's shares: the profiler's busy time can exceed the model's median wall time.
     model_ms = max(prof.model_ms, (prof.vendor_ms or 0.0) + total)
     library = (prof.vendor_ms or 0.0) / model_ms
-    headroom = _search_headroom(triton) / model_ms
+    headroom = sum(k.headroom_ms for k in searched) / model_ms
     if library >= OPTIONS_FIRST_SHARE:
         return f"library calls take {library:.0%} of the model's time", headroom
     if len(triton) >= OPTIONS_FIRST_LAUNCHES and total and launch >= OPTIONS_FIRST_SHARE * total:
@@ -732,28 +735,10 @@ def _search_keep_s(headroom: float, left: float | None, gamma: float, candidate_
     return keep, after_s + floor if floor else 0.0
 
 
-def _search_headroom(kernels: list[Any]) -> float:
-    """Milliseconds of the kernels' time a faster kernel could save at most: a pointwise kernel
-    reads and writes its bytes once, as the copy does, so it cannot run faster than the copy
-    roofline and its headroom is its time above it; a reduction mostly reads, which can beat the
-    copy (an H200 std kernel measured at 104% of it still got 6% faster), so its whole time counts,
-    as does a kernel of unknown bandwidth. Launch-bound kernels count nothing: launching, not the
-    kernel, takes their time."""
-    saved = 0.0
-    for k in kernels:
-        if k.bound == "launch":
-            continue
-        if k.kind == "pointwise" and k.roofline_fraction is not None:
-            saved += k.time_ms * max(0.0, 1.0 - k.roofline_fraction)
-        else:
-            saved += k.time_ms
-    return saved
-
-
 def _recommend_in_time(model_arms: Any, tgt: Any, gamma: float, rounds: int, budget: Any,
                        candidate_s: float, keep_s: float = 0.0, model_ms: float | None = None,
-                       compile_s: float | None = None, reserve_s: float = 0.0, floor_s: float = 0.0,
-                       final_need_s: Callable[[], float] | None = None) -> list[Any]:
+                       compile_s: float | None = None, template_s: float = 0.0, reserve_s: float = 0.0,
+                       floor_s: float = 0.0, final_need_s: Callable[[], float] | None = None) -> list[Any]:
     """The compiler's options, started only with time for them before the search's deadline
     less ``keep_s`` (kept for what comes after them: the search, where they go first), by the
     larger of ``MIN_OPTION_S`` and the estimate for a candidate whose gates start processes
@@ -761,7 +746,9 @@ def _recommend_in_time(model_arms: Any, tgt: Any, gamma: float, rounds: int, bud
     at the search's deadline less ``floor_s`` (what a started option leaves the search whatever
     it costs the option, :func:`_search_keep_s`). A compiled option may also be checked and timed in the final benchmark's
     ``reserve_s`` less what that benchmark still needs (``final_need_s()``: :func:`_final_need_s`).
-    ``compile_s``: an option's compile, estimated (no more compile at once than can then be timed)."""
+    ``compile_s``: an option's compile, estimated, and ``template_s`` what max-autotune's template
+    tuning adds to it (no option starts whose compile and timing cannot finish, and no more
+    compile at once than can then be timed)."""
     from kernelopt_bot.search.compile_options import MIN_OPTION_S, recommend
 
     extra = max(0.0, candidate_s - MIN_OPTION_S)
@@ -787,7 +774,7 @@ def _recommend_in_time(model_arms: Any, tgt: Any, gamma: float, rounds: int, bud
     left = search_left()
     with _arms_end_by(model_arms, None if left is None else max(1.0, left)):
         return recommend(model_arms, tgt, gamma=gamma, rounds=rounds, time_left=time_left,
-                         bench_left=bench_left, model_ms=model_ms, compile_s=compile_s)
+                         bench_left=bench_left, model_ms=model_ms, compile_s=compile_s, template_s=template_s)
 
 
 def _run_s_left(budget: Any, reserve: float) -> float | None:

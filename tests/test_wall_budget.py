@@ -248,8 +248,39 @@ def test_no_more_options_compile_at_once_than_can_then_be_timed(monkeypatch: pyt
         assert arena.waves == waves and len(checked) == checks
         assert [r.option for r in recs][:1] == ["mode=max-autotune-no-cudagraphs"]
         assert recs[0].detail == "outputs differ: checked"  # max-autotune, the suite's reference, is timed first
-    assert compile_options.wave_size(3, None, 42.0, 16.0) == 3
-    assert compile_options.wave_size(3, 30.0, 42.0, 16.0) == 1  # at least one: it may finish early
+    three = list(COMPILE_OPTIONS)
+    assert compile_options.plan_wave(three, 3, None, lambda _o: 42.0, 16.0) == three
+    assert compile_options.plan_wave(three, 2, 200.0, lambda _o: 42.0, 16.0) == three[:2]  # what the GPU holds
+    assert compile_options.plan_wave(three, 3, 50.0, lambda _o: 42.0, 16.0) == []  # none can finish
+
+
+def test_an_option_whose_template_tuning_cannot_finish_is_passed_over(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A convolution model in fp32 on the H200: max-autotune tuned its convolution templates for
+    54 s and was stopped at the search's floor; coordinate descent and CUDA graphs, about 28 s
+    each, compiled beside it and were never timed (12-04). With max-autotune's template tuning
+    in its estimate, it is passed over and the two others compile and are timed; with time for
+    it, it compiles first as before; a model without GEMMs or convolutions adds nothing."""
+    checked: list[float] = []
+
+    def check(*_a: Any) -> Any:
+        checked.append(now[0])
+        now[0] += 10.0
+        return SimpleNamespace(passed=False, reason="checked")
+
+    monkeypatch.setattr(compile_options, "check_model", check)
+    tune = compile_options.template_tune_s(["extern_kernels.convolution"], "fp32")
+    assert tune == 25.0 and compile_options.template_tune_s(["extern_kernels.mm"], "bf16") == 8.0
+    assert compile_options.template_tune_s(["aten.cumsum"], "fp32") == 0.0
+    for left, waves, first in ((54.0, [2], "mode=max-autotune-no-cudagraphs"), (100.0, [3], None)):
+        now, checked = [0.0], []
+        arena = _WaveArena(now, 28.0)
+        recs = recommend(arena, None, gamma=1.03, rounds=3, model_ms=1.0, compile_s=28.0,  # type: ignore[arg-type]
+                         template_s=tune, time_left=lambda left=left, now=now: left - now[0])
+        assert arena.waves == waves and len(checked) == waves[0]
+        skipped = [r for r in recs if r.detail.startswith("not measured")]
+        assert [r.option for r in skipped] == ([first] if first else [])
+        if first:
+            assert skipped[0].detail == "not measured: its compile (about 53 s) and timing would not finish in the 54 s left"
 
 
 def test_what_the_final_benchmark_still_needs_of_its_reserve() -> None:
@@ -515,20 +546,25 @@ def _profile(model_ms: float, vendor_ms: float, kernels: list[tuple[float, str]]
     return Profile("t", "cuda", model_ms, vendor_ms, None, rows)
 
 
+def _first(prof: Profile) -> tuple[str, float] | None:
+    """Options first or not, where the search would search every kernel of the profile."""
+    return _options_first(prof, prof.kernels)
+
+
 def test_options_go_first_where_the_search_can_move_the_model_little() -> None:
     """Options go first on library-bound and launch-bound models; the search then keeps the share
     of the model's time it could save (Triton kernels that are not launch-bound)."""
     gemm = _profile(1.0, 0.7, [(0.3, "memory")])
-    why, searchable = _options_first(gemm)  # type: ignore[misc]
+    why, searchable = _first(gemm)  # type: ignore[misc]
     assert why == "library calls take 70% of the model's time" and searchable == pytest.approx(0.3)
-    assert _options_first(_profile(1.0, 0.3, [(0.7, "memory")])) is None  # the Triton kernels matter most
+    assert _first(_profile(1.0, 0.3, [(0.7, "memory")])) is None  # the Triton kernels matter most
     small = _profile(0.1, 0.0, [(0.008, "launch")] * 10 + [(0.02, "memory")])
-    why, searchable = _options_first(small)  # type: ignore[misc]
+    why, searchable = _first(small)  # type: ignore[misc]
     assert why == "80% of the Triton kernels' time is in launch-bound kernels"
     assert searchable == pytest.approx(0.2)
-    assert _options_first(_profile(0.1, 0.0, [(0.008, "launch")] * 2)) is None  # too few to matter
-    assert _options_first(Profile("t", "cpu", None, None, None, [])) is None  # nothing measured
-    over = _options_first(_profile(1.0, 1.2, [(0.1, "memory")]))  # the profiler's busy time past the median
+    assert _first(_profile(0.1, 0.0, [(0.008, "launch")] * 2)) is None  # too few to matter
+    assert _first(Profile("t", "cpu", None, None, None, [])) is None  # nothing measured
+    over = _first(_profile(1.0, 1.2, [(0.1, "memory")]))  # the profiler's busy time past the median
     assert over is not None and over[0] == "library calls take 92% of the model's time"  # of 1.3 ms busy
 
 
@@ -543,12 +579,42 @@ def test_options_go_first_where_the_triton_kernels_run_at_the_copy_roofline() ->
     cnn = Profile("t", "cuda", 4.0, 1.3, None, [kernel(0.8, "pointwise", 1.003), kernel(0.5, "pointwise", 1.04),
                                                 kernel(0.4, "pointwise", 1.0), kernel(0.2, "pointwise", 0.4),
                                                 kernel(0.1, "reduction", 0.88)])
-    why, searchable = _options_first(cnn)  # type: ignore[misc]
+    why, searchable = _first(cnn)  # type: ignore[misc]
     assert why == "the search could save at most 6% of the model's time"
     assert searchable == pytest.approx((0.2 * 0.6 + 0.1) / 4.0)  # what the search keeps a share of
     slow = Profile("t", "cuda", 4.0, 1.3, None, [kernel(0.8, "pointwise", 0.5), kernel(1.9, "pointwise", 1.0)])
-    assert _options_first(slow) is None  # 0.4 ms of 4 above the roofline: the search goes first
+    assert _first(slow) is None  # 0.4 ms of 4 above the roofline: the search goes first
     rows = Profile("t", "cuda", 1.0, 0.0, None, [kernel(1.0, "reduction", 1.04)])
-    assert _options_first(rows) is None  # a reduction past the copy roofline can still get faster
+    assert _first(rows) is None  # a reduction past the copy roofline can still get faster
     unknown = Profile("t", "cuda", 1.0, 0.0, None, [kernel(1.0, "pointwise", None)])
-    assert _options_first(unknown) is None
+    assert _first(unknown) is None
+
+
+def test_the_search_keeps_what_the_kernels_it_would_search_could_save() -> None:
+    """The headroom that sizes the search's share counts only the kernels it would search: a
+    kernel below the share threshold (or past the kernel limit) saves nothing, however slow."""
+    def kernel(ms: float, kind: str, frac: float | None) -> KernelProfile:
+        return KernelProfile("k", 0, kind, 1, ms, ms / 4.0, 0, None, frac, "memory")
+
+    searched = kernel(0.2, "reduction", 0.9)
+    prof = Profile("t", "cuda", 4.0, 2.4, None, [searched, kernel(0.06, "reduction", 0.5)])
+    why, headroom = _options_first(prof, [searched])  # type: ignore[misc]
+    assert why == "library calls take 60% of the model's time" and headroom == pytest.approx(0.2 / 4.0)
+
+
+def test_kernels_are_searched_in_the_order_of_what_a_faster_one_could_save() -> None:
+    """A convolution + group norm model in fp32 on the H200: a pointwise kernel at 57% of the copy
+    roofline (20% of the time) came before the group norm's reduction (14%), which the budget
+    then left unsearched. Ranked by headroom, the reduction comes first; a pointwise kernel at
+    the roofline and a launch-bound one come after any kernel with something to give, then by
+    share; unmeasured kernels last."""
+    def kernel(name: str, ms: float | None, kind: str, frac: float | None, bound: str | None = "memory") -> KernelProfile:
+        return KernelProfile(name, 0, kind, 1, ms, None if ms is None else ms / 1.0, 0, None, frac, bound)
+
+    prof = Profile("t", "cuda", 1.0, 0.5, None, [
+        kernel("pointwise_57", 0.203, "pointwise", 0.57), kernel("group_norm", 0.135, "reduction", 0.8),
+        kernel("at_roofline", 0.3, "pointwise", 1.02), kernel("launch", 0.009, "pointwise", None, "launch"),
+        kernel("unmeasured", None, "reduction", None, None), kernel("small_pointwise", 0.089, "pointwise", 0.9)])
+    assert [k.name for k in prof.ranked()] == [
+        "group_norm", "pointwise_57", "small_pointwise", "at_roofline", "launch", "unmeasured"]
+    assert prof.kernels[0].headroom_ms == pytest.approx(0.203 * 0.43)

@@ -39,11 +39,32 @@ COMPILE_OPTIONS = (
     CompileOption("coordinate_descent_tuning=True", config={"coordinate_descent_tuning": True}),
     CompileOption("mode=reduce-overhead (CUDA graphs)", mode="reduce-overhead"),
 )
+# What max-autotune's tuning of GEMM and convolution templates adds to a compile where the model
+# calls such a library kernel, by dtype (precompiling and benchmarking Inductor's template choices;
+# later calls' shapes add little: they precompile beside the first's). On the H200: fp32 13-27 s
+# (one convolution 22-25 s, four GEMMs 27 s, eight 22 s), bf16 2-7 s (12-04).
+TEMPLATE_TUNE_S = {"fp32": 25.0}
+TEMPLATE_TUNE_DEFAULT_S = 8.0
+TEMPLATE_OPS = frozenset({"mm", "addmm", "bmm", "baddbmm", "convolution", "_int_mm", "_scaled_mm"})
 MIN_OPTION_S = 30.0  # an option needs a whole compile and a benchmark: do not start one with less left
 MIN_BENCH_S = 10.0  # gate 3 and the interleaved rounds of a compiled arm: not begun with less left
 CHECK_CALLS = 10  # gate 3's calls, in model calls: both arms' outputs, the eager and float64 references
 MAX_OPTION_CONFIGS = 16  # kernels whose option configs a recommendation keeps (keep_configs_of)
 MAX_REPORTED_CONFIGS = 64  # what a published result may carry (github.trusted.RecommendationDoc)
+
+
+def template_tune_s(extern_ops: list[str], dtype: str) -> float:
+    """What max-autotune's template tuning adds to an option's compile (:data:`TEMPLATE_TUNE_S`):
+    nothing where the compiled model calls no GEMM or convolution (``extern_ops``: its library
+    calls, ``extern_kernels.mm``, ...)."""
+    if not any(op.rsplit(".", 1)[-1] in TEMPLATE_OPS for op in extern_ops):
+        return 0.0
+    return TEMPLATE_TUNE_S.get(dtype, TEMPLATE_TUNE_DEFAULT_S)
+
+
+def tunes_templates(option: CompileOption) -> bool:
+    """Whether ``option``'s compile tunes GEMM and convolution templates (max-autotune's modes)."""
+    return (option.mode or "").startswith("max-autotune") or bool((option.config or {}).get("max_autotune"))
 
 
 def bench_need_s(model_ms: float | None, rounds: int = 10, reps: int = 20) -> float:
@@ -59,7 +80,8 @@ def recommend(model_arms: ModelArms, target: Target, *, gamma: float, rounds: in
               options: tuple[CompileOption, ...] = COMPILE_OPTIONS,
               time_left: Callable[[], float | None] | None = None,
               bench_left: Callable[[], float | None] | None = None,
-              model_ms: float | None = None, compile_s: float | None = None) -> list[Recommendation]:
+              model_ms: float | None = None, compile_s: float | None = None,
+              template_s: float = 0.0) -> list[Recommendation]:
     """Measure each option against the default compile; never raises for an option that fails.
 
     The options' arms compile at once (as many as the GPU's memory holds: ``ModelArms.room_for``),
@@ -70,14 +92,17 @@ def recommend(model_arms: ModelArms, target: Target, *, gamma: float, rounds: in
     compiled with less of ``bench_left`` (default: ``time_left``) than its check and timing take
     (:func:`bench_need_s` for ``model_ms``, the profiled model's time a call; then what the last
     option's took) is not checked or timed, and none starts without that time beside its compile.
-    ``compile_s`` (one option's compile, estimated; None: unknown) sizes each wave by
-    :func:`wave_size`: no more options compile at once than can then be checked and timed.
+    ``compile_s`` (one option's compile, estimated; None: unknown), plus ``template_s`` for
+    an option that tunes GEMM and convolution templates (:func:`template_tune_s`), sizes each wave
+    by :func:`plan_wave`: no option starts whose compile, check and rounds cannot finish in
+    ``bench_left`` (default ``time_left``), and no more compile at once than can then be timed.
     """
     if model_arms.device != "cuda":
         return [Recommendation(o.label, None, False, "not measured: no CUDA device") for o in options]
     baseline: Arm | None = None
     repeat: Arm | None = None
     done: dict[str, Recommendation] = {}
+    passed_over: dict[str, str] = {}  # why an option whose compile could not finish did not start
 
     def no_baselines(exc: ArmError) -> list[Recommendation]:  # ours (out of memory, say): none is judged
         return [done.get(o.label) or Recommendation(
@@ -95,6 +120,10 @@ def recommend(model_arms: ModelArms, target: Target, *, gamma: float, rounds: in
                                                 f"not measured: the baseline already is {users.label}")
     pending = [o for o in options if o.label not in done]
     need_s = bench_need_s(model_ms, rounds, reps)
+
+    def estimate(option: CompileOption) -> float:
+        return (compile_s or 0.0) + (template_s if tunes_templates(option) else 0.0)
+
     while pending:
         left = time_left() if time_left is not None else None
         if left is not None and left < MIN_OPTION_S + need_s - MIN_BENCH_S:
@@ -109,9 +138,15 @@ def recommend(model_arms: ModelArms, target: Target, *, gamma: float, rounds: in
                                                     "not measured: no GPU memory for its arm beside the others")
             break
         timing_left = bench_left or time_left
-        if compile_s is not None and timing_left is not None:
-            room = wave_size(room, timing_left(), compile_s, need_s)
-        wave, pending = pending[:room], pending[room:]
+        t_left = timing_left() if compile_s is not None and timing_left is not None else None
+        wave = plan_wave(pending, room, t_left, estimate, need_s)
+        for option in pending:  # time only shrinks: one passed over now will not start later
+            if t_left is not None and estimate(option) + need_s > t_left:
+                passed_over.setdefault(option.label, f"not measured: its compile (about {estimate(option):.0f} s) "
+                                                     f"and timing would not finish in the {max(0.0, t_left):.0f} s left")
+        if not wave:
+            break
+        pending = [o for o in pending if o not in wave]
         arms: list[tuple[CompileOption, Arm | ArmError]] = []
         for option in wave:
             try:
@@ -140,21 +175,31 @@ def recommend(model_arms: ModelArms, target: Target, *, gamma: float, rounds: in
             for _, arm in arms:
                 if not isinstance(arm, ArmError):
                     arm.close()
-    return [done.get(o.label) or Recommendation(o.label, None, False, "not measured: the wall-time budget ran out")
-            for o in options]
+    return [done.get(o.label) or Recommendation(
+        o.label, None, False, passed_over.get(o.label, "not measured: the wall-time budget ran out")) for o in options]
 
 
-def wave_size(room: int, left: float | None, compile_s: float | None, need_s: float) -> int:
-    """How many options compile at once: as many as the GPU's memory holds (``room``), but no more
-    than can be checked and timed, one after the other, in what ``left`` leaves after their
-    compile (``compile_s``, one option's, estimated), and at least one. The options of a wave are
-    timed only once all of them have compiled: on the H200 a 30 ms fp32 MLP-Mixer's three options
-    compiled side by side for 61 s and left 10 s, under the 16 s one check and its rounds take, so
-    none was timed (12-04). One option alone compiles without the others beside it, and the
-    time it leaves goes to its check and rounds; the next wave starts if time is left."""
-    if left is None or compile_s is None or need_s <= 0:
-        return room
-    return max(1, min(room, int((left - compile_s) // need_s)))
+def plan_wave(pending: list[CompileOption], room: int, left: float | None,
+              estimate: Callable[[CompileOption], float], need_s: float) -> list[CompileOption]:
+    """The options that compile at once, in order: as many as the GPU's memory holds (``room``),
+    each only where the wave's compile (its longest, ``estimate``) and then every member's check
+    and rounds (``need_s`` each, one after the other) finish in ``left`` (None: no limit, or no
+    estimate: the wave is what the GPU holds). The options of a wave are timed only once all of
+    them have compiled: on the H200 a 30 ms fp32 MLP-Mixer's three options compiled side by side
+    for 61 s and left 10 s, under the 16 s one check and its rounds take, so none was timed, and
+    a convolution model's max-autotune compiled its templates for 54 s and was stopped, while the
+    two others, which needed about 28 s, waited beside it and were never timed (12-04). An option
+    that cannot finish is passed over for the next, which may; none: nothing starts."""
+    if left is None:
+        return pending[:room]
+    wave: list[CompileOption] = []
+    for option in pending:
+        if len(wave) == room:
+            break
+        longest = max([estimate(option)] + [estimate(o) for o in wave])
+        if longest + (len(wave) + 1) * need_s <= left:
+            wave.append(option)
+    return wave
 
 
 def config_changes(baseline: Any, arm: Any) -> dict[str, str]:
