@@ -442,7 +442,7 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
     from kernelopt_bot.pack.runtime import running_environment
     from kernelopt_bot.profiling import profile
     from kernelopt_bot.search.budget import TimerWithinDeadline
-    from kernelopt_bot.search.compile_options import bench_need_s, template_tune_s
+    from kernelopt_bot.search.compile_options import bench_need_s, calls_templates, template_tune_s
     from kernelopt_bot.search.orchestrator import Orchestrator, SearchLimits
     from kernelopt_bot.search.tuner import TimedTuner
     from kernelopt_bot.store import Store
@@ -521,12 +521,13 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
             )
             compile_s = result.phases.get("compiling and capturing", 0.0)
             option_compile_s = OPTION_COMPILE_FACTOR * compile_s if compile_s else None  # sizes their waves
-            template_s = template_tune_s([c.op for c in cap.artifact.extern_calls], dtype)  # max-autotune's
+            template_s = template_tune_s([c.op for c in cap.artifact.extern_calls], dtype)  # max-autotune's, on top
             model_ms = prof.model_ms if prof.measured else None  # plans how long an option's timing takes
             options = plan.compile_options and tgt.device == "cuda"
             # Not where the GPU does not hold the model arms beside this process's capture (a
             # large model): the options then wait for the search to give its memory back.
-            first = _options_first(prof, orchestrator.worth_searching()) if options and prestarted else None
+            first = _options_first(prof, orchestrator.worth_searching(), calls_templates(
+                [c.op for c in cap.artifact.extern_calls])) if options and prestarted else None
             if first is not None:
                 why, headroom = first
                 searched = bool(orchestrator.worth_searching())
@@ -676,7 +677,7 @@ def _held_back(budget: Any, seconds: float) -> Iterator[None]:
         budget.max_wall_s = saved
 
 
-def _options_first(prof: Any, searched: list[Any]) -> tuple[str, float] | None:
+def _options_first(prof: Any, searched: list[Any], tunable_library: bool = True) -> tuple[str, float] | None:
     """Why the compiler's options are measured before the search rather than after it, and the
     share of what is then left of the wall budget that the search keeps; None: search first.
     Where library calls (cuBLAS, cuDNN) take most of the model's time, the searched Triton
@@ -688,7 +689,11 @@ def _options_first(prof: Any, searched: list[Any]) -> tuple[str, float] | None:
     100% of it took the search's time and left max-autotune's convolution tuning too little to
     finish (12-03, fp32). The search keeps the share of the model's time it could save at most
     (:attr:`~kernelopt_bot.profiling.KernelProfile.headroom_ms` of the kernels it would search,
-    ``searched``: not those below the share threshold or past the kernel limit)."""
+    ``searched``: not those below the share threshold or past the kernel limit). Library time
+    counts only where an option can tune it (``tunable_library``: the model calls GEMMs or
+    convolutions); a training step's eager loss and gradient kernels cannot: on the H200 a layer
+    norm's training step (63% outside the compiled graphs, 37% in two reductions) sent the options
+    first, max-autotune compiled for 60 s and was stopped, and the search got 7 s (bf16, 12-04)."""
     if not prof.measured or not prof.model_ms:
         return None
     triton = [k for k in prof.kernels if k.time_ms]
@@ -698,7 +703,7 @@ def _options_first(prof: Any, searched: list[Any]) -> tuple[str, float] | None:
     model_ms = max(prof.model_ms, (prof.vendor_ms or 0.0) + total)
     library = (prof.vendor_ms or 0.0) / model_ms
     headroom = sum(k.headroom_ms for k in searched) / model_ms
-    if library >= OPTIONS_FIRST_SHARE:
+    if tunable_library and library >= OPTIONS_FIRST_SHARE:
         return f"library calls take {library:.0%} of the model's time", headroom
     if len(triton) >= OPTIONS_FIRST_LAUNCHES and total and launch >= OPTIONS_FIRST_SHARE * total:
         return f"{launch / total:.0%} of the Triton kernels' time is in launch-bound kernels", headroom

@@ -280,7 +280,8 @@ def test_an_option_whose_template_tuning_cannot_finish_is_passed_over(monkeypatc
         skipped = [r for r in recs if r.detail.startswith("not measured")]
         assert [r.option for r in skipped] == ([first] if first else [])
         if first:
-            assert skipped[0].detail == "not measured: its compile (about 53 s) and timing would not finish in the 54 s left"
+            assert skipped[0].detail == ("not measured: its compile (about 53 s), check and timing (10 s) would not "
+                                         "finish in the 54 s left")
 
 
 def test_what_the_final_benchmark_still_needs_of_its_reserve() -> None:
@@ -600,6 +601,18 @@ def test_the_search_keeps_what_the_kernels_it_would_search_could_save() -> None:
     prof = Profile("t", "cuda", 4.0, 2.4, None, [searched, kernel(0.06, "reduction", 0.5)])
     why, headroom = _options_first(prof, [searched])  # type: ignore[misc]
     assert why == "library calls take 60% of the model's time" and headroom == pytest.approx(0.2 / 4.0)
+
+
+def test_library_time_no_option_can_tune_does_not_send_the_options_first() -> None:
+    """A layer norm's training step on the H200: 63% of its time outside the compiled graphs (the
+    eager loss and gradient kernels, no GEMM or convolution), 37% in two reductions. No option
+    tunes that library time, so the search goes first; where the model calls GEMMs, the options
+    go first as before."""
+    prof = _profile(3.0, 1.9, [(0.6, "memory"), (0.5, "memory")])
+    assert _options_first(prof, prof.kernels, tunable_library=False) is None
+    assert _options_first(prof, prof.kernels, tunable_library=True) is not None
+    assert compile_options.calls_templates(["extern_kernels.addmm", "aten.sum"])
+    assert not compile_options.calls_templates(["aten.sum", "extern_kernels._foreach_copy"])
 
 
 def test_kernels_are_searched_in_the_order_of_what_a_faster_one_could_save() -> None:

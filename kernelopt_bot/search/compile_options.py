@@ -53,13 +53,16 @@ MAX_OPTION_CONFIGS = 16  # kernels whose option configs a recommendation keeps (
 MAX_REPORTED_CONFIGS = 64  # what a published result may carry (github.trusted.RecommendationDoc)
 
 
+def calls_templates(extern_ops: list[str]) -> bool:
+    """Whether the compiled model calls a GEMM or convolution (``extern_ops``: its library calls,
+    ``extern_kernels.mm``, ...), the calls max-autotune tunes templates for."""
+    return any(op.rsplit(".", 1)[-1] in TEMPLATE_OPS for op in extern_ops)
+
+
 def template_tune_s(extern_ops: list[str], dtype: str) -> float:
     """What max-autotune's template tuning adds to an option's compile (:data:`TEMPLATE_TUNE_S`):
-    nothing where the compiled model calls no GEMM or convolution (``extern_ops``: its library
-    calls, ``extern_kernels.mm``, ...)."""
-    if not any(op.rsplit(".", 1)[-1] in TEMPLATE_OPS for op in extern_ops):
-        return 0.0
-    return TEMPLATE_TUNE_S.get(dtype, TEMPLATE_TUNE_DEFAULT_S)
+    nothing where the compiled model calls no GEMM or convolution (:func:`calls_templates`)."""
+    return TEMPLATE_TUNE_S.get(dtype, TEMPLATE_TUNE_DEFAULT_S) if calls_templates(extern_ops) else 0.0
 
 
 def tunes_templates(option: CompileOption) -> bool:
@@ -142,8 +145,9 @@ def recommend(model_arms: ModelArms, target: Target, *, gamma: float, rounds: in
         wave = plan_wave(pending, room, t_left, estimate, need_s)
         for option in pending:  # time only shrinks: one passed over now will not start later
             if t_left is not None and estimate(option) + need_s > t_left:
-                passed_over.setdefault(option.label, f"not measured: its compile (about {estimate(option):.0f} s) "
-                                                     f"and timing would not finish in the {max(0.0, t_left):.0f} s left")
+                passed_over.setdefault(option.label, f"not measured: its compile (about {estimate(option):.0f} s), "
+                                                     f"check and timing ({need_s:.0f} s) would not finish in the "
+                                                     f"{max(0.0, t_left):.0f} s left")
         if not wave:
             break
         pending = [o for o in pending if o not in wave]
