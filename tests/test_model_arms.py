@@ -164,3 +164,21 @@ def test_an_arm_reports_the_launch_config_each_of_its_kernels_settled_on() -> No
                                                   "triton_poi_new_9": config}})
         assert config_changes(baseline, other) == {name: "XBLOCK=1, num_warps=32, num_stages=1",
                                                    "triton_poi_new_9": config}
+
+
+def test_an_arms_compile_ends_within_its_limit_of_its_start_however_many_waits(tmp_path: Path) -> None:
+    """The limit counts from the arm's start, not from each wait: an option's arm waited for
+    after other arms had been waited for got both waits (on the H200 an option phase given 41 s
+    took 58 s and pushed the run 25 s past its wall budget). Here the arm, 5 s to compile, is
+    waited for 4 s after its start and is killed about 1 s later."""
+    slow = tmp_path / "slow.py"
+    slow.write_text("import time\nimport torch\ntime.sleep(60)\nclass Model(torch.nn.Module):\n"
+                    "    def forward(self, x):\n        return x + 1\n"
+                    "def get_inputs():\n    return [torch.randn(4)]\ndef get_init_inputs():\n    return []\n")
+    with ModelArms(str(slow), "cpu", "fp32", timeout_s=5.0) as model_arms:
+        arm = model_arms.candidate(None, label="option", wait=False)
+        time.sleep(4.0)
+        start = time.monotonic()
+        with pytest.raises(ArmError, match="no answer to start within 5 s"):
+            arm.wait_ready()
+        assert time.monotonic() - start < 3.0

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import time
 import traceback
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -198,6 +199,11 @@ class ArmProcess:
     def __init__(self, spec: ArmSpec, *, start_timeout_s: float = 900.0) -> None:
         self.spec = spec
         self.start_timeout_s = start_timeout_s
+        # The compile must end within start_timeout_s of the start, however many waits come
+        # between: measured from each wait, a model's option arm waited for after its baselines
+        # had been waited for got both waits (on the H200 an option phase given 41 s took 58 s
+        # and pushed the run's end 25 s past its wall budget: a training step, 12-04).
+        self._start_deadline = time.monotonic() + start_timeout_s
         try:
             self._proc = spawn_isolated("kernelopt_bot.harness.arm_process.worker_main", spec,
                                         name=arm_process_name(spec.label))
@@ -217,7 +223,8 @@ class ArmProcess:
         if self.start_error is not None:
             raise self.start_error
         try:
-            kind, payload = self._receive(self.start_timeout_s, "start")
+            kind, payload = self._receive(max(0.0, self._start_deadline - time.monotonic()), "start",
+                                          limit_s=self.start_timeout_s)
             if kind != "ready":
                 raise ArmError(f"{self.spec.label}: unexpected reply {kind!r} while starting")
         except ArmError as exc:
@@ -242,10 +249,13 @@ class ArmProcess:
             raise ArmError(f"{self.spec.label}: unexpected reply {kind!r}")
         return payload
 
-    def _receive(self, timeout_s: float, what: str) -> tuple[str, Any]:
+    def _receive(self, timeout_s: float, what: str, limit_s: float | None = None) -> tuple[str, Any]:
+        """The arm's next message within ``timeout_s`` (what is left of ``limit_s``, the limit
+        the error names; default: ``timeout_s``), else the arm is killed."""
         if not self._conn.poll(timeout_s):
             self.kill()
-            raise ArmError(f"{self.spec.label}: no answer to {what} within {timeout_s:.0f} s (killed)")
+            raise ArmError(f"{self.spec.label}: no answer to {what} within "
+                           f"{timeout_s if limit_s is None else limit_s:.0f} s (killed)")
         try:
             kind, payload = self._conn.recv()
         except (EOFError, OSError) as exc:
