@@ -299,6 +299,22 @@ def test_what_the_final_benchmark_still_needs_of_its_reserve() -> None:
     assert _final_need_s(several, _result(), ready, 30.0, 10, 20.0) == 20.0  # a slow model's rounds fill it
 
 
+def test_a_training_steps_final_benchmark_needs_its_split_rounds() -> None:
+    """A training step's final benchmark also times each arm's forward half and whole step: on
+    the H200 a 3 ms layer norm step with a one-kernel pack took 28 s there and ended the run past
+    its wall budget (12-04). Its rounds are planned as such, and its reserve is larger."""
+    from kernelopt_bot.pipeline import FINAL_BENCH_RESERVE_S, FINAL_BENCH_RESERVE_TRAIN_S
+
+    ready = SimpleNamespace(ready=True)
+    several = _pack(_entry("k", [GATE4]), _entry("j", [GATE4]))
+    assert bench_need_s(3.0, split_step=True) > bench_need_s(3.0) + 3.0
+    step = _final_need_s(several, _result(), ready, 3.0, 10, FINAL_BENCH_RESERVE_TRAIN_S, True)
+    assert step == bench_need_s(3.0, split_step=True) > _final_need_s(several, _result(), ready, 3.0, 10, 30.0)
+    empty = _final_need_s(_pack(), _result(), None, 3.0, 10, 30.0, True)
+    assert empty == pytest.approx(3 * (_final_need_s(_pack(), _result(), None, 3.0, 10, 30.0) - 1.0) + 1.0)
+    assert FINAL_BENCH_RESERVE_TRAIN_S > FINAL_BENCH_RESERVE_S
+
+
 def test_the_wall_budget_counts_what_ran_before_it() -> None:
     """The engine's start (and anything before the budget exists) is part of the run's deadline."""
     now = [100.0]

@@ -70,13 +70,14 @@ def tunes_templates(option: CompileOption) -> bool:
     return (option.mode or "").startswith("max-autotune") or bool((option.config or {}).get("max_autotune"))
 
 
-def bench_need_s(model_ms: float | None, rounds: int = 10, reps: int = 20) -> float:
-    """Seconds a compiled option's arm needs for gate 3 and the timed rounds on a model of
-    ``model_ms`` a call (None: not profiled): MIN_BENCH_S, or more where the model is slow
-    (:func:`~kernelopt_bot.harness.bench.compare_seconds`)."""
+def bench_need_s(model_ms: float | None, rounds: int = 10, reps: int = 20, split_step: bool = False) -> float:
+    """Seconds a compiled arm needs for gate 3 and the timed rounds on a model of ``model_ms`` a
+    call (None: not profiled): MIN_BENCH_S, or more where the model is slow
+    (:func:`~kernelopt_bot.harness.bench.compare_seconds`; ``split_step``: a training step's final
+    benchmark, which also times each arm's forward half and whole step)."""
     if not model_ms:
         return MIN_BENCH_S
-    return max(MIN_BENCH_S, compare_seconds(model_ms, rounds, reps) + CHECK_CALLS * model_ms / 1000.0)
+    return max(MIN_BENCH_S, compare_seconds(model_ms, rounds, reps, split_step) + CHECK_CALLS * model_ms / 1000.0)
 
 
 def recommend(model_arms: ModelArms, target: Target, *, gamma: float, rounds: int = 10, reps: int = 20,
