@@ -57,6 +57,9 @@ class Recommendation:
     # Each kernel's launch config as this option's compile settled it (its arm's report): where an
     # option beats the pack, the evidence of what the tuner did not find.
     configs: dict[str, str] = field(default_factory=dict)
+    # Seconds its arm took to load and compile the model (None: it did not compile): what plans
+    # the options' compile estimates (max-autotune's is 1.5-3x the default compile's on the H200).
+    compile_s: float | None = None
 
     @property
     def with_pack(self) -> bool:

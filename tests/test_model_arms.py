@@ -31,6 +31,7 @@ def test_prestart_returns_at_once_and_baselines_reuse_the_started_arm() -> None:
         assert not started.ready
         baseline, repeat = model_arms.baselines()
         assert baseline is started and baseline.ready and repeat is None  # no noise arm without a GPU
+        assert baseline.info["compile_s"] > 0.0  # its compile, for the options' estimates
         assert model_arms.baselines()[0] is baseline  # asked again: the same process
         assert len(baseline.request("outputs", 0)) == 1
 

@@ -151,6 +151,36 @@ def test_an_option_compiled_too_close_to_the_deadline_is_not_checked_or_timed() 
     assert all(r.detail == "not measured: the wall-time budget ran out after its compile" for r in recs)
 
 
+def test_each_option_reports_how_long_its_arm_compiled(capsys: pytest.CaptureFixture[str]) -> None:
+    """What the options' compile estimates are checked against: each arm's own compile time (its
+    ready message), in the recommendation, result.json and the printed line; none for an arm
+    that did not compile."""
+    from kernelopt_bot.cli.render import recommendations
+
+    arena = _ReadyArena()
+    original = arena.candidate
+
+    def timed(*a: Any, **k: Any) -> Any:
+        arm = original(*a, **k)
+        arm.info = {"compile_s": 41.6}
+        return arm
+
+    arena.candidate = timed  # type: ignore[method-assign]
+    recs = recommend(arena, None, gamma=1.03, time_left=lambda: 60.0,  # type: ignore[arg-type]
+                     bench_left=lambda: MIN_BENCH_S - 1)
+    assert [r.compile_s for r in recs] == [41.6] * len(COMPILE_OPTIONS)
+    assert recs[0].to_json()["compile_s"] == 41.6
+    recommendations(recs[:1])
+    assert "after its compile (compiled in 42 s)" in capsys.readouterr().out.replace("\n", " ")
+
+    class _Unstartable(_ReadyArena):
+        def candidate(self, *_a: Any, **_k: Any) -> Any:
+            raise ArmError("option: could not be started")
+
+    failed = recommend(_Unstartable(), None, gamma=1.03, time_left=lambda: 60.0)  # type: ignore[arg-type]
+    assert all(r.compile_s is None and "could not be started" in r.detail for r in failed)
+
+
 def test_a_slow_model_s_option_is_timed_only_with_the_time_its_rounds_take() -> None:
     """On a 20 ms model gate 3 and the rounds take about 30 s: an option compiled with 20 s left
     (enough for MIN_BENCH_S) was checked and timed anyway and ran the run past its wall budget

@@ -205,8 +205,9 @@ def recommendations(recs: list[Recommendation]) -> None:
 
 
 def _recommendation(console: Console, rec: Recommendation) -> None:
+    compiled = f" (compiled in {rec.compile_s:.0f} s)" if rec.compile_s is not None else ""
     console.print(escape(f"option {rec.option}: {_fmt(rec.speedup, '.3f', '-')}x "
-                         f"{'(verified)' if rec.verified else ''} {rec.detail}"))
+                         f"{'(verified)' if rec.verified else ''} {rec.detail}{compiled}"))
 
 
 # suite

@@ -175,7 +175,8 @@ def recommend(model_arms: ModelArms, target: Target, *, gamma: float, rounds: in
                     need_s = max(need_s, time.monotonic() - started)
                 # The option's own compile's choices (with a pack on top they would be the pack's)
                 chosen = {} if isinstance(arm, ArmError) or option.pack is not None else config_changes(baseline, arm)
-                done[option.label] = replace(found, configs=chosen) if chosen else found
+                compiled_s = None if isinstance(arm, ArmError) else (getattr(arm, "info", None) or {}).get("compile_s")
+                done[option.label] = replace(found, configs=chosen, compile_s=compiled_s)
         finally:
             for _, arm in arms:
                 if not isinstance(arm, ArmError):
