@@ -143,7 +143,7 @@ class BudgetConfig(_Strict):
                                        description="A deadline for one target run: no candidate starts that "
                                                    "cannot finish in it.")
     kernels: int | None = Field(default=None, ge=1, le=1000,
-                                description="Kernels searched, largest share of model time first.")
+                                description="Kernels searched, most headroom first, then largest share of model time.")
     candidates_per_kernel: int | None = Field(default=None, ge=1, le=1000,
                                               description="Candidates verified per kernel.")
     cost: float | None = Field(default=None, ge=0,

@@ -455,7 +455,7 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
 
     # The wall budget covers the whole run: the search stops early enough to leave the final
     # benchmark its time on a GPU (it compiles the packed model once more and times it).
-    reserve = 0.0 if resolve_device(device) != "cuda" else FINAL_BENCH_RESERVE_TRAIN_S if train else FINAL_BENCH_RESERVE_S
+    reserve = _final_reserve_s(resolve_device(device), train)
     budget = plan.budget(elapsed_before=elapsed, reserve_s=reserve)
     log("loading the target" + (" (a training step)" if train else ""))
     tgt = load_target(target, device, dtype, train=train)
@@ -525,17 +525,19 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
             )
             compile_s = result.phases.get("compiling and capturing", 0.0)
             option_compile_s = OPTION_COMPILE_FACTOR * compile_s if compile_s else None  # sizes their waves
-            template_s = template_tune_s([c.op for c in cap.artifact.extern_calls], dtype)  # max-autotune's, on top
+            extern_ops = [c.op for c in cap.artifact.extern_calls]
+            template_s = template_tune_s(extern_ops, dtype)  # max-autotune's, on top
             model_ms = prof.model_ms if prof.measured else None  # plans how long an option's timing takes
             final_s = bench_need_s(model_ms, plan.rounds, split_step=tgt.train)  # and the final benchmark's
             options = plan.compile_options and tgt.device == "cuda"
+            to_search = orchestrator.worth_searching()
             # Not where the GPU does not hold the model arms beside this process's capture (a
             # large model): the options then wait for the search to give its memory back.
-            first = _options_first(prof, orchestrator.worth_searching(), calls_templates(
-                [c.op for c in cap.artifact.extern_calls])) if options and prestarted else None
+            first = (_options_first(prof, to_search, calls_templates(extern_ops))
+                     if options and prestarted else None)
             if first is not None:
                 why, headroom = first
-                searched = bool(orchestrator.worth_searching())
+                searched = bool(to_search)
                 after_s = _after_search_s(compile_s, reserve, False, None, final_s) if searched else 0.0
                 keep, floor = _search_keep_s(
                     headroom, budget.wall_s_left(), plan.gamma, orchestrator.candidate_estimate_s(trusted=True),
@@ -555,7 +557,7 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
             log("searching")
             options_after = options and first is None
             after = _after_search_s(compile_s, reserve, options_after, budget.wall_s_left(),
-                                    bench_need_s(model_ms, plan.rounds) if options_after else final_s)
+                                    bench_need_s(model_ms, plan.rounds) if options_after else final_s, final_s)
             with _held_back(budget, after):
                 result.kernels, pack = orchestrator.run()
             _record_llm_status(result, llm_search, llm_problem, budget)
@@ -597,6 +599,15 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
     return pack
 
 
+def _final_reserve_s(device: str, train: bool) -> float:
+    """Seconds of the wall budget kept for the final end-to-end benchmark: none without a GPU
+    (nothing is timed end to end), more for a training step (its rounds time each arm's forward
+    half and whole step too)."""
+    if device != "cuda":
+        return 0.0
+    return FINAL_BENCH_RESERVE_TRAIN_S if train else FINAL_BENCH_RESERVE_S
+
+
 def _arm_mb_hint() -> float:
     """What a model arm is expected to hold (MiB) before one has said: this process's peak after
     compiling and running the model, as an arm loads, compiles and runs the same model (the
@@ -629,30 +640,35 @@ def _strategy_rewrites(cap: Any, settings: CompileSettings, log: Callable[[str],
 
 @contextlib.contextmanager
 def _arms_end_by(model_arms: Any, seconds: float | None) -> Iterator[None]:
-    """Arms started in this block wait for their compile at most ``seconds`` (the time left to the
-    deadline; ``None``: no limit): one still compiling then is killed, so an arm cannot carry the
-    run past its wall budget."""
-    saved = model_arms.timeout_s
+    """Option and pack arms started in this block must have compiled ``seconds`` from its start
+    (the time left to the deadline; ``None``: no limit), however late in it they start: one still
+    compiling then is killed, so an arm cannot carry the run past its wall budget. Baseline arms
+    started in it keep their own limit: the final benchmark needs them after it."""
+    saved = model_arms.end_by
     if seconds is not None:
-        model_arms.timeout_s = max(1.0, min(saved, seconds))
+        end = time.monotonic() + max(1.0, seconds)
+        model_arms.end_by = end if saved is None else min(saved, end)
     try:
         yield
     finally:
-        model_arms.timeout_s = saved
+        model_arms.end_by = saved
 
 
 def _after_search_s(compile_s: float, reserve: float, options_after: bool, left: float | None,
-                    bench_s: float | None = None) -> float:
+                    bench_s: float | None = None, final_s: float | None = None) -> float:
     """What the search leaves, beyond ``reserve``, for what must run after it, sized by the
     model's compile time (``compile_s``, the capture's): the compiler's options when they come
     after it (their compile and timed rounds; the final benchmark's arm compiles beside theirs),
     else the final benchmark's fresh compile of the packed model where it outgrows ``reserve``
     (a level-3 model compiles for 25-30 s on the H200, past the 20 s reserve). ``bench_s``: what
-    gate 3 and the timed rounds take on this model (default: FINAL_BENCH_TIMING_S). Of ``left``
+    gate 3 and the timed rounds of what comes after take on this model, the options' where they
+    come after, else the final benchmark's (default: FINAL_BENCH_TIMING_S); ``final_s``: the final
+    benchmark's, where the options come after (what of them outgrows ``reserve`` is held back too:
+    a training step's split rounds, a slow model's). Of ``left``
     (the search's wall time, None: no limit) the search keeps ``MIN_SEARCH_S`` whatever that
     costs them: a kernel of the model may be what matters most."""
-    if options_after:
-        after = _options_need_s(compile_s, bench_s) + OPTION_START_SLACK_S
+    if options_after:  # the final benchmark's arm compiles beside theirs; its rounds past the reserve come after
+        after = _options_need_s(compile_s, bench_s) + OPTION_START_SLACK_S + max(0.0, (final_s or 0.0) - reserve)
     else:
         timing = FINAL_BENCH_TIMING_S if bench_s is None else max(FINAL_BENCH_TIMING_S, bench_s)
         after = max(0.0, compile_s + timing - reserve) if reserve else 0.0
@@ -797,11 +813,12 @@ def _run_s_left(budget: Any, reserve: float) -> float | None:
 
 def _final_need_s(pack: KernelPack, result: RunResult, final_arm: Any, model_ms: float | None,
                   rounds: int, reserve: float, train: bool = False) -> float:
-    """Seconds of its ``reserve`` the final benchmark still needs, as things stand: the reserve is
-    kept for a fresh compile of the packed model and its rounds, but where the pack is empty (the
-    baseline alone is timed), where gate 4 already measured exactly this pack, or where the pack's
-    arm compiled beside the options and is ready, only the rounds are left to run, and the rest
-    may time a compiled option. On the H200 a scan's options compiled with 7 s of the search's
+    """Seconds the final benchmark still needs, as things stand: its ``reserve`` is kept for a
+    fresh compile of the packed model and its rounds, but where the pack is empty (the baseline
+    alone is timed), where gate 4 already measured exactly this pack, or where the pack's arm
+    compiled beside the options and is ready, only the rounds are left to run, and the rest may
+    time a compiled option; rounds longer than the reserve (a slow model, a training step's split
+    rounds) need their whole time. On the H200 a scan's options compiled with 7 s of the search's
     time left and were not timed, while 14 s of the reserve went unused (log_cumsum_exp bf16,
     12-03). All of it without a profiled model time to size the rounds by. ``train``: the model is
     a training step, whose rounds also time each arm's forward half and whole step."""
@@ -813,21 +830,23 @@ def _final_need_s(pack: KernelPack, result: RunResult, final_arm: Any, model_ms:
         return _empty_pack_need_s(model_ms, rounds, reserve, train)
     if _measured_in_this_run(pack, result) is not None:
         return 0.0
+    rounds_s = bench_need_s(model_ms, rounds, split_step=train)
     if final_arm is not None and getattr(final_arm, "ready", False):
-        return min(reserve, bench_need_s(model_ms, rounds, split_step=train))
-    return reserve
+        return rounds_s
+    return max(reserve, rounds_s)
 
 
 def _empty_pack_need_s(model_ms: float | None, rounds: int, reserve: float, train: bool = False) -> float:
-    """Seconds of its ``reserve`` the final benchmark needs for an empty pack: the baseline's
-    rounds alone, as nothing compiles (all of it without a profiled model time); a training
-    step's rounds are timed three times (the step, then its forward half and whole step apart)."""
+    """Seconds the final benchmark needs for an empty pack: the baseline's rounds alone, as
+    nothing compiles (its whole ``reserve`` without a profiled model time); a training step's
+    rounds are timed three times (the step, then its forward half and whole step apart): on the
+    H200 a 90 ms MLP training step's took 28 s of a 20 s reserve (12-04)."""
     from kernelopt_bot.harness.timing import time_request_calls
 
     if not model_ms:
         return reserve
     passes = 3 if train else 1
-    return min(reserve, 1.0 + passes * rounds * time_request_calls(BASELINE_REPS) * model_ms / 1000.0)
+    return 1.0 + passes * rounds * time_request_calls(BASELINE_REPS) * model_ms / 1000.0
 
 
 def _try_option_configs(orchestrator: Any, cascade: Any, result: RunResult, pack: KernelPack,

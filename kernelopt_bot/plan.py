@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 DEFAULT_BUDGET: dict[str, Any] = {
     "candidates": 8,  # verified candidates in the whole run
-    "kernels": 3,  # kernels searched, largest share first
+    "kernels": 3,  # kernels searched, most headroom first, then largest share
     "candidates_per_kernel": 3,
     "wall_seconds": 110,  # `kernelopt optimize` on one problem within two minutes by default
     "gpu_seconds": None,
@@ -53,7 +53,7 @@ class RunPlan:
     """What one run may spend and what it must reach. ``None`` is no limit, where allowed."""
 
     candidates: int | None = DEFAULT_BUDGET["candidates"]  # candidates through the gates, whole run
-    kernels: int = DEFAULT_BUDGET["kernels"]  # kernels searched, largest share of model time first
+    kernels: int = DEFAULT_BUDGET["kernels"]  # kernels searched, most headroom first, then largest share
     candidates_per_kernel: int = DEFAULT_BUDGET["candidates_per_kernel"]
     wall_seconds: float | None = DEFAULT_BUDGET["wall_seconds"]  # a deadline for the whole run
     gpu_seconds: float | None = DEFAULT_BUDGET["gpu_seconds"]

@@ -57,8 +57,8 @@ class Recommendation:
     # Each kernel's launch config as this option's compile settled it (its arm's report): where an
     # option beats the pack, the evidence of what the tuner did not find.
     configs: dict[str, str] = field(default_factory=dict)
-    # Seconds its arm took to load and compile the model (None: it did not compile): what plans
-    # the options' compile estimates (max-autotune's is 1.5-3x the default compile's on the H200).
+    # Seconds its arm took from its start to ready (torch's import, loading the target, the compile
+    # and its first call; None: it did not compile): what the options' compile estimates plan for.
     compile_s: float | None = None
 
     @property

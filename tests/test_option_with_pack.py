@@ -39,6 +39,7 @@ class _Arm:
 
 class _Arena:
     device, dtype, timeout_s, mode, config = "cuda", "fp32", 600.0, None, {}
+    end_by: float | None = None
 
     def __init__(self, arm: _Arm | None = None) -> None:
         self.arm = arm

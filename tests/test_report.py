@@ -259,3 +259,16 @@ def test_an_option_not_measured_says_so_once_in_the_headline() -> None:
     result.recommendations = [Recommendation("mode=max-autotune-no-cudagraphs", None, False,
                                              "failed: out of memory")]
     assert "- **Compiler option:** not measured: failed: out of memory\n" in render_report(result)
+
+
+def test_each_options_compile_time_is_in_its_row() -> None:
+    """How long each option's arm took to compile, where it did (what its estimate is checked
+    against); a dash where it did not."""
+    result = _measured_result()
+    result.recommendations[0] = Recommendation("mode=max-autotune-no-cudagraphs", 1.08, True, "1.08x > 1.03",
+                                               compile_s=41.6)
+    report = render_report(result)
+    assert "| option | speedup | verified | compile |" in report
+    rows = [line for line in report.splitlines() if line.startswith("| `mode=max-autotune") or
+            line.startswith("| `coordinate_descent")]
+    assert rows[0].endswith("| 42 s |") and rows[1].endswith("| - |")

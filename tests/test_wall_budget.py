@@ -13,9 +13,11 @@ import pytest
 
 from kernelopt_bot.candidate import Candidate, Proposal
 from kernelopt_bot.harness.arm_process import ArmError
+from kernelopt_bot.harness.model_arms import ModelArms
 from kernelopt_bot.pipeline import (
     WALL_MARGIN_S,
     _after_search_s,
+    _arms_end_by,
     _final_bench,
     _final_need_s,
     _held_back,
@@ -90,6 +92,7 @@ def test_a_trusted_candidate_is_estimated_apart_from_the_others() -> None:
 
 class _Arena:
     device, dtype, mode, config = "cuda", "fp32", None, {}
+    end_by: float | None = None  # set by the run's phases (pipeline._arms_end_by)
 
     def prestart(self) -> bool:
         return True
@@ -151,22 +154,26 @@ def test_an_option_compiled_too_close_to_the_deadline_is_not_checked_or_timed() 
     assert all(r.detail == "not measured: the wall-time budget ran out after its compile" for r in recs)
 
 
+class _SayingArena(_ReadyArena):
+    """Its arms say they compiled in ``said`` seconds."""
+
+    def __init__(self, said: Any) -> None:
+        super().__init__()
+        self.said = said
+
+    def candidate(self, *a: Any, **k: Any) -> Any:
+        arm = super().candidate(*a, **k)
+        arm.info = {"compile_s": self.said}
+        return arm
+
+
 def test_each_option_reports_how_long_its_arm_compiled(capsys: pytest.CaptureFixture[str]) -> None:
     """What the options' compile estimates are checked against: each arm's own compile time (its
     ready message), in the recommendation, result.json and the printed line; none for an arm
     that did not compile."""
     from kernelopt_bot.cli.render import recommendations
 
-    arena = _ReadyArena()
-    original = arena.candidate
-
-    def timed(*a: Any, **k: Any) -> Any:
-        arm = original(*a, **k)
-        arm.info = {"compile_s": 41.6}
-        return arm
-
-    arena.candidate = timed  # type: ignore[method-assign]
-    recs = recommend(arena, None, gamma=1.03, time_left=lambda: 60.0,  # type: ignore[arg-type]
+    recs = recommend(_SayingArena(41.6), None, gamma=1.03, time_left=lambda: 60.0,  # type: ignore[arg-type]
                      bench_left=lambda: MIN_BENCH_S - 1)
     assert [r.compile_s for r in recs] == [41.6] * len(COMPILE_OPTIONS)
     assert recs[0].to_json()["compile_s"] == 41.6
@@ -179,6 +186,11 @@ def test_each_option_reports_how_long_its_arm_compiled(capsys: pytest.CaptureFix
 
     failed = recommend(_Unstartable(), None, gamma=1.03, time_left=lambda: 60.0)  # type: ignore[arg-type]
     assert all(r.compile_s is None and "could not be started" in r.detail for r in failed)
+
+    for said in ("41 s", float("nan"), -1.0, True, None):  # what an arm says is checked like any input
+        recs = recommend(_SayingArena(said), None, gamma=1.03, time_left=lambda: 60.0,  # type: ignore[arg-type]
+                         bench_left=lambda: MIN_BENCH_S - 1)
+        assert all(r.compile_s is None for r in recs)
 
 
 def test_a_slow_model_s_option_is_timed_only_with_the_time_its_rounds_take() -> None:
@@ -326,14 +338,21 @@ def test_what_the_final_benchmark_still_needs_of_its_reserve() -> None:
     assert _final_need_s(several, _result(), ready, 1.0, 10, 20.0) == bench_need_s(1.0)
     assert _final_need_s(several, _result(), compiling, 1.0, 10, 20.0) == 20.0
     assert _final_need_s(several, _result(), ready, None, 10, 20.0) == 20.0
-    assert _final_need_s(several, _result(), ready, 30.0, 10, 20.0) == 20.0  # a slow model's rounds fill it
+    slow = bench_need_s(30.0)  # a slow model's rounds outgrow the reserve: they need their whole time
+    assert slow > 20.0 and _final_need_s(several, _result(), ready, 30.0, 10, 20.0) == slow
+    assert _final_need_s(several, _result(), compiling, 30.0, 10, 20.0) == slow
+    assert _final_need_s(_pack(), _result(), None, 90.0, 10, 20.0) > 20.0  # an empty pack's too
+    # where the options come after the search, it holds back the final's rounds past the reserve
+    held = _after_search_s(5.0, 20.0, True, None, 10.0)
+    assert _after_search_s(5.0, 20.0, True, None, 10.0, slow) == pytest.approx(held + slow - 20.0)
+    assert _after_search_s(5.0, 20.0, True, None, 10.0, 15.0) == _after_search_s(5.0, 20.0, True, None, 10.0)
 
 
 def test_a_training_steps_final_benchmark_needs_its_split_rounds() -> None:
     """A training step's final benchmark also times each arm's forward half and whole step: on
     the H200 a 3 ms layer norm step with a one-kernel pack took 28 s there and ended the run past
     its wall budget (12-04). Its rounds are planned as such, and its reserve is larger."""
-    from kernelopt_bot.pipeline import FINAL_BENCH_RESERVE_S, FINAL_BENCH_RESERVE_TRAIN_S
+    from kernelopt_bot.pipeline import FINAL_BENCH_RESERVE_S, FINAL_BENCH_RESERVE_TRAIN_S, _final_reserve_s
 
     ready = SimpleNamespace(ready=True)
     several = _pack(_entry("k", [GATE4]), _entry("j", [GATE4]))
@@ -342,7 +361,8 @@ def test_a_training_steps_final_benchmark_needs_its_split_rounds() -> None:
     assert step == bench_need_s(3.0, split_step=True) > _final_need_s(several, _result(), ready, 3.0, 10, 30.0)
     empty = _final_need_s(_pack(), _result(), None, 3.0, 10, 30.0, True)
     assert empty == pytest.approx(3 * (_final_need_s(_pack(), _result(), None, 3.0, 10, 30.0) - 1.0) + 1.0)
-    assert FINAL_BENCH_RESERVE_TRAIN_S > FINAL_BENCH_RESERVE_S
+    assert _final_reserve_s("cuda", True) == FINAL_BENCH_RESERVE_TRAIN_S > _final_reserve_s("cuda", False)
+    assert _final_reserve_s("cuda", False) == FINAL_BENCH_RESERVE_S and _final_reserve_s("cpu", True) == 0.0
 
 
 def test_the_wall_budget_counts_what_ran_before_it() -> None:
@@ -407,13 +427,16 @@ class _SlowArm:
 class _SlowArena(_Arena):
     """Every arm's compile outlives its start timeout."""
 
+    candidate_limit_s = ModelArms.candidate_limit_s  # the real arms' limit: their own, and end_by
+
     def __init__(self, now: list[float]) -> None:
         self.timeout_s, self.now, self.started, self.arms = 600.0, now, [], []
 
     def candidate(self, *_a: Any, wait: bool = True, **_k: Any) -> Any:
         assert not wait  # arms compile side by side and are waited for together
-        self.started.append(self.timeout_s)
-        self.arms.append(_SlowArm(self.now, self.timeout_s))
+        limit = float(round(self.candidate_limit_s()))  # whole seconds on the test's clock
+        self.started.append(limit)
+        self.arms.append(_SlowArm(self.now, limit))
         return self.arms[-1]
 
     def settle(self) -> None:
@@ -430,7 +453,7 @@ def test_a_compiler_option_is_cut_off_at_the_deadline() -> None:
     assert model_arms.started == [100.0] * 3  # they compile at once, each may take what is left, no more
     assert now[0] == 100.0  # and are cut off together at the deadline
     assert all("ran out while it compiled" in r.detail and r.speedup is None for r in recs)
-    assert model_arms.timeout_s == 600.0  # the model_arms's own limit is back for later arms
+    assert model_arms.end_by is None  # later arms have the model_arms's own limit again
 
 
 def test_an_option_needs_the_time_a_candidate_took() -> None:
@@ -658,6 +681,7 @@ def test_library_time_no_option_can_tune_does_not_send_the_options_first() -> No
     assert _options_first(prof, prof.kernels, tunable_library=False) is None
     assert _options_first(prof, prof.kernels, tunable_library=True) is not None
     assert compile_options.calls_templates(["extern_kernels.addmm", "aten.sum"])
+    assert compile_options.calls_templates(["aten.convolution.default"])  # an overload's suffix
     assert not compile_options.calls_templates(["aten.sum", "extern_kernels._foreach_copy"])
 
 
@@ -677,3 +701,28 @@ def test_kernels_are_searched_in_the_order_of_what_a_faster_one_could_save() -> 
     assert [k.name for k in prof.ranked()] == [
         "group_norm", "pointwise_57", "small_pointwise", "at_roofline", "launch", "unmeasured"]
     assert prof.kernels[0].headroom_ms == pytest.approx(0.203 * 0.43)
+
+
+def test_a_phase_deadline_counts_from_the_phase_start_for_every_arm_started_in_it(tmp_path: Path) -> None:
+    """An option or pack arm started late in a phase gets what is left of the phase, not the
+    phase's whole length from its own start (a second option wave, the final benchmark's second
+    arm); nested phases keep the earlier deadline; baseline arms started in a phase keep their own
+    limit, as the final benchmark needs them after it."""
+    arms = ModelArms(str(EXAMPLES / "gelu.py"), "cpu", "fp32", timeout_s=600.0)
+    assert arms.candidate_limit_s() == 600.0
+    with _arms_end_by(arms, 50.0):
+        outer = arms.end_by
+        time.sleep(0.5)
+        assert 48.0 < arms.candidate_limit_s() < 49.6
+        with _arms_end_by(arms, 100.0):
+            assert arms.end_by == outer  # the earlier deadline holds
+        with _arms_end_by(arms, 10.0):
+            assert outer is not None and arms.end_by is not None and arms.end_by < outer
+        with _arms_end_by(arms, None):
+            assert arms.end_by == outer
+        with arms:
+            arms.prestart()
+            assert all(w.start_timeout_s == 600.0 for w in arms._baselines.values())
+    assert arms.end_by is None and arms.candidate_limit_s() == 600.0
+    arms.end_by = time.monotonic() - 5.0
+    assert arms.candidate_limit_s() == 1.0  # past the deadline: a second, not a negative limit

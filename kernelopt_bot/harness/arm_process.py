@@ -80,6 +80,7 @@ def flatten_outputs(out: Any, device: str = "cpu") -> list[Any]:
 
 
 def _serve(spec: ArmSpec, conn: Channel) -> None:
+    started = time.monotonic()  # what the arm's start costs, torch's import included (the options' estimates)
     import torch
 
     from kernelopt_bot.capture.chosen_configs import seeing_kernels
@@ -111,11 +112,9 @@ def _serve(spec: ArmSpec, conn: Channel) -> None:
         torch._inductor.config.patch(config).__enter__()  # this process only, for its lifetime
     if spec.pack is not None:
         runtime.install(KernelPack.from_json(spec.pack))
-    compile_start = time.monotonic()
     with seeing_kernels() as seen:
         compiled = compile_fresh(target.model, mode=mode)
         target.run(compiled, target.make_inputs(0))
-    compile_s = time.monotonic() - compile_start
     if target.device == "cuda":  # compiled (with every core): its timing keeps to one (harness.cpu_pin)
         time_on_one_core()
     conn.send(("ready", {
@@ -125,7 +124,7 @@ def _serve(spec: ArmSpec, conn: Channel) -> None:
         # What this arm holds on the GPU (model, inputs, compiled workspace; the CUDA context not
         # included): the target's model arms size how many arms may compile at once from it.
         "gpu_mb": torch.cuda.max_memory_reserved() / 2**20 if target.device == "cuda" else None,
-        "compile_s": round(compile_s, 2),  # the compile and its first call (the options' estimates)
+        "compile_s": round(time.monotonic() - started, 2),  # torch's import, the target's load, the compile
     }))
     while True:
         op, *args = conn.recv()

@@ -14,6 +14,7 @@ takes the CPU its launches need, which on a launch-bound model is the whole meas
 from __future__ import annotations
 
 import contextlib
+import time
 from typing import Any
 
 from kernelopt_bot.harness.arm_process import ArmError, ArmProcess, ArmSpec
@@ -41,6 +42,9 @@ class ModelArms:
                  mode: str | None = None, config: dict[str, Any] | None = None, train: bool = False) -> None:
         self.target, self.device, self.dtype, self.train = target, device, dtype, train
         self.timeout_s = timeout_s
+        # Option and pack arms must also be compiled by then (time.monotonic(); None: no deadline):
+        # set by the run for a phase that must end on time; baseline arms keep their own limit.
+        self.end_by: float | None = None
         self.mode, self.config = mode, dict(config or {})
         self._baselines: dict[str, ArmProcess] = {}
         self._started: list[ArmProcess] = []  # candidate arms, for settle() and room_for()
@@ -133,7 +137,7 @@ class ModelArms:
             overrides["mode"] = mode
         if config is not None:
             overrides["config"] = {**self.config, **config}
-        worker = ArmProcess(self._spec(label, **overrides), start_timeout_s=self.timeout_s)
+        worker = ArmProcess(self._spec(label, **overrides), start_timeout_s=self.candidate_limit_s())
         self._started = [w for w in self._started if not w.closed] + [worker]
         if not wait:
             return worker
@@ -153,6 +157,13 @@ class ModelArms:
     def compiling(self) -> list[ArmProcess]:
         """The arms (baselines included) still compiling."""
         return [w for w in [*self._baselines.values(), *self._started] if w.compiling]
+
+    def candidate_limit_s(self) -> float:
+        """Seconds a candidate or option arm started now may take to compile: its own limit, and
+        no later than ``end_by`` (at least a second)."""
+        if self.end_by is None:
+            return self.timeout_s
+        return max(1.0, min(self.timeout_s, self.end_by - time.monotonic()))
 
     def settle(self) -> None:
         """Wait until no arm compiles any more (each is ready or has failed; a failure stays with

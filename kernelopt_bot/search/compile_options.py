@@ -8,6 +8,7 @@ comes back as a recommendation, verified or not.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -55,8 +56,9 @@ MAX_REPORTED_CONFIGS = 64  # what a published result may carry (github.trusted.R
 
 def calls_templates(extern_ops: list[str]) -> bool:
     """Whether the compiled model calls a GEMM or convolution (``extern_ops``: its library calls,
-    ``extern_kernels.mm``, ...), the calls max-autotune tunes templates for."""
-    return any(op.rsplit(".", 1)[-1] in TEMPLATE_OPS for op in extern_ops)
+    ``extern_kernels.mm``, ``aten.convolution.default``, ...), the calls max-autotune tunes
+    templates for."""
+    return any(part in TEMPLATE_OPS for op in extern_ops for part in op.split("."))
 
 
 def template_tune_s(extern_ops: list[str], dtype: str) -> float:
@@ -144,7 +146,7 @@ def recommend(model_arms: ModelArms, target: Target, *, gamma: float, rounds: in
         timing_left = bench_left or time_left
         t_left = timing_left() if compile_s is not None and timing_left is not None else None
         wave = plan_wave(pending, room, t_left, estimate, need_s)
-        for option in pending:  # time only shrinks: one passed over now will not start later
+        for option in pending:  # the first reason an option could not start is the one it keeps
             if t_left is not None and estimate(option) + need_s > t_left:
                 passed_over.setdefault(option.label, f"not measured: its compile (about {estimate(option):.0f} s), "
                                                      f"check and timing ({need_s:.0f} s) would not finish in the "
@@ -175,7 +177,7 @@ def recommend(model_arms: ModelArms, target: Target, *, gamma: float, rounds: in
                     need_s = max(need_s, time.monotonic() - started)
                 # The option's own compile's choices (with a pack on top they would be the pack's)
                 chosen = {} if isinstance(arm, ArmError) or option.pack is not None else config_changes(baseline, arm)
-                compiled_s = None if isinstance(arm, ArmError) else (getattr(arm, "info", None) or {}).get("compile_s")
+                compiled_s = None if isinstance(arm, ArmError) else _seconds((getattr(arm, "info", None) or {}).get("compile_s"))
                 done[option.label] = replace(found, configs=chosen, compile_s=compiled_s)
         finally:
             for _, arm in arms:
@@ -208,6 +210,14 @@ def plan_wave(pending: list[CompileOption], room: int, left: float | None,
     return wave
 
 
+def _seconds(value: Any) -> float | None:
+    """A duration an arm reported, or None where it is not a finite, non-negative number (an arm
+    runs the pack's kernels: what it says is checked like any input)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        return None
+    return float(value)
+
+
 def config_changes(baseline: Any, arm: Any) -> dict[str, str]:
     """The launch configs ``arm``'s compile settled on where the baseline's differ (each arm
     reports its own, described: ``info["configs"]``)."""
@@ -219,8 +229,8 @@ def config_changes(baseline: Any, arm: Any) -> dict[str, str]:
 
 def keep_configs_of(recommendations: list[Recommendation], kernels: list[str],
                     limit: int = MAX_OPTION_CONFIGS) -> list[Recommendation]:
-    """Each recommendation with only the configs of ``kernels`` (the searched ones, largest share
-    first), at most ``limit``: those are the ones the report shows and the search gates, and a
+    """Each recommendation with only the configs of ``kernels`` (the searched ones, in the order they
+    are searched), at most ``limit``: those are the ones the report shows and the search gates, and a
     large model's every kernel (hundreds under max-autotune) would not fit a published result."""
     rank = {name: i for i, name in enumerate(kernels)}
     out = []

@@ -1,6 +1,6 @@
 """The orchestrator: which kernels to search, which proposals reach the gates, what is kept.
 
-For each kernel the profile ranks worth it (largest share of model time first): reuse the
+For each kernel the profile ranks worth it (most headroom, then largest share first): reuse the
 verified-kernel cache when this kernel, GPU and compiler versions were searched before; otherwise
 ask every strategy for proposals, send the best to the cascade while the budget lasts, record
 every verdict in the store and in the experience memory, and keep the fastest accepted candidate.
