@@ -143,7 +143,8 @@ class BudgetConfig(_Strict):
                                        description="A deadline for one target run: no candidate starts that "
                                                    "cannot finish in it.")
     kernels: int | None = Field(default=None, ge=1, le=1000,
-                                description="Kernels searched, most headroom first, then largest share of model time.")
+                                description="Kernels searched, those a faster kernel could save the most of first "
+                                            "(the headroom), then by share of model time.")
     candidates_per_kernel: int | None = Field(default=None, ge=1, le=1000,
                                               description="Candidates verified per kernel.")
     cost: float | None = Field(default=None, ge=0,
