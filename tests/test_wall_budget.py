@@ -226,22 +226,33 @@ class _ClockedArena(_ReadyArena):
         self.now[0] = max(self.now[0], self.compiled_at)
 
 
-def test_a_compiled_option_may_take_what_the_final_benchmark_will_not_need(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The options compiled with 5 s of the search's time left: timed in the final benchmark's
-    20 s reserve, less what that benchmark still needs, instead of reported as not timed (gate 3
-    answers here, for the arena); each one only while that time lasts."""
+def _timed_checks(monkeypatch: pytest.MonkeyPatch, seconds: float) -> tuple[list[float], list[float]]:
+    """Gate 3 for the options, faked: ``(now, checked)``, the test's clock and when each check
+    began; each takes ``seconds`` of the clock (gate 3 and the rounds) and finds the outputs
+    differ. Both lists are changed in place, so a test starts over with ``now[0] = 0.0`` and
+    ``checked.clear()``."""
+    now: list[float] = [0.0]
     checked: list[float] = []
 
     def check(*_a: Any) -> Any:
         checked.append(now[0])
-        now[0] += 8.0  # gate 3 and the rounds
+        now[0] += seconds
         return SimpleNamespace(passed=False, reason="checked")
 
     monkeypatch.setattr(compile_options, "check_model", check)
+    return now, checked
+
+
+def test_a_compiled_option_may_take_what_the_final_benchmark_will_not_need(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The options compiled with 5 s of the search's time left: timed in the final benchmark's
+    20 s reserve, less what that benchmark still needs, instead of reported as not timed (gate 3
+    answers here, for the arena); each one only while that time lasts."""
+    now, checked = _timed_checks(monkeypatch, 8.0)  # gate 3 and the rounds
     for need, detail in ((5.0, ["outputs differ: checked"] * 2 + ["not measured: the wall-time budget ran out after its compile"]),
                          (20.0, ["not measured: the wall-time budget ran out after its compile"] * 3)):
-        now, checked = [0.0], []
-        budget = Budget(max_wall_s=100.0, clock=lambda now=now: now[0])
+        now[0] = 0.0
+        checked.clear()
+        budget = Budget(max_wall_s=100.0, clock=lambda: now[0])
         recs = _recommend_in_time(_ClockedArena(now, 95.0), None, 1.03, 3, budget, candidate_s=20.0,
                                   reserve_s=20.0, final_need_s=lambda n=need: n)
         assert [r.detail for r in recs] == detail
@@ -272,21 +283,15 @@ def test_no_more_options_compile_at_once_than_can_then_be_timed(monkeypatch: pyt
     12-04). Now max-autotune compiles alone and is checked and timed; the others do not start in
     the 14 s left. With time for all three they compile as one wave, as before; with no estimate
     of the compile, the wave is what the GPU holds."""
-    checked: list[float] = []
-
-    def check(*_a: Any) -> Any:
-        checked.append(now[0])
-        now[0] += 16.0  # gate 3 and the rounds
-        return SimpleNamespace(passed=False, reason="checked")
-
-    monkeypatch.setattr(compile_options, "check_model", check)
+    now, checked = _timed_checks(monkeypatch, 16.0)  # gate 3 and the rounds
     need = bench_need_s(30.0, rounds=3)
     assert 14.0 < need <= 16.0
     for left, compile_s, waves, checks in ((72.0, 42.0, [1], 1), (200.0, 42.0, [3], 3), (72.0, None, [3], 1)):
-        now, checked = [0.0], []
+        now[0] = 0.0
+        checked.clear()
         arena = _WaveArena(now, 42.0)
         recs = recommend(arena, None, gamma=1.03, rounds=3, model_ms=30.0, compile_s=compile_s,  # type: ignore[arg-type]
-                         time_left=lambda left=left, now=now: left - now[0])
+                         time_left=lambda left=left: left - now[0])
         assert arena.waves == waves and len(checked) == checks
         assert [r.option for r in recs][:1] == ["mode=max-autotune-no-cudagraphs"]
         assert recs[0].detail == "outputs differ: checked"  # max-autotune, the suite's reference, is timed first
@@ -302,22 +307,16 @@ def test_an_option_whose_template_tuning_cannot_finish_is_passed_over(monkeypatc
     each, compiled beside it and were never timed (12-04). With max-autotune's template tuning
     in its estimate, it is passed over and the two others compile and are timed; with time for
     it, it compiles first as before; a model without GEMMs or convolutions adds nothing."""
-    checked: list[float] = []
-
-    def check(*_a: Any) -> Any:
-        checked.append(now[0])
-        now[0] += 10.0
-        return SimpleNamespace(passed=False, reason="checked")
-
-    monkeypatch.setattr(compile_options, "check_model", check)
+    now, checked = _timed_checks(monkeypatch, 10.0)
     tune = compile_options.template_tune_s(["extern_kernels.convolution"], "fp32")
     assert tune == 25.0 and compile_options.template_tune_s(["extern_kernels.mm"], "bf16") == 8.0
     assert compile_options.template_tune_s(["aten.cumsum"], "fp32") == 0.0
     for left, waves, first in ((54.0, [2], "mode=max-autotune-no-cudagraphs"), (100.0, [3], None)):
-        now, checked = [0.0], []
+        now[0] = 0.0
+        checked.clear()
         arena = _WaveArena(now, 28.0)
         recs = recommend(arena, None, gamma=1.03, rounds=3, model_ms=1.0, compile_s=28.0,  # type: ignore[arg-type]
-                         template_s=tune, time_left=lambda left=left, now=now: left - now[0])
+                         template_s=tune, time_left=lambda left=left: left - now[0])
         assert arena.waves == waves and len(checked) == waves[0]
         skipped = [r for r in recs if r.detail.startswith("not measured")]
         assert [r.option for r in skipped] == ([first] if first else [])
@@ -523,23 +522,16 @@ def test_with_nothing_to_search_an_option_is_timed_in_the_final_benchmarks_reser
     """gpt_block fp32 on the H200: no kernel worth a search, max-autotune compiled with 13 s of the
     search's time left where its check and rounds take 19 s, and was reported not timed. The pack
     stays empty, so the final benchmark needs 6 s of its 20 s reserve: the option is timed."""
-    checked: list[float] = []
-
-    def check(*_a: Any) -> Any:
-        checked.append(now[0])
-        now[0] += 18.5
-        return SimpleNamespace(passed=False, reason="checked")
-
-    monkeypatch.setattr(compile_options, "check_model", check)
+    now, checked = _timed_checks(monkeypatch, 18.5)
     need = _final_need_s(_pack(), _result(), None, 36.94, 3, 20.0)
     assert need == pytest.approx(5.65, abs=0.01)
-    now = [0.0]
     budget = Budget(max_wall_s=100.0, clock=lambda: now[0])
     recs = _recommend_in_time(_ClockedArena(now, 87.0), None, 1.03, 3, budget, candidate_s=20.0,
                               keep_s=4.0, model_ms=36.94, reserve_s=20.0, final_need_s=lambda: need)
     assert checked == [87.0] and recs[0].detail == "outputs differ: checked"
     assert all("ran out after its compile" in r.detail for r in recs[1:])  # 1 s left for the next
-    now[0], checked = 0.0, []  # as before: the search's time alone
+    now[0] = 0.0  # as before: the search's time alone
+    checked.clear()
     recs = _recommend_in_time(_ClockedArena(now, 87.0), None, 1.03, 3, budget, candidate_s=20.0,
                               keep_s=4.0, model_ms=36.94)
     assert checked == [] and all("ran out after its compile" in r.detail for r in recs)
