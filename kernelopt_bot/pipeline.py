@@ -538,7 +538,7 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
             if first is not None:
                 why, headroom = first
                 searched = bool(to_search)
-                after_s = _after_search_s(compile_s, reserve, False, None, final_s) if searched else 0.0
+                after_s = _after_search_s(compile_s, reserve, False, None, final_s=final_s) if searched else 0.0
                 keep, floor = _search_keep_s(
                     headroom, budget.wall_s_left(), plan.gamma, orchestrator.candidate_estimate_s(trusted=True),
                     after_s=after_s, searched=searched)
@@ -557,7 +557,7 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
             log("searching")
             options_after = options and first is None
             after = _after_search_s(compile_s, reserve, options_after, budget.wall_s_left(),
-                                    bench_need_s(model_ms, plan.rounds) if options_after else final_s, final_s)
+                                    bench_need_s(model_ms, plan.rounds), final_s)
             with _held_back(budget, after):
                 result.kernels, pack = orchestrator.run()
             _record_llm_status(result, llm_search, llm_problem, budget)
@@ -655,22 +655,21 @@ def _arms_end_by(model_arms: Any, seconds: float | None) -> Iterator[None]:
 
 
 def _after_search_s(compile_s: float, reserve: float, options_after: bool, left: float | None,
-                    bench_s: float | None = None, final_s: float | None = None) -> float:
+                    option_s: float | None = None, final_s: float | None = None) -> float:
     """What the search leaves, beyond ``reserve``, for what must run after it, sized by the
     model's compile time (``compile_s``, the capture's): the compiler's options when they come
     after it (their compile and timed rounds; the final benchmark's arm compiles beside theirs),
     else the final benchmark's fresh compile of the packed model where it outgrows ``reserve``
-    (a level-3 model compiles for 25-30 s on the H200, past the 20 s reserve). ``bench_s``: what
-    gate 3 and the timed rounds of what comes after take on this model, the options' where they
-    come after, else the final benchmark's (default: FINAL_BENCH_TIMING_S); ``final_s``: the final
-    benchmark's, where the options come after (what of them outgrows ``reserve`` is held back too:
-    a training step's split rounds, a slow model's). Of ``left``
+    (a level-3 model compiles for 25-30 s on the H200, past the 20 s reserve). ``option_s``: what
+    an option's gate 3 and timed rounds take on this model (default: MIN_BENCH_S); ``final_s``: the
+    final benchmark's (default: FINAL_BENCH_TIMING_S; where the options come after, what of it
+    outgrows ``reserve`` is held back too: a training step's split rounds, a slow model's). Of ``left``
     (the search's wall time, None: no limit) the search keeps ``MIN_SEARCH_S`` whatever that
     costs them: a kernel of the model may be what matters most."""
     if options_after:  # the final benchmark's arm compiles beside theirs; its rounds past the reserve come after
-        after = _options_need_s(compile_s, bench_s) + OPTION_START_SLACK_S + max(0.0, (final_s or 0.0) - reserve)
+        after = _options_need_s(compile_s, option_s) + OPTION_START_SLACK_S + max(0.0, (final_s or 0.0) - reserve)
     else:
-        timing = FINAL_BENCH_TIMING_S if bench_s is None else max(FINAL_BENCH_TIMING_S, bench_s)
+        timing = FINAL_BENCH_TIMING_S if final_s is None else max(FINAL_BENCH_TIMING_S, final_s)
         after = max(0.0, compile_s + timing - reserve) if reserve else 0.0
     return after if left is None else min(after, max(0.0, left - MIN_SEARCH_S))
 
@@ -798,7 +797,7 @@ def _recommend_in_time(model_arms: Any, tgt: Any, gamma: float, rounds: int, bud
         return left - final_need_s()
 
     left = search_left()
-    with _arms_end_by(model_arms, None if left is None else max(1.0, left)):
+    with _arms_end_by(model_arms, left):
         return recommend(model_arms, tgt, gamma=gamma, rounds=rounds, time_left=time_left,
                          bench_left=bench_left, model_ms=model_ms, compile_s=compile_s, template_s=template_s)
 
@@ -894,7 +893,7 @@ def _option_with_pack(model_arms: Any, tgt: Any, pack: KernelPack, result: RunRe
     log("measuring the best option with the pack")
     left = time_left()
     try:
-        with _arms_end_by(model_arms, None if left is None else max(1.0, left)):
+        with _arms_end_by(model_arms, left):
             both = measure_with_pack(model_arms, tgt, best, pack, gamma=plan.gamma, rounds=plan.rounds,
                                      time_left=time_left, model_ms=model_ms)
     except Exception as exc:  # noqa: BLE001 - the run's own results are measured: this figure is extra

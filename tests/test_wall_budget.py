@@ -212,7 +212,7 @@ def test_a_slow_model_s_option_is_timed_only_with_the_time_its_rounds_take() -> 
     assert _options_need_s(5.0, need) == 30.0 + need - MIN_BENCH_S
     assert _after_search_s(5.0, 20.0, True, None, need) > _after_search_s(5.0, 20.0, True, None)
     # the final benchmark's rounds too, where the search goes last
-    assert _after_search_s(5.0, 20.0, False, None, need) == 5.0 + need - 20.0
+    assert _after_search_s(5.0, 20.0, False, None, final_s=need) == 5.0 + need - 20.0
 
 
 class _ClockedArena(_ReadyArena):
