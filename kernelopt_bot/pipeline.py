@@ -774,7 +774,7 @@ def _recommend_in_time(model_arms: Any, tgt: Any, gamma: float, rounds: int, bud
     ``compile_s``: an option's compile, estimated, and ``template_s`` what max-autotune's template
     tuning adds to it (no option starts whose compile and timing cannot finish, and no more
     compile at once than can then be timed)."""
-    from kernelopt_bot.search.compile_options import MIN_OPTION_S, recommend
+    from kernelopt_bot.search.compile_options import MIN_OPTION_S, bench_need_s, recommend
 
     extra = max(0.0, candidate_s - MIN_OPTION_S)
 
@@ -796,8 +796,12 @@ def _recommend_in_time(model_arms: Any, tgt: Any, gamma: float, rounds: int, bud
             return search_left()
         return left - final_need_s()
 
-    left = search_left()
-    with _arms_end_by(model_arms, left):
+    # An option's arm must have compiled with its check and rounds still to run before their
+    # deadline (``bench_left``, which may reach into the final benchmark's reserve): stopped at the
+    # search's deadline instead, a small network's max-autotune compile was killed with 18 s of
+    # the reserve unused, and no kernel to search (tiny_vit bf16 on the H200, 12-04).
+    left = bench_left()
+    with _arms_end_by(model_arms, None if left is None else left - bench_need_s(model_ms, rounds)):
         return recommend(model_arms, tgt, gamma=gamma, rounds=rounds, time_left=time_left,
                          bench_left=bench_left, model_ms=model_ms, compile_s=compile_s, template_s=template_s)
 

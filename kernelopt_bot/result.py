@@ -60,6 +60,10 @@ class Recommendation:
     # Seconds its arm took from its start to ready (torch's import, loading the target, the compile
     # and its first call; None: it did not compile): what the options' compile estimates plan for.
     compile_s: float | None = None
+    # Seconds its check (gate 3) and timed rounds took (None: not checked): what the options'
+    # timing estimates plan for (on the H200 a training step's CUDA-graphs option took 36 s where
+    # 10 were planned, 12-04).
+    timed_s: float | None = None
 
     @property
     def with_pack(self) -> bool:

@@ -71,3 +71,27 @@ def orch_pack(cap):
     from kernelopt_bot.pack.format import KernelPack
 
     return KernelPack(target=cap.target.spec)
+
+
+def test_a_packed_models_arm_stopped_at_our_deadline_is_infrastructure_not_a_verdict(monkeypatch) -> None:
+    """Gate 3's arm for an untrusted candidate, stopped because the phase's time ran out (or at
+    its own limit): ours, so the candidate is not verified, never "rejected by model"."""
+    from kernelopt_bot.harness.arm_process import ArmTimeout
+
+    cap = captured("gelu.py")
+    kernel = cap.artifact.kernels[0]
+    block = next(iter(kernel.constexprs))
+    candidate = Candidate("config", config=LaunchConfig({block: 16}, num_warps=4, num_stages=1))
+    assert not candidate.trusted  # its gates 3-4 run on process arms
+
+    def stopped(*_a, **_k):
+        raise ArmTimeout("candidate: still compiling when the 12 s the wall budget left it ran out (stopped)",
+                         budget=True)
+
+    with Cascade(cap, VerifyOptions(seeds=(0,), distributions=("normal",), model_seeds=(101,))) as cascade:
+        monkeypatch.setattr(cascade.model_arms, "baselines", lambda: (object(), None))
+        monkeypatch.setattr(cascade.model_arms, "candidate", stopped)
+        verdict = cascade.verify(kernel, candidate)
+    assert verdict.gate("correctness").passed is True
+    assert verdict.rejected_by is None and not verdict.accepted
+    assert verdict.infrastructure is not None and "the wall budget left it ran out" in verdict.infrastructure

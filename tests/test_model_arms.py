@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from kernelopt_bot.harness.arm_process import ArmError
+from kernelopt_bot.harness.arm_process import ArmError, ArmTimeout
 from kernelopt_bot.harness.model_arms import ModelArms
 from tests.helpers import EXAMPLES
 
@@ -183,3 +183,26 @@ def test_an_arms_compile_ends_within_its_limit_of_its_start_however_many_waits(t
         with pytest.raises(ArmError, match="no answer to start within 5 s"):
             arm.wait_ready()
         assert time.monotonic() - start < 3.0
+
+
+def test_an_arm_stopped_at_the_phases_deadline_says_the_budget_stopped_it(tmp_path: Path) -> None:
+    """An option's arm whose limit is what the wall budget left (``end_by``) and not its own is
+    stopped as the budget's doing (``ArmTimeout.budget``), so the option is reported not measured
+    rather than failed (tiny_vit bf16 on the H200: max-autotune "failed" at its phase's end).
+    One started at its own limit is a timeout too, but not the budget's."""
+    slow = tmp_path / "slow.py"
+    slow.write_text("import time\nimport torch\ntime.sleep(60)\nclass Model(torch.nn.Module):\n"
+                    "    def forward(self, x):\n        return x + 1\n"
+                    "def get_inputs():\n    return [torch.randn(4)]\ndef get_init_inputs():\n    return []\n")
+    with ModelArms(str(slow), "cpu", "fp32", timeout_s=30.0) as model_arms:
+        model_arms.end_by = time.monotonic() + 2.0
+        arm = model_arms.candidate(None, label="option", wait=False)
+        with pytest.raises(ArmTimeout, match="still compiling when the 2 s the wall budget left it ran out") as stopped:
+            arm.wait_ready()
+        assert stopped.value.budget
+        model_arms.end_by = None
+        model_arms.timeout_s = 2.0
+        arm = model_arms.candidate(None, label="option", wait=False)
+        with pytest.raises(ArmTimeout, match="no answer to start within 2 s") as killed:
+            arm.wait_ready()
+        assert not killed.value.budget

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from kernelopt_bot.harness.arm_process import ArmError
+from kernelopt_bot.harness.arm_process import ArmError, ArmTimeout
 from kernelopt_bot.pack.format import KernelPack, LaunchConfig, PackEntry
 from kernelopt_bot.result import Recommendation, RunResult
 from kernelopt_bot.search.compile_options import MIN_OPTION_S, measure_with_pack
@@ -91,15 +91,21 @@ def test_the_arm_compiles_the_option_with_the_pack_and_a_pack_that_applies_to_no
     assert arm.closed
 
 
-def test_an_arm_that_does_not_compile_is_the_options_failure_or_the_budgets() -> None:
+def test_an_arm_that_does_not_compile_is_the_options_failure_and_one_we_stopped_is_not_measured() -> None:
     arm = _Arm(applied=[], fails=ArmError("the model raised: boom"))
     found = measure_with_pack(_Arena(arm), None, BEST, _pack(), gamma=1.03, time_left=lambda: 60.0)  # type: ignore[arg-type]
     assert found is not None and found.detail.startswith("failed: ") and "boom" in found.detail
     assert arm.closed
-    left = iter([60.0, 0.0])  # time enough to start it; none when its compile was cut off
-    arm = _Arm(applied=[], fails=ArmError("no answer to ready within 40 s"))
-    found = measure_with_pack(_Arena(arm), None, BEST, _pack(), gamma=1.03, time_left=lambda: next(left))  # type: ignore[arg-type]
-    assert found is not None and "wall-time budget ran out while it compiled" in found.detail
+    # Stopped at the phase's deadline (what the wall budget left it), with time left to time it
+    # had it compiled: the budget's doing, not the option's.
+    arm = _Arm(applied=[], fails=ArmTimeout("still compiling when the 40 s ... ran out (stopped)", budget=True))
+    found = measure_with_pack(_Arena(arm), None, BEST, _pack(), gamma=1.03, time_left=lambda: 60.0)  # type: ignore[arg-type]
+    assert found is not None and found.detail == "not measured: the wall-time budget ran out while it compiled (stopped)"
+    assert arm.closed
+    # Killed at the arm's own limit: ours too, never "failed"
+    arm = _Arm(applied=[], fails=ArmTimeout("arm: no answer to start within 600 s (killed)"))
+    found = measure_with_pack(_Arena(arm), None, BEST, _pack(), gamma=1.03, time_left=lambda: 60.0)  # type: ignore[arg-type]
+    assert found is not None and found.detail == "not measured: arm: no answer to start within 600 s (killed)"
     assert arm.closed
 
 

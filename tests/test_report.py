@@ -261,14 +261,14 @@ def test_an_option_not_measured_says_so_once_in_the_headline() -> None:
     assert "- **Compiler option:** not measured: failed: out of memory\n" in render_report(result)
 
 
-def test_each_options_compile_time_is_in_its_row() -> None:
-    """How long each option's arm took to compile, where it did (what its estimate is checked
-    against); a dash where it did not."""
+def test_each_options_compile_and_timing_seconds_are_in_its_row() -> None:
+    """How long each option's arm took to compile, and its check and rounds, where it did (what
+    the estimates are checked against); a dash where it did not."""
     result = _measured_result()
     result.recommendations[0] = Recommendation("mode=max-autotune-no-cudagraphs", 1.08, True, "1.08x > 1.03",
-                                               compile_s=41.6)
+                                               compile_s=41.6, timed_s=12.4)
     report = render_report(result)
-    assert "| option | speedup | verified | compile |" in report
+    assert "| option | speedup | verified | compile | check and rounds |" in report
     rows = [line for line in report.splitlines() if line.startswith("| `mode=max-autotune") or
             line.startswith("| `coordinate_descent")]
-    assert rows[0].endswith("| 42 s |") and rows[1].endswith("| - |")
+    assert rows[0].endswith("| 42 s | 12 s |") and rows[1].endswith("| - | - |")

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from kernelopt_bot.candidate import Candidate, Proposal
-from kernelopt_bot.harness.arm_process import ArmError
+from kernelopt_bot.harness.arm_process import ArmError, ArmTimeout
 from kernelopt_bot.harness.model_arms import ModelArms
 from kernelopt_bot.pipeline import (
     WALL_MARGIN_S,
@@ -240,6 +240,7 @@ def _timed_checks(monkeypatch: pytest.MonkeyPatch, seconds: float) -> tuple[list
         return SimpleNamespace(passed=False, reason="checked")
 
     monkeypatch.setattr(compile_options, "check_model", check)
+    monkeypatch.setattr(compile_options, "time", SimpleNamespace(monotonic=lambda: now[0]))  # what timed_s reads
     return now, checked
 
 
@@ -406,12 +407,12 @@ class _SlowArm:
     """An arm whose compile outlives its start timeout: waiting for it runs the clock to the
     timeout (counted from its start), then it is killed."""
 
-    def __init__(self, now: list[float], timeout_s: float) -> None:
-        self.now, self.timeout_s, self.ends_at = now, timeout_s, now[0] + timeout_s
+    def __init__(self, now: list[float], timeout_s: float, budget: bool = False) -> None:
+        self.now, self.timeout_s, self.ends_at, self.budget = now, timeout_s, now[0] + timeout_s, budget
 
     def wait_ready(self) -> Any:
         self.now[0] = max(self.now[0], self.ends_at)
-        raise ArmError(f"arm: no answer to start within {self.timeout_s:.0f} s (killed)")
+        raise ArmTimeout(f"arm: no answer to start within {self.timeout_s:.0f} s (killed)", budget=self.budget)
 
     def close(self) -> None:
         pass
@@ -435,7 +436,7 @@ class _SlowArena(_Arena):
         assert not wait  # arms compile side by side and are waited for together
         limit = float(round(self.candidate_limit_s()))  # whole seconds on the test's clock
         self.started.append(limit)
-        self.arms.append(_SlowArm(self.now, limit))
+        self.arms.append(_SlowArm(self.now, limit, budget=limit < self.timeout_s))
         return self.arms[-1]
 
     def settle(self) -> None:
@@ -449,9 +450,11 @@ def test_a_compiler_option_is_cut_off_at_the_deadline() -> None:
     budget = Budget(max_wall_s=100.0, clock=lambda: now[0])
     model_arms = _SlowArena(now)
     recs = _recommend_in_time(model_arms, None, 1.03, 3, budget, candidate_s=20.0)
-    assert model_arms.started == [100.0] * 3  # they compile at once, each may take what is left, no more
-    assert now[0] == 100.0  # and are cut off together at the deadline
-    assert all("ran out while it compiled" in r.detail and r.speedup is None for r in recs)
+    # They compile at once, each until its check and rounds (MIN_BENCH_S) could still finish, no later
+    assert model_arms.started == [100.0 - MIN_BENCH_S] * 3
+    assert now[0] == 100.0 - MIN_BENCH_S  # and are cut off together there
+    assert all(r.detail == "not measured: the wall-time budget ran out while it compiled (stopped)"
+               and r.speedup is None for r in recs)
     assert model_arms.end_by is None  # later arms have the model_arms's own limit again
 
 
@@ -481,12 +484,13 @@ def test_a_final_benchmark_past_the_deadline_is_not_a_failed_run() -> None:
 def test_options_measured_first_leave_the_search_its_time() -> None:
     """Measured before the search, an option starts only with ``keep_s`` to spare; once started it
     compiles and is timed until the run's deadline (mlp bf16 on the H200: cut at the deadline
-    less ``keep_s``, max-autotune compiled and was then not timed, and the search used 17 s)."""
+    less ``keep_s``, max-autotune compiled and was then not timed, and the search used 17 s); its
+    compile ends where its check and rounds could still finish by then."""
     now = [0.0]
     model_arms = _SlowArena(now)
     recs = _recommend_in_time(model_arms, None, 1.03, 3, Budget(max_wall_s=100.0, clock=lambda: now[0]),
                               candidate_s=20.0, keep_s=25.0)
-    assert model_arms.started == [100.0] * 3 and now[0] == 100.0
+    assert model_arms.started == [100.0 - MIN_BENCH_S] * 3 and now[0] == 100.0 - MIN_BENCH_S
     assert all("ran out while it compiled" in r.detail for r in recs)
     now = [0.0]
     model_arms = _SlowArena(now)
@@ -513,7 +517,8 @@ def test_options_measured_first_never_take_a_promising_search_its_one_candidate(
     model_arms = _SlowArena(now)
     recs = _recommend_in_time(model_arms, None, 1.03, 3, Budget(max_wall_s=100.0, clock=lambda: now[0]),
                               candidate_s=20.0, keep_s=25.0, floor_s=24.0)
-    assert model_arms.started == [76.0] * 3 and now[0] == 76.0  # cut off with the floor to spare
+    # cut off with the floor to spare, and the check and rounds before it
+    assert model_arms.started == [76.0 - MIN_BENCH_S] * 3 and now[0] == 76.0 - MIN_BENCH_S
     assert all("ran out while it compiled" in r.detail for r in recs)
 
 
@@ -530,6 +535,8 @@ def test_with_nothing_to_search_an_option_is_timed_in_the_final_benchmarks_reser
                               keep_s=4.0, model_ms=36.94, reserve_s=20.0, final_need_s=lambda: need)
     assert checked == [87.0] and recs[0].detail == "outputs differ: checked"
     assert all("ran out after its compile" in r.detail for r in recs[1:])  # 1 s left for the next
+    # What its check and rounds took is reported (the next estimates' evidence); none where not checked
+    assert recs[0].timed_s == 18.5 and all(r.timed_s is None for r in recs[1:])
     now[0] = 0.0  # as before: the search's time alone
     checked.clear()
     recs = _recommend_in_time(_ClockedArena(now, 87.0), None, 1.03, 3, budget, candidate_s=20.0,

@@ -26,6 +26,25 @@ class ArmError(KerneloptError):
     """An arm failed to start, crashed, hung, or raised."""
 
 
+class ArmTimeout(ArmError):
+    """The arm gave no answer within the time we gave it and was killed: our deadline, which says
+    nothing about the model or a candidate by itself (reported as such, never as a verdict).
+    ``budget``: that time was what the run's wall budget left (the phase's deadline), not the
+    arm's own limit: on the H200 a network's max-autotune compile stopped at its phase's end was
+    reported as the option having "failed" (tiny_vit bf16, 12-04)."""
+
+    def __init__(self, message: str, *, budget: bool = False) -> None:
+        super().__init__(message)
+        self.budget = budget
+
+    def __reduce__(self) -> tuple[Any, ...]:  # picklable like any exception
+        return _arm_timeout, (str(self), self.budget)
+
+
+def _arm_timeout(message: str, budget: bool) -> ArmTimeout:
+    return ArmTimeout(message, budget=budget)
+
+
 class ArmRaised(ArmError):
     """The arm's own code raised (the model, or a kernel a pack put in), as opposed to the arm
     dying or hanging: ``reason`` is the exception's one line, without the traceback's tail."""
@@ -198,9 +217,10 @@ class ArmProcess:
 
     where = "process"
 
-    def __init__(self, spec: ArmSpec, *, start_timeout_s: float = 900.0) -> None:
+    def __init__(self, spec: ArmSpec, *, start_timeout_s: float = 900.0, budget_limited: bool = False) -> None:
         self.spec = spec
         self.start_timeout_s = start_timeout_s
+        self.budget_limited = budget_limited  # start_timeout_s is what the wall budget left, not its own limit
         # The compile must end within start_timeout_s of the start, however many waits come
         # between: measured from each wait, a model's option arm waited for after its baselines
         # had been waited for got both waits (on the H200 an option phase given 41 s took 58 s
@@ -226,7 +246,7 @@ class ArmProcess:
             raise self.start_error
         try:
             kind, payload = self._receive(max(0.0, self._start_deadline - time.monotonic()), "start",
-                                          limit_s=self.start_timeout_s)
+                                          limit_s=self.start_timeout_s, budget=self.budget_limited)
             if kind != "ready":
                 raise ArmError(f"{self.spec.label}: unexpected reply {kind!r} while starting")
         except ArmError as exc:
@@ -251,13 +271,18 @@ class ArmProcess:
             raise ArmError(f"{self.spec.label}: unexpected reply {kind!r}")
         return payload
 
-    def _receive(self, timeout_s: float, what: str, limit_s: float | None = None) -> tuple[str, Any]:
+    def _receive(self, timeout_s: float, what: str, limit_s: float | None = None,
+                 budget: bool = False) -> tuple[str, Any]:
         """The arm's next message within ``timeout_s`` (what is left of ``limit_s``, the limit
-        the error names; default: ``timeout_s``), else the arm is killed."""
+        the error names; default: ``timeout_s``), else the arm is killed (:class:`ArmTimeout`;
+        ``budget``: the limit was what the wall budget left)."""
         if not self._conn.poll(timeout_s):
             self.kill()
-            raise ArmError(f"{self.spec.label}: no answer to {what} within "
-                           f"{timeout_s if limit_s is None else limit_s:.0f} s (killed)")
+            limit = timeout_s if limit_s is None else limit_s
+            if budget:
+                raise ArmTimeout(f"{self.spec.label}: still compiling when the {limit:.0f} s the wall budget "
+                                 "left it ran out (stopped)", budget=True)
+            raise ArmTimeout(f"{self.spec.label}: no answer to {what} within {limit:.0f} s (killed)")
         try:
             kind, payload = self._conn.recv()
         except (EOFError, OSError) as exc:

@@ -137,7 +137,9 @@ class ModelArms:
             overrides["mode"] = mode
         if config is not None:
             overrides["config"] = {**self.config, **config}
-        worker = ArmProcess(self._spec(label, **overrides), start_timeout_s=self.candidate_limit_s())
+        limit = self.candidate_limit_s()
+        worker = ArmProcess(self._spec(label, **overrides), start_timeout_s=limit,
+                            budget_limited=limit < self.timeout_s)
         self._started = [w for w in self._started if not w.closed] + [worker]
         if not wait:
             return worker

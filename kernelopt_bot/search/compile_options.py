@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from kernelopt_bot.capture.settings import CompileSettings
-from kernelopt_bot.harness.arm_process import Arm, ArmError
+from kernelopt_bot.harness.arm_process import Arm, ArmError, ArmTimeout
 from kernelopt_bot.harness.bench import compare_arms, compare_seconds
 from kernelopt_bot.harness.failures import InfrastructureFailure, is_out_of_memory
 from kernelopt_bot.harness.model_arms import ModelArms
@@ -173,12 +173,15 @@ def recommend(model_arms: ModelArms, target: Target, *, gamma: float, rounds: in
                 found = _measure(option, arm, target, baseline, repeat, model_arms.device, model_arms.dtype,
                                  gamma=gamma, rounds=rounds, reps=reps, time_left=bench_left or time_left,
                                  need_s=need_s)
+                timed_s = time.monotonic() - started
                 if found.speedup is not None:  # measured: the next option's check and rounds take as long
-                    need_s = max(need_s, time.monotonic() - started)
+                    need_s = max(need_s, timed_s)
                 # The option's own compile's choices (with a pack on top they would be the pack's)
                 chosen = {} if isinstance(arm, ArmError) or option.pack is not None else config_changes(baseline, arm)
                 compiled_s = None if isinstance(arm, ArmError) else _seconds((getattr(arm, "info", None) or {}).get("compile_s"))
-                done[option.label] = replace(found, configs=chosen, compile_s=compiled_s)
+                checked = found.speedup is not None or found.detail.startswith("outputs differ")
+                done[option.label] = replace(found, configs=chosen, compile_s=compiled_s,
+                                             timed_s=round(timed_s, 2) if checked else None)
         finally:
             for _, arm in arms:
                 if not isinstance(arm, ArmError):
@@ -309,11 +312,12 @@ def _measure(option: CompileOption, arm: Arm | ArmError, target: Target, baselin
         return Recommendation(option.label, result.speedup, bool(verdict.passed), applied + verdict.reason)
     except InfrastructureFailure as exc:  # out of memory after a retry: ours, not the option's
         return Recommendation(option.label, None, False, f"not measured: {exc}")
+    except ArmTimeout as exc:  # our deadline: the option is not judged
+        if exc.budget:
+            return Recommendation(option.label, None, False,
+                                  "not measured: the wall-time budget ran out while it compiled (stopped)")
+        return Recommendation(option.label, None, False, f"not measured: {exc}")
     except ArmError as exc:
         if is_out_of_memory(str(exc)):  # ours: the option is not judged
             return Recommendation(option.label, None, False, f"not measured: out of GPU memory ({exc})")
-        left = time_left() if time_left is not None else None
-        if left is not None and left <= 0.0:
-            return Recommendation(option.label, None, False,
-                                  "not measured: the wall-time budget ran out while it compiled (stopped)")
         return Recommendation(option.label, None, False, f"failed: {exc}")

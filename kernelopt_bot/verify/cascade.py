@@ -28,7 +28,7 @@ from kernelopt_bot.capture.recorder import Capture
 from kernelopt_bot.capture.settings import CompileSettings
 from kernelopt_bot.device import device_limits
 from kernelopt_bot.errors import one_line
-from kernelopt_bot.harness.arm_process import ArmError, ArmProcess, ArmRaised
+from kernelopt_bot.harness.arm_process import ArmError, ArmProcess, ArmRaised, ArmTimeout
 from kernelopt_bot.harness.compile_pool import CompilePool
 from kernelopt_bot.harness.failures import InfrastructureFailure, is_infrastructure_text, is_out_of_memory
 from kernelopt_bot.harness.kernel_service import KernelService, variant_key
@@ -252,6 +252,10 @@ class Cascade:
             elif not arm.ready:
                 arm.wait_ready()
             clock.done("arm ready")
+        except ArmTimeout as exc:  # killed at our deadline: no verdict on the candidate
+            if arm is not None:
+                arm.close()
+            raise InfrastructureFailure(f"the packed model's arm: {exc}") from exc
         except ArmError as exc:
             if not is_out_of_memory(str(exc)):
                 return [GateResult.fail("model", f"the packed model did not compile or run: {exc}")]
