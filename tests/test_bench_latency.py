@@ -288,3 +288,20 @@ def test_a_slow_models_comparison_takes_fewer_rounds_that_fit_its_time() -> None
     # a training step's comparison also times its halves: it fits fewer rounds
     assert bench.compare_seconds(5.0, 10, 20, split_step=True) > 2 * bench.compare_seconds(5.0, 10, 20) - bench.WARMUP_MAX_S
     assert plan.for_model(5.0, train=True).rounds < plan.for_model(5.0).rounds
+
+
+def test_a_comparison_past_its_deadline_stops_after_the_fewest_rounds() -> None:
+    """Rounds stop at ``end_by`` once MIN_ROUNDS are timed (an option's rounds on the H200 once
+    took 36 s where 10 were planned): the result has those rounds, says how many were asked for,
+    and re-checks the outputs on the last round it timed. Without a deadline every round runs."""
+    import time
+
+    base = _Arm(1.0, 3.0)
+    result = compare_arms(base, _Arm(0.5, 1.0), _Arm(1.0, 3.0), target="t", device="cuda", dtype="fp32",
+                          rounds=10, end_by=time.monotonic() - 1.0)
+    assert len(result.rounds) == bench.MIN_ROUNDS and result.rounds_planned == 10
+    assert [r.seed for r in result.rounds] == [bench.SEED_BASE + i for i in range(bench.MIN_ROUNDS)]
+    assert result.speedup == 2.0 and result.noise_floor == 0.0
+    result = compare_arms(_Arm(1.0, 3.0), _Arm(0.5, 1.0), _Arm(1.0, 3.0), target="t", device="cuda", dtype="fp32",
+                          rounds=10, end_by=time.monotonic() + 600.0)
+    assert len(result.rounds) == result.rounds_planned == 10

@@ -725,3 +725,23 @@ def test_a_phase_deadline_counts_from_the_phase_start_for_every_arm_started_in_i
     assert arms.end_by is None and arms.candidate_limit_s() == 600.0
     arms.end_by = time.monotonic() - 5.0
     assert arms.candidate_limit_s() == 1.0  # past the deadline: a second, not a negative limit
+
+
+def test_an_options_rounds_end_with_the_time_it_was_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rounds of an option's comparison end by the timing's deadline as it stood when its
+    check began (past MIN_ROUNDS), and its line says how many of the planned rounds it timed."""
+    from kernelopt_bot.harness.bench import BenchResult, RoundResult
+
+    given: list[float | None] = []
+
+    def compare(*_a: Any, rounds: int = 10, end_by: float | None = None, **_k: Any) -> BenchResult:
+        given.append(None if end_by is None else end_by - time.monotonic())
+        done = [RoundResult(1000 + i, 1.0, 0.9, 1.0) for i in range(3)]
+        return BenchResult("t", "cuda", "fp32", 1.0, 0.9, 1.0 / 0.9, 0.0, rounds=done, rounds_planned=rounds)
+
+    monkeypatch.setattr(compile_options, "check_model", lambda *_a: SimpleNamespace(passed=True))
+    monkeypatch.setattr(compile_options, "compare_arms", compare)
+    target = SimpleNamespace(spec="t")
+    (rec,) = recommend(_ReadyArena(), target, gamma=1.03, time_left=lambda: 60.0, options=COMPILE_OPTIONS[:1])  # type: ignore[arg-type]
+    assert given and given[0] is not None and 55.0 < given[0] <= 60.0
+    assert rec.speedup == pytest.approx(1.0 / 0.9) and rec.detail.endswith("(3 of 10 rounds: the wall-time budget ran out)")

@@ -100,6 +100,7 @@ class BenchResult:
     reason: str = ""
     noise_from: str = "two baseline processes"
     warmup_passes: int = 0  # the passes of every arm before the first round (:func:`_warm_up`)
+    rounds_planned: int = 0  # more than len(rounds) where the comparison's deadline cut it short
     # A training step's time split (ms of device time, medians over rounds): {"forward": {"baseline",
     # "optimized"}, "backward": {...}}; the backward is the step less its forward, timed in the same round.
     step_split_ms: dict[str, dict[str, float | None]] = field(default_factory=dict)
@@ -201,10 +202,15 @@ def bench_patch(original: str, patched: str, *, device: str, dtype: str = "fp32"
 
 def compare_arms(base: Arm, packed: Arm, repeat: Arm | None, *, target: str,
                  device: str, dtype: str, rounds: int = 10, reps: int = 20,
-                 timeout_s: float = 600.0, split_step: bool = False) -> BenchResult:
+                 timeout_s: float = 600.0, split_step: bool = False, end_by: float | None = None) -> BenchResult:
     """The measurement itself, on arms that are already compiled (see :class:`~.harness.model_arms.ModelArms`).
     ``split_step``: the arms run training steps; each round also times the baseline's and the packed
-    model's forward half alone, so the step's speedup splits into forward and backward."""
+    model's forward half alone, so the step's speedup splits into forward and backward. ``end_by``
+    (``time.monotonic()``; None: no deadline): no round starts past it once MIN_ROUNDS are done,
+    and the result has the rounds it timed (``rounds_planned`` says how many were asked for): a
+    model whose calls take far longer in one arm than planned (on the H200 a training step's CUDA
+    graphs option took 36 s to check and time where 10 were planned, 12-04) cannot carry the run
+    past its wall budget."""
     diff = _max_abs_diff(base.request("outputs", SEED_BASE - 1, timeout_s=timeout_s),
                          packed.request("outputs", SEED_BASE - 1, timeout_s=timeout_s), device)
     result = BenchResult(target, device, dtype, None, None, None, None,
@@ -223,7 +229,10 @@ def compare_arms(base: Arm, packed: Arm, repeat: Arm | None, *, target: str,
         result.noise_from = "the one baseline process, timed twice a round (a large model)"
     pass_reps = _pass_reps(reps)
     result.warmup_passes = _warm_up([base, packed, repeat], pass_reps, timeout_s)
+    result.rounds_planned = rounds
     for r in range(rounds):
+        if end_by is not None and r >= min(rounds, MIN_ROUNDS) and time.monotonic() >= end_by:
+            break
         seed = SEED_BASE + r
         replies: dict[str, list[tuple[float | None, float | None]]] = {label: [] for _, label in turns}
         halves: dict[tuple[str, str], list[float | None]] = {
@@ -248,7 +257,7 @@ def compare_arms(base: Arm, packed: Arm, repeat: Arm | None, *, target: str,
             baseline_step_device_ms=_median_of(halves[("baseline", "step")]),
             packed_step_device_ms=_median_of(halves[("packed", "step")])))
     # Re-check on inputs that were timed: a result cached or left behind by timing shows here.
-    last = SEED_BASE + rounds - 1
+    last = SEED_BASE + len(result.rounds) - 1
     result.max_abs_diff_after_timing = _max_abs_diff(base.request("outputs", last, timeout_s=timeout_s),
                                                      packed.request("outputs", last, timeout_s=timeout_s), device)
     _summarize(result)

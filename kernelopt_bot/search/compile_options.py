@@ -303,13 +303,16 @@ def _measure(option: CompileOption, arm: Arm | ArmError, target: Target, baselin
         if left is not None and left < need_s:  # compiled, but no time to check and time it
             return Recommendation(option.label, None, False, "not measured: the wall-time budget ran out "
                                                              "after its compile")
+        end_by = None if left is None else time.monotonic() + left  # its rounds stop there (past MIN_ROUNDS)
         model = check_model(target, baseline, arm, None)
         if not model.passed:
             return Recommendation(option.label, None, False, f"outputs differ: {model.reason}")
         result = compare_arms(baseline, arm, repeat, target=target.spec, device=device, dtype=dtype,
-                              rounds=rounds, reps=reps)
+                              rounds=rounds, reps=reps, end_by=end_by)
         verdict = judge(result, None, gamma, {})
-        return Recommendation(option.label, result.speedup, bool(verdict.passed), applied + verdict.reason)
+        cut = (f" ({len(result.rounds)} of {result.rounds_planned} rounds: the wall-time budget ran out)"
+               if len(result.rounds) < result.rounds_planned else "")
+        return Recommendation(option.label, result.speedup, bool(verdict.passed), applied + verdict.reason + cut)
     except InfrastructureFailure as exc:  # out of memory after a retry: ours, not the option's
         return Recommendation(option.label, None, False, f"not measured: {exc}")
     except ArmTimeout as exc:  # our deadline: the option is not judged
