@@ -799,9 +799,14 @@ def _recommend_in_time(model_arms: Any, tgt: Any, gamma: float, rounds: int, bud
     # An option's arm must have compiled with its check and rounds still to run before their
     # deadline (``bench_left``, which may reach into the final benchmark's reserve): stopped at the
     # search's deadline instead, a small network's max-autotune compile was killed with 18 s of
-    # the reserve unused, and no kernel to search (tiny_vit bf16 on the H200, 12-04).
+    # the reserve unused, and no kernel to search (tiny_vit bf16 on the H200, 12-04). Where the
+    # reserve may time them, never before the search's deadline: the final benchmark's need is
+    # taken now at its largest (its arm still compiling), and shrinks once that arm is ready.
     left = bench_left()
-    with _arms_end_by(model_arms, None if left is None else left - bench_need_s(model_ms, rounds)):
+    end = None if left is None else left - bench_need_s(model_ms, rounds)
+    if end is not None and final_need_s is not None:
+        end = max(end, search_left() or 0.0)
+    with _arms_end_by(model_arms, end):
         return recommend(model_arms, tgt, gamma=gamma, rounds=rounds, time_left=time_left,
                          bench_left=bench_left, model_ms=model_ms, compile_s=compile_s, template_s=template_s)
 

@@ -206,7 +206,8 @@ def compare_arms(base: Arm, packed: Arm, repeat: Arm | None, *, target: str,
     """The measurement itself, on arms that are already compiled (see :class:`~.harness.model_arms.ModelArms`).
     ``split_step``: the arms run training steps; each round also times the baseline's and the packed
     model's forward half alone, so the step's speedup splits into forward and backward. ``end_by``
-    (``time.monotonic()``; None: no deadline): no round starts past it once MIN_ROUNDS are done,
+    (``time.monotonic()``; None: no deadline): once MIN_ROUNDS are done, no round starts that
+    would end past it (as long as the last round took),
     and the result has the rounds it timed (``rounds_planned`` says how many were asked for): a
     model whose calls take far longer in one arm than planned (on the H200 a training step's CUDA
     graphs option took 36 s to check and time where 10 were planned, 12-04) cannot carry the run
@@ -230,8 +231,10 @@ def compare_arms(base: Arm, packed: Arm, repeat: Arm | None, *, target: str,
     pass_reps = _pass_reps(reps)
     result.warmup_passes = _warm_up([base, packed, repeat], pass_reps, timeout_s)
     result.rounds_planned = rounds
+    round_s = 0.0  # the last round's seconds: the next is expected to take as long
     for r in range(rounds):
-        if end_by is not None and r >= min(rounds, MIN_ROUNDS) and time.monotonic() >= end_by:
+        began = time.monotonic()
+        if end_by is not None and r >= min(rounds, MIN_ROUNDS) and began + round_s > end_by:
             break
         seed = SEED_BASE + r
         replies: dict[str, list[tuple[float | None, float | None]]] = {label: [] for _, label in turns}
@@ -256,6 +259,7 @@ def compare_arms(base: Arm, packed: Arm, repeat: Arm | None, *, target: str,
             packed_forward_ms=_median_of(halves[("packed", "forward")]),
             baseline_step_device_ms=_median_of(halves[("baseline", "step")]),
             packed_step_device_ms=_median_of(halves[("packed", "step")])))
+        round_s = time.monotonic() - began
     # Re-check on inputs that were timed: a result cached or left behind by timing shows here.
     last = SEED_BASE + len(result.rounds) - 1
     result.max_abs_diff_after_timing = _max_abs_diff(base.request("outputs", last, timeout_s=timeout_s),

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-COPY_BYTES = 1 << 28  # 256 MiB each way: four times past the largest L2 (H200: 60 MiB), and no more memory than a small model holds
+COPY_BYTES = 1 << 28  # 256 MiB each way: five times past the L2 (H100/H200: 50 MiB), and no more than a small model holds
 
 
 @dataclass(frozen=True)

@@ -173,15 +173,12 @@ def recommend(model_arms: ModelArms, target: Target, *, gamma: float, rounds: in
                 found = _measure(option, arm, target, baseline, repeat, model_arms.device, model_arms.dtype,
                                  gamma=gamma, rounds=rounds, reps=reps, time_left=bench_left or time_left,
                                  need_s=need_s)
-                timed_s = time.monotonic() - started
                 if found.speedup is not None:  # measured: the next option's check and rounds take as long
-                    need_s = max(need_s, timed_s)
+                    need_s = max(need_s, time.monotonic() - started)
                 # The option's own compile's choices (with a pack on top they would be the pack's)
                 chosen = {} if isinstance(arm, ArmError) or option.pack is not None else config_changes(baseline, arm)
                 compiled_s = None if isinstance(arm, ArmError) else _seconds((getattr(arm, "info", None) or {}).get("compile_s"))
-                checked = found.speedup is not None or found.detail.startswith("outputs differ")
-                done[option.label] = replace(found, configs=chosen, compile_s=compiled_s,
-                                             timed_s=round(timed_s, 2) if checked else None)
+                done[option.label] = replace(found, configs=chosen, compile_s=compiled_s)
         finally:
             for _, arm in arms:
                 if not isinstance(arm, ArmError):
@@ -286,41 +283,49 @@ def _measure(option: CompileOption, arm: Arm | ArmError, target: Target, baselin
              repeat: Arm | None, device: str, dtype: str, *, gamma: float, rounds: int, reps: int,
              time_left: Callable[[], float | None] | None, need_s: float = MIN_BENCH_S) -> Recommendation:
     """Gate 3 and gate 4's rules for one option's (compiled) arm, begun only with ``need_s``
-    (what they are expected to take) left."""
-    try:
-        if isinstance(arm, ArmError):
-            raise arm
-        arm.wait_ready()
-        applied = ""
-        if option.pack is not None:
-            found = set(arm.info.get("applied") or [])
-            if not found:  # the option's compile has other kernels: this would be the option alone
-                return Recommendation(option.label, None, False, "not measured: the pack applies to none of the "
-                                                                 "kernels this option compiles")
-            entries = {e.kernel_name for e in option.pack.entries.values()}
-            applied = f"{len(found & entries)} of {len(entries)} pack entries applied; "
-        left = time_left() if time_left is not None else None
-        if left is not None and left < need_s:  # compiled, but no time to check and time it
-            return Recommendation(option.label, None, False, "not measured: the wall-time budget ran out "
-                                                             "after its compile")
-        end_by = None if left is None else time.monotonic() + left  # its rounds stop there (past MIN_ROUNDS)
-        model = check_model(target, baseline, arm, None)
-        if not model.passed:
-            return Recommendation(option.label, None, False, f"outputs differ: {model.reason}")
-        result = compare_arms(baseline, arm, repeat, target=target.spec, device=device, dtype=dtype,
-                              rounds=rounds, reps=reps, end_by=end_by)
-        verdict = judge(result, None, gamma, {})
-        cut = (f" ({len(result.rounds)} of {result.rounds_planned} rounds: the wall-time budget ran out)"
-               if len(result.rounds) < result.rounds_planned else "")
-        return Recommendation(option.label, result.speedup, bool(verdict.passed), applied + verdict.reason + cut)
-    except InfrastructureFailure as exc:  # out of memory after a retry: ours, not the option's
-        return Recommendation(option.label, None, False, f"not measured: {exc}")
-    except ArmTimeout as exc:  # our deadline: the option is not judged
-        if exc.budget:
-            return Recommendation(option.label, None, False,
-                                  "not measured: the wall-time budget ran out while it compiled (stopped)")
-        return Recommendation(option.label, None, False, f"not measured: {exc}")
-    except ArmError as exc:
-        if is_out_of_memory(str(exc)):  # ours: the option is not judged
-            return Recommendation(option.label, None, False, f"not measured: out of GPU memory ({exc})")
-        return Recommendation(option.label, None, False, f"failed: {exc}")
+    (what they are expected to take) left; ``timed_s`` is what they took, once begun (whatever
+    their outcome)."""
+    began: list[float] = []  # when the check began
+
+    def judged() -> Recommendation:
+        try:
+            if isinstance(arm, ArmError):
+                raise arm
+            arm.wait_ready()
+            applied = ""
+            if option.pack is not None:
+                found = set(arm.info.get("applied") or [])
+                if not found:  # the option's compile has other kernels: this would be the option alone
+                    return Recommendation(option.label, None, False, "not measured: the pack applies to none of "
+                                                                     "the kernels this option compiles")
+                entries = {e.kernel_name for e in option.pack.entries.values()}
+                applied = f"{len(found & entries)} of {len(entries)} pack entries applied; "
+            left = time_left() if time_left is not None else None
+            if left is not None and left < need_s:  # compiled, but no time to check and time it
+                return Recommendation(option.label, None, False, "not measured: the wall-time budget ran out "
+                                                                 "after its compile")
+            began.append(time.monotonic())
+            end_by = None if left is None else began[0] + left  # its rounds stop there (past MIN_ROUNDS)
+            model = check_model(target, baseline, arm, None)
+            if not model.passed:
+                return Recommendation(option.label, None, False, f"outputs differ: {model.reason}")
+            result = compare_arms(baseline, arm, repeat, target=target.spec, device=device, dtype=dtype,
+                                  rounds=rounds, reps=reps, end_by=end_by)
+            verdict = judge(result, None, gamma, {})
+            cut = (f" ({len(result.rounds)} of {result.rounds_planned} rounds: the wall-time budget ran out)"
+                   if len(result.rounds) < result.rounds_planned else "")
+            return Recommendation(option.label, result.speedup, bool(verdict.passed), applied + verdict.reason + cut)
+        except InfrastructureFailure as exc:  # out of memory after a retry: ours, not the option's
+            return Recommendation(option.label, None, False, f"not measured: {exc}")
+        except ArmTimeout as exc:  # our deadline: the option is not judged
+            if exc.budget:
+                return Recommendation(option.label, None, False,
+                                      "not measured: the wall-time budget ran out while it compiled (stopped)")
+            return Recommendation(option.label, None, False, f"not measured: {exc}")
+        except ArmError as exc:
+            if is_out_of_memory(str(exc)):  # ours: the option is not judged
+                return Recommendation(option.label, None, False, f"not measured: out of GPU memory ({exc})")
+            return Recommendation(option.label, None, False, f"failed: {exc}")
+
+    found = judged()
+    return replace(found, timed_s=round(time.monotonic() - began[0], 2)) if began else found

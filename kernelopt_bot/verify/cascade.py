@@ -255,7 +255,7 @@ class Cascade:
         except ArmTimeout as exc:  # killed at our deadline: no verdict on the candidate
             if arm is not None:
                 arm.close()
-            raise InfrastructureFailure(f"the packed model's arm: {exc}") from exc
+            raise InfrastructureFailure(f"a model arm: {exc}") from exc
         except ArmError as exc:
             if not is_out_of_memory(str(exc)):
                 return [GateResult.fail("model", f"the packed model did not compile or run: {exc}")]
@@ -270,6 +270,9 @@ class Cascade:
             except ArmError as again:
                 if is_out_of_memory(str(again)):
                     raise InfrastructureFailure(f"out of memory starting the model arms: {again}") from again
+                if isinstance(again, ArmTimeout):
+                    raise InfrastructureFailure(f"a model arm, started again after running out of memory: "
+                                                f"{again}") from again
                 return [GateResult.fail("model", f"the packed model did not compile or run: {again}")]
             clock.done("arm ready")
         first = arm
