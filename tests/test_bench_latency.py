@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -290,18 +291,41 @@ def test_a_slow_models_comparison_takes_fewer_rounds_that_fit_its_time() -> None
     assert plan.for_model(5.0, train=True).rounds < plan.for_model(5.0).rounds
 
 
-def test_a_comparison_past_its_deadline_stops_after_the_fewest_rounds() -> None:
-    """Rounds stop at ``end_by`` once MIN_ROUNDS are timed (an option's rounds on the H200 once
-    took 36 s where 10 were planned): the result has those rounds, says how many were asked for,
-    and re-checks the outputs on the last round it timed. Without a deadline every round runs."""
-    import time
+class _ClockedArm(_Arm):
+    """An arm on a test clock: each timing request takes ``step_s`` of it; the seeds its outputs
+    were asked for are kept."""
 
-    base = _Arm(1.0, 3.0)
-    result = compare_arms(base, _Arm(0.5, 1.0), _Arm(1.0, 3.0), target="t", device="cuda", dtype="fp32",
-                          rounds=10, end_by=time.monotonic() - 1.0)
+    def __init__(self, now: list[float], step_s: float, gpu_ms: float) -> None:
+        super().__init__(gpu_ms, gpu_ms)
+        self.now, self.step_s, self.output_seeds = now, step_s, []
+
+    def request(self, op: str, *args: Any, **kwargs: Any) -> Any:
+        if op == "outputs":
+            self.output_seeds.append(args[0])
+        else:
+            self.now[0] += self.step_s
+        return super().request(op, *args, **kwargs)
+
+
+def test_a_comparison_stops_before_a_round_that_would_end_past_its_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once MIN_ROUNDS are timed, no round starts that would end past ``end_by`` (as long as the
+    last took: an option's rounds on the H200 once took 36 s where 10 were planned); the result
+    has the rounds it timed, says how many were asked for, and re-checks the outputs on the last
+    round it timed. Without a deadline every round runs."""
+    now = [0.0]
+    monkeypatch.setattr(bench, "time", SimpleNamespace(monotonic=lambda: now[0]))
+    base, packed, repeat = (_ClockedArm(now, 0.1, ms) for ms in (1.0, 0.5, 1.0))
+    # A round is 4 passes of 3 arms, 1.2 s; the warm-up 2 passes, 0.6 s. Three rounds end at 4.2 s,
+    # a fourth would end at 5.4 s: past 5.0, so it does not start (it would have at 4.2 s < 5.0).
+    result = compare_arms(base, packed, repeat, target="t", device="cuda", dtype="fp32", rounds=10, end_by=5.0)
     assert len(result.rounds) == bench.MIN_ROUNDS and result.rounds_planned == 10
     assert [r.seed for r in result.rounds] == [bench.SEED_BASE + i for i in range(bench.MIN_ROUNDS)]
+    assert base.output_seeds[-1] == packed.output_seeds[-1] == bench.SEED_BASE + bench.MIN_ROUNDS - 1
     assert result.speedup == 2.0 and result.noise_floor == 0.0
-    result = compare_arms(_Arm(1.0, 3.0), _Arm(0.5, 1.0), _Arm(1.0, 3.0), target="t", device="cuda", dtype="fp32",
-                          rounds=10, end_by=time.monotonic() + 600.0)
+    # Past the deadline before the first round: the fewest rounds still run, so there is a figure
+    result = compare_arms(*(_ClockedArm(now, 0.1, 1.0) for _ in range(3)), target="t", device="cuda",
+                          dtype="fp32", rounds=10, end_by=now[0] - 1.0)
+    assert len(result.rounds) == bench.MIN_ROUNDS
+    result = compare_arms(*(_ClockedArm(now, 0.1, 1.0) for _ in range(3)), target="t", device="cuda",
+                          dtype="fp32", rounds=10, end_by=None)
     assert len(result.rounds) == result.rounds_planned == 10

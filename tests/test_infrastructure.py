@@ -74,9 +74,10 @@ def orch_pack(cap):
 
 
 def test_a_packed_models_arm_stopped_at_our_deadline_is_infrastructure_not_a_verdict(monkeypatch) -> None:
-    """Gate 3's arm for an untrusted candidate, stopped because the phase's time ran out (or at
-    its own limit): ours, so the candidate is not verified, never "rejected by model"."""
-    from kernelopt_bot.harness.arm_process import ArmTimeout
+    """Gate 3's arm for an untrusted candidate, stopped because the phase's time ran out, at its
+    first start or at its start again after running out of memory: ours, so the candidate is not
+    verified, never "rejected by model"."""
+    from kernelopt_bot.harness.arm_process import ArmError, ArmTimeout
 
     cap = captured("gelu.py")
     kernel = cap.artifact.kernels[0]
@@ -88,10 +89,20 @@ def test_a_packed_models_arm_stopped_at_our_deadline_is_infrastructure_not_a_ver
         raise ArmTimeout("candidate: still compiling when the 12 s the wall budget left it ran out (stopped)",
                          budget=True)
 
-    with Cascade(cap, VerifyOptions(seeds=(0,), distributions=("normal",), model_seeds=(101,))) as cascade:
-        monkeypatch.setattr(cascade.model_arms, "baselines", lambda: (object(), None))
-        monkeypatch.setattr(cascade.model_arms, "candidate", stopped)
-        verdict = cascade.verify(kernel, candidate)
-    assert verdict.gate("correctness").passed is True
-    assert verdict.rejected_by is None and not verdict.accepted
-    assert verdict.infrastructure is not None and "the wall budget left it ran out" in verdict.infrastructure
+    starts: list[str] = []
+
+    def out_of_memory_then_stopped(*_a, **_k):  # the retry after freeing memory is stopped too
+        starts.append("candidate")
+        if len(starts) == 1:
+            raise ArmError("candidate: CUDA out of memory. Tried to allocate 2.00 GiB")
+        stopped()
+
+    for start in (stopped, out_of_memory_then_stopped):
+        with Cascade(cap, VerifyOptions(seeds=(0,), distributions=("normal",), model_seeds=(101,))) as cascade:
+            monkeypatch.setattr(cascade.model_arms, "baselines", lambda: (object(), None))
+            monkeypatch.setattr(cascade.model_arms, "candidate", start)
+            verdict = cascade.verify(kernel, candidate)
+        assert verdict.gate("correctness").passed is True
+        assert verdict.rejected_by is None and not verdict.accepted
+        assert verdict.infrastructure is not None and "the wall budget left it ran out" in verdict.infrastructure
+    assert starts == ["candidate", "candidate"]

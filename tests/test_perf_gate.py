@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from kernelopt_bot.harness.arm_process import ArmRaised
+from kernelopt_bot.harness.arm_process import ArmRaised, ArmTimeout
 from kernelopt_bot.harness.bench import BenchResult, RoundResult
 from kernelopt_bot.harness.failures import InfrastructureFailure
 from kernelopt_bot.verify.perf import check_performance, judge, physically_possible
@@ -92,6 +92,19 @@ def test_out_of_memory_while_benchmarking_is_ours_and_a_crash_is_the_candidates(
     crash = _FailingArm("RuntimeError: the candidate's own error")
     result = check_performance(crash, crash, crash, "k", target="t.py", device="cuda", dtype="fp32")
     assert result.passed is False and "benchmark failed" in result.reason and result.numbers["arms"] == "engine"
+
+
+def test_an_arm_killed_at_our_deadline_while_benchmarking_is_ours() -> None:
+    """The baseline (or any arm) gave no answer within the time we gave it: no verdict on the
+    candidate."""
+
+    class _Hung(_FailingArm):
+        def request(self, *_message: Any, **_kwargs: Any) -> Any:
+            raise ArmTimeout("baseline: no answer to time within 600 s (killed)")
+
+    hung = _Hung("")
+    with pytest.raises(InfrastructureFailure, match="no answer to time"):
+        check_performance(hung, hung, hung, "k", target="t.py", device="cuda", dtype="fp32")
 
 
 def test_two_hiccups_in_ten_rounds_do_not_set_the_noise_floor() -> None:

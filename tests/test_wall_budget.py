@@ -745,3 +745,18 @@ def test_an_options_rounds_end_with_the_time_it_was_given(monkeypatch: pytest.Mo
     (rec,) = recommend(_ReadyArena(), target, gamma=1.03, time_left=lambda: 60.0, options=COMPILE_OPTIONS[:1])  # type: ignore[arg-type]
     assert given and given[0] is not None and 55.0 < given[0] <= 60.0
     assert rec.speedup == pytest.approx(1.0 / 0.9) and rec.detail.endswith("(3 of 10 rounds: the wall-time budget ran out)")
+
+
+def test_options_that_may_be_timed_in_the_reserve_compile_into_it_never_short_of_the_searchs_deadline() -> None:
+    """With nothing to search, a compiled option is timed in the final benchmark's reserve less
+    what that benchmark needs: its arm compiles until its check and rounds could still finish
+    there (tiny_vit bf16 on the H200: max-autotune stopped at the search's deadline with 18 s of
+    the reserve unused). Where the final benchmark's need is large while its own arm compiles
+    (it shrinks once that arm is ready), the arms still compile until the search's deadline."""
+    for final_need, limit in ((2.0, 100.0 + 20.0 - 2.0 - MIN_BENCH_S), (25.0, 100.0)):
+        now = [0.0]
+        arena = _SlowArena(now)
+        recs = _recommend_in_time(arena, None, 1.03, 3, Budget(max_wall_s=100.0, clock=lambda now=now: now[0]),
+                                  candidate_s=20.0, reserve_s=20.0, final_need_s=lambda n=final_need: n)
+        assert arena.started == [limit] * 3 and now[0] == limit
+        assert all(r.detail == "not measured: the wall-time budget ran out while it compiled (stopped)" for r in recs)

@@ -43,13 +43,14 @@ def test_an_options_kernel_configs_survive_validation() -> None:
     assert r.recommendations[0].configs == configs
 
 
-def test_an_options_compile_time_survives_validation_and_nonsense_does_not() -> None:
+@pytest.mark.parametrize("key", ["compile_s", "timed_s"])
+def test_an_options_compile_and_timing_seconds_survive_validation_and_nonsense_does_not(key: str) -> None:
     rec = {"option": "mode=max-autotune-no-cudagraphs", "speedup": 1.01, "verified": False, "detail": "below gamma"}
-    r = validate_result(json.dumps(_result(recommendations=[{**rec, "compile_s": 41.6}])), name="mlp", dtype="fp32")
-    assert r.recommendations[0].compile_s == 41.6
+    r = validate_result(json.dumps(_result(recommendations=[{**rec, key: 41.6}])), name="mlp", dtype="fp32")
+    assert getattr(r.recommendations[0], key) == 41.6
     for bad in (-1.0, "41 s", 1e9):
-        with pytest.raises(UntrustedResultError, match="compile_s"):
-            validate_result(json.dumps(_result(recommendations=[{**rec, "compile_s": bad}])), name="mlp", dtype="fp32")
+        with pytest.raises(UntrustedResultError, match=key):
+            validate_result(json.dumps(_result(recommendations=[{**rec, key: bad}])), name="mlp", dtype="fp32")
 
 
 def test_the_llm_status_survives_validation() -> None:
