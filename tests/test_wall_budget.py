@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from kernelopt_bot.candidate import Candidate, Proposal
-from kernelopt_bot.harness.arm_process import ArmError, ArmTimeout
+from kernelopt_bot.harness.arm_process import ArmError, ArmNotStarted, ArmTimeout
 from kernelopt_bot.harness.model_arms import ModelArms
 from kernelopt_bot.pipeline import (
     WALL_MARGIN_S,
@@ -182,10 +182,12 @@ def test_each_option_reports_how_long_its_arm_compiled(capsys: pytest.CaptureFix
 
     class _Unstartable(_ReadyArena):
         def candidate(self, *_a: Any, **_k: Any) -> Any:
-            raise ArmError("option: could not be started")
+            raise ArmNotStarted("option: could not be started (Resource temporarily unavailable)")
 
     failed = recommend(_Unstartable(), None, gamma=1.03, time_left=lambda: 60.0)  # type: ignore[arg-type]
-    assert all(r.compile_s is None and "could not be started" in r.detail for r in failed)
+    # no process for it is ours: not measured, never the option's failure
+    assert all(r.compile_s is None and r.detail.startswith("not measured: option: could not be started")
+               for r in failed)
 
     for said in ("41 s", float("nan"), -1.0, True, None):  # what an arm says is checked like any input
         recs = recommend(_SayingArena(said), None, gamma=1.03, time_left=lambda: 60.0,  # type: ignore[arg-type]

@@ -26,7 +26,16 @@ class ArmError(KerneloptError):
     """An arm failed to start, crashed, hung, or raised."""
 
 
-class ArmTimeout(ArmError):
+class ArmOursFailed(ArmError):
+    """The arm failed for a reason of ours, not of what it runs: it could not be started, or we
+    killed it at our deadline. Reported as such, never as a verdict on a candidate or an option."""
+
+
+class ArmNotStarted(ArmOursFailed):
+    """The arm's process could not be started (the machine refused a process: resources)."""
+
+
+class ArmTimeout(ArmOursFailed):
     """The arm gave no answer within the time we gave it and was killed: our deadline, which says
     nothing about the model or a candidate by itself (reported as such, never as a verdict).
     ``budget``: that time was what the run's wall budget left (the phase's deadline), not the
@@ -230,7 +239,7 @@ class ArmProcess:
             self._proc = spawn_isolated("kernelopt_bot.harness.arm_process.worker_main", spec,
                                         name=arm_process_name(spec.label))
         except OSError as exc:
-            raise ArmError(f"{spec.label}: could not be started ({exc})") from exc
+            raise ArmNotStarted(f"{spec.label}: could not be started ({exc})") from exc
         self._conn = self._proc.conn
         self.info: dict[str, Any] = {}
         self.ready = False  # compiled and answering (after wait_ready)

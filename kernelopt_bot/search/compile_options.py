@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from kernelopt_bot.capture.settings import CompileSettings
-from kernelopt_bot.harness.arm_process import Arm, ArmError, ArmTimeout
+from kernelopt_bot.harness.arm_process import Arm, ArmError, ArmOursFailed, ArmTimeout
 from kernelopt_bot.harness.bench import compare_arms, compare_seconds
 from kernelopt_bot.harness.failures import InfrastructureFailure, is_out_of_memory
 from kernelopt_bot.harness.model_arms import ModelArms
@@ -317,8 +317,8 @@ def _measure(option: CompileOption, arm: Arm | ArmError, target: Target, baselin
             return Recommendation(option.label, result.speedup, bool(verdict.passed), applied + verdict.reason + cut)
         except InfrastructureFailure as exc:  # out of memory after a retry: ours, not the option's
             return Recommendation(option.label, None, False, f"not measured: {exc}")
-        except ArmTimeout as exc:  # our deadline: the option is not judged
-            if exc.budget:
+        except ArmOursFailed as exc:  # our deadline, or no process for it: the option is not judged
+            if isinstance(exc, ArmTimeout) and exc.budget:
                 return Recommendation(option.label, None, False,
                                       "not measured: the wall-time budget ran out while it compiled (stopped)")
             return Recommendation(option.label, None, False, f"not measured: {exc}")

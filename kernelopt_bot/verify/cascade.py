@@ -28,7 +28,7 @@ from kernelopt_bot.capture.recorder import Capture
 from kernelopt_bot.capture.settings import CompileSettings
 from kernelopt_bot.device import device_limits
 from kernelopt_bot.errors import one_line
-from kernelopt_bot.harness.arm_process import ArmError, ArmProcess, ArmRaised, ArmTimeout
+from kernelopt_bot.harness.arm_process import ArmError, ArmOursFailed, ArmProcess, ArmRaised
 from kernelopt_bot.harness.compile_pool import CompilePool
 from kernelopt_bot.harness.failures import InfrastructureFailure, is_infrastructure_text, is_out_of_memory
 from kernelopt_bot.harness.kernel_service import KernelService, variant_key
@@ -252,7 +252,7 @@ class Cascade:
             elif not arm.ready:
                 arm.wait_ready()
             clock.done("arm ready")
-        except ArmTimeout as exc:  # killed at our deadline: no verdict on the candidate
+        except ArmOursFailed as exc:  # killed at our deadline, or not started: no verdict on the candidate
             if arm is not None:
                 arm.close()
             raise InfrastructureFailure(f"a model arm: {exc}") from exc
@@ -270,7 +270,7 @@ class Cascade:
             except ArmError as again:
                 if is_out_of_memory(str(again)):
                     raise InfrastructureFailure(f"out of memory starting the model arms: {again}") from again
-                if isinstance(again, ArmTimeout):
+                if isinstance(again, ArmOursFailed):
                     raise InfrastructureFailure(f"a model arm, started again after running out of memory: "
                                                 f"{again}") from again
                 return [GateResult.fail("model", f"the packed model did not compile or run: {again}")]

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from kernelopt_bot.errors import one_line
-from kernelopt_bot.harness.arm_process import Arm, ArmError, ArmTimeout, flatten_outputs
+from kernelopt_bot.harness.arm_process import Arm, ArmError, ArmOursFailed, flatten_outputs
 from kernelopt_bot.harness.failures import InfrastructureFailure, is_infrastructure_text, is_out_of_memory
 from kernelopt_bot.harness.memory import float64_chunks, free_memory
 from kernelopt_bot.targets import Target
@@ -83,7 +83,7 @@ def check_model(target: Target, baseline: Arm, candidate: Arm, kernel_name: str 
             if verdict is not None:
                 return verdict
     except ArmError as exc:
-        if isinstance(exc, ArmTimeout) or _ours(str(exc)):
+        if isinstance(exc, ArmOursFailed) or _ours(str(exc)):
             raise InfrastructureFailure(f"model run: {exc}") from exc
         return GateResult.fail("model", f"model run failed: {exc}")
     except Exception as exc:
