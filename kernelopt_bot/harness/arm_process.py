@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from kernelopt_bot.errors import KerneloptError
+from kernelopt_bot.harness.failures import is_infrastructure_text
 from kernelopt_bot.harness.isolation import Channel, describe_exit, spawn_isolated
 
 
@@ -52,6 +53,12 @@ class ArmTimeout(ArmOursFailed):
 
 def _arm_timeout(message: str, budget: bool) -> ArmTimeout:
     return ArmTimeout(message, budget=budget)
+
+
+def failed_on_our_side(exc: ArmError) -> bool:
+    """Whether an arm's error is ours, not a verdict on what it runs: it could not be started or
+    we killed it (:class:`ArmOursFailed`), or its text says it ran out of memory or timed out."""
+    return isinstance(exc, ArmOursFailed) or is_infrastructure_text(str(exc))
 
 
 class ArmRaised(ArmError):

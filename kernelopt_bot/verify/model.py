@@ -19,8 +19,8 @@ from typing import Any
 import torch
 
 from kernelopt_bot.errors import one_line
-from kernelopt_bot.harness.arm_process import Arm, ArmError, ArmOursFailed, flatten_outputs
-from kernelopt_bot.harness.failures import InfrastructureFailure, is_infrastructure_text, is_out_of_memory
+from kernelopt_bot.harness.arm_process import Arm, ArmError, failed_on_our_side, flatten_outputs
+from kernelopt_bot.harness.failures import InfrastructureFailure, is_out_of_memory
 from kernelopt_bot.harness.memory import float64_chunks, free_memory
 from kernelopt_bot.targets import Target
 from kernelopt_bot.verify.tolerance import (
@@ -83,7 +83,7 @@ def check_model(target: Target, baseline: Arm, candidate: Arm, kernel_name: str 
             if verdict is not None:
                 return verdict
     except ArmError as exc:
-        if isinstance(exc, ArmOursFailed) or _ours(str(exc)):
+        if failed_on_our_side(exc):
             raise InfrastructureFailure(f"model run: {exc}") from exc
         return GateResult.fail("model", f"model run failed: {exc}")
     except Exception as exc:
@@ -98,12 +98,6 @@ def check_model(target: Target, baseline: Arm, candidate: Arm, kernel_name: str 
         f"float64 fallback: candidate error {numbers['err_candidate_f64']:.3g} <= {factor:g} x "
         f"baseline error {numbers['err_baseline_f64']:.3g}")
     return GateResult.ok("model", f"{how} on {len(seeds)} fresh input sets", **numbers)
-
-
-def _ours(text: str) -> bool:
-    """A worker error that is our side's failure: out of memory, or our deadline for an answer
-    (the arm's process was killed by us, not by the candidate)."""
-    return is_infrastructure_text(text) or "no answer to" in text  # an ArmTimeout that crossed a process
 
 
 def _check_seed(target: Target, inputs: tuple[Any, ...], seed: int, packed: list[torch.Tensor],

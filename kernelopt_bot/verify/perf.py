@@ -18,9 +18,9 @@ from __future__ import annotations
 from typing import Any
 
 from kernelopt_bot.candidate import DEFAULT_GAMMA
-from kernelopt_bot.harness.arm_process import Arm, ArmError, ArmOursFailed
+from kernelopt_bot.harness.arm_process import Arm, ArmError, failed_on_our_side
 from kernelopt_bot.harness.bench import compare_arms
-from kernelopt_bot.harness.failures import InfrastructureFailure, is_infrastructure_text
+from kernelopt_bot.harness.failures import InfrastructureFailure
 from kernelopt_bot.harness.timing import NOT_MEASURED
 from kernelopt_bot.verify.verdict import GateResult
 
@@ -66,7 +66,7 @@ def check_performance(baseline: Arm, candidate: Arm, repeat: Arm | None,
                               rounds=rounds, reps=reps, timeout_s=timeout_s, split_step=split_step)
     except ArmError as exc:
         # out of memory (after the arm's own retry), or an arm we killed at our deadline: ours
-        if isinstance(exc, ArmOursFailed) or is_infrastructure_text(str(exc)):
+        if failed_on_our_side(exc):
             raise InfrastructureFailure(f"benchmark: {exc}") from exc
         return GateResult.fail("performance", f"benchmark failed: {exc}", **numbers)
     numbers.update(baseline_ms=result.baseline_ms, packed_ms=result.packed_ms, speedup=result.speedup,
