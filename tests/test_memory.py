@@ -177,6 +177,14 @@ def test_a_candidate_that_raises_otherwise_is_rejected_by_gate3(rms_target: Any)
     assert result.passed is False and "IndexError" in result.reason
 
 
+def test_a_candidate_that_raises_words_of_our_deadline_is_still_rejected_by_gate3(rms_target: Any) -> None:
+    """Only an arm we killed (ArmTimeout) is our deadline: a candidate's own exception that reads
+    like one is the candidate's failure, not an infrastructure failure that would spare it a verdict."""
+    arm = _FakeArm(ArmRaised("candidate", "RuntimeError: candidate: no answer to start within 5 s (killed)"))
+    result = check_model(rms_target, _FakeArm(RuntimeError("unused")), arm, "k", seeds=(101,))
+    assert result.passed is False and "no answer to start" in result.reason
+
+
 def test_cascade_retries_gates_3_and_4_once_then_reports_out_of_memory_as_infrastructure(
         monkeypatch: pytest.MonkeyPatch) -> None:
     cap = captured("gelu.py")
