@@ -446,7 +446,13 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
     from kernelopt_bot.pack.runtime import running_environment
     from kernelopt_bot.profiling import profile
     from kernelopt_bot.search.budget import TimerWithinDeadline
-    from kernelopt_bot.search.compile_options import bench_need_s, calls_templates, template_tune_s
+    from kernelopt_bot.search.compile_options import (
+        COMPILE_OPTIONS,
+        bench_need_s,
+        calls_templates,
+        merge_recommendations,
+        template_tune_s,
+    )
     from kernelopt_bot.search.orchestrator import Orchestrator, SearchLimits
     from kernelopt_bot.search.tuner import TimedTuner
     from kernelopt_bot.store import Store
@@ -554,8 +560,15 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
                     orchestrator.candidate_estimate_s(trusted=False), keep_s=keep, model_ms=model_ms,
                     compile_s=option_compile_s, template_s=template_s, floor_s=floor,
                     reserve_s=0.0 if searched else reserve, final_need_s=empty_final)
+                later = _options_later(
+                    result.recommendations if searched else [], budget.wall_s_left(), option_compile_s,
+                    template_s, bench_need_s(model_ms, plan.rounds))
+                if later:
+                    log(f"    none started: {len(later)} measured after the search instead")
+            else:
+                later = []
             log("searching")
-            options_after = options and first is None
+            options_after = options and (first is None or bool(later))
             after = _after_search_s(compile_s, reserve, options_after, budget.wall_s_left(),
                                     bench_need_s(model_ms, plan.rounds), final_s)
             with _held_back(budget, after):
@@ -569,14 +582,16 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
             # The final benchmark's arm compiles beside the compiler's options' arms.
             with _final_arm(cascade.model_arms, tgt, pack, result, budget, reserve) as final_arm:
                 if options:
-                    if first is None:
+                    if options_after:
                         log("measuring the compiler's own options")
-                        result.recommendations = _recommend_in_time(
+                        measured = _recommend_in_time(
                             cascade.model_arms, tgt, plan.gamma, plan.rounds, budget,
                             orchestrator.candidate_estimate_s(trusted=False), model_ms=model_ms,
                             compile_s=option_compile_s, template_s=template_s, reserve_s=reserve,
                             final_need_s=functools.partial(
-                                _final_need_s, pack, result, final_arm, model_ms, plan.rounds, reserve, tgt.train))
+                                _final_need_s, pack, result, final_arm, model_ms, plan.rounds, reserve, tgt.train),
+                            options=tuple(o for o in COMPILE_OPTIONS if first is None or o.label in later))
+                        result.recommendations = merge_recommendations(result.recommendations, measured)
                     if _try_option_configs(orchestrator, cascade, result, pack, log) and final_arm is not None:
                         final_arm.close()  # it compiled the pack as it was: the benchmark starts its own
                         final_arm = None
@@ -732,6 +747,26 @@ def _options_first(prof: Any, searched: list[Any], tunable_library: bool = True)
     return None
 
 
+def _options_later(measured: list[Any], left: float | None, compile_s: float | None, template_s: float,
+                   need_s: float) -> list[str]:
+    """The compiler's options that, measured before the search, did not start (none did: the
+    share the search keeps left each too little, or the GPU no room), to measure after it instead,
+    where the search leaves them their time and keeps ``MIN_SEARCH_S`` of what is ``left`` of
+    its own (None: no limit); ``[]`` where even the quickest of them (its compile, estimated from
+    ``compile_s`` and ``template_s``, then its check and rounds, ``need_s``) would not finish in
+    the rest, as the search's time would then be given up for nothing. On the H200 a small CNN's
+    options, sent first, found 28 s where one needs 30 and none started; the search then ended
+    with 39 s unused (small_cnn bf16, 12-04; on 12-03 its max-autotune was verified at 1.285x)."""
+    from kernelopt_bot.search.compile_options import COMPILE_OPTIONS, compile_estimate_s, not_started
+
+    waiting = not_started(measured)
+    quickest = min((compile_estimate_s(o, compile_s, template_s) for o in COMPILE_OPTIONS if o.label in waiting),
+                   default=None)
+    if quickest is None or (left is not None and quickest + need_s > left - MIN_SEARCH_S):
+        return []
+    return waiting
+
+
 def _search_keep_s(headroom: float, left: float | None, gamma: float, candidate_s: float,
                    after_s: float = 0.0, searched: bool = True) -> tuple[float, float]:
     """What the compiler's options, measured first, leave of the search's wall time (``left``):
@@ -763,7 +798,8 @@ def _search_keep_s(headroom: float, left: float | None, gamma: float, candidate_
 def _recommend_in_time(model_arms: Any, tgt: Any, gamma: float, rounds: int, budget: Any,
                        candidate_s: float, keep_s: float = 0.0, model_ms: float | None = None,
                        compile_s: float | None = None, template_s: float = 0.0, reserve_s: float = 0.0,
-                       floor_s: float = 0.0, final_need_s: Callable[[], float] | None = None) -> list[Any]:
+                       floor_s: float = 0.0, final_need_s: Callable[[], float] | None = None,
+                       options: tuple[Any, ...] | None = None) -> list[Any]:
     """The compiler's options, started only with time for them before the search's deadline
     less ``keep_s`` (kept for what comes after them: the search, where they go first), by the
     larger of ``MIN_OPTION_S`` and the estimate for a candidate whose gates start processes
@@ -773,8 +809,9 @@ def _recommend_in_time(model_arms: Any, tgt: Any, gamma: float, rounds: int, bud
     ``reserve_s`` less what that benchmark still needs (``final_need_s()``: :func:`_final_need_s`).
     ``compile_s``: an option's compile, estimated, and ``template_s`` what max-autotune's template
     tuning adds to it (no option starts whose compile and timing cannot finish, and no more
-    compile at once than can then be timed)."""
-    from kernelopt_bot.search.compile_options import MIN_OPTION_S, bench_need_s, recommend
+    compile at once than can then be timed). ``options``: those to measure (default: all of
+    :data:`~kernelopt_bot.search.compile_options.COMPILE_OPTIONS`)."""
+    from kernelopt_bot.search.compile_options import COMPILE_OPTIONS, MIN_OPTION_S, bench_need_s, recommend
 
     extra = max(0.0, candidate_s - MIN_OPTION_S)
 
@@ -807,8 +844,9 @@ def _recommend_in_time(model_arms: Any, tgt: Any, gamma: float, rounds: int, bud
     if end is not None and final_need_s is not None:
         end = max(end, search_left() or 0.0)
     with _arms_end_by(model_arms, end):
-        return recommend(model_arms, tgt, gamma=gamma, rounds=rounds, time_left=time_left,
-                         bench_left=bench_left, model_ms=model_ms, compile_s=compile_s, template_s=template_s)
+        return recommend(model_arms, tgt, gamma=gamma, rounds=rounds, options=options or COMPILE_OPTIONS,
+                         time_left=time_left, bench_left=bench_left, model_ms=model_ms, compile_s=compile_s,
+                         template_s=template_s)
 
 
 def _run_s_left(budget: Any, reserve: float) -> float | None:

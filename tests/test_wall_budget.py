@@ -22,6 +22,7 @@ from kernelopt_bot.pipeline import (
     _final_need_s,
     _held_back,
     _options_first,
+    _options_later,
     _options_need_s,
     _recommend_in_time,
     _search_keep_s,
@@ -762,3 +763,42 @@ def test_options_that_may_be_timed_in_the_reserve_compile_into_it_never_short_of
                                   candidate_s=20.0, reserve_s=20.0, final_need_s=lambda n=final_need: n)
         assert arena.started == [limit] * 3 and now[0] == limit
         assert all(r.detail == "not measured: the wall-time budget ran out while it compiled (stopped)" for r in recs)
+
+
+def test_options_that_could_not_start_before_the_search_go_after_it() -> None:
+    """small_cnn bf16 on the H200: the options went first (library calls 64% of the time) and each
+    was passed over (its compile and timing would not finish in what the search's share left); the
+    run then ended with 39 s unused. Where the quickest option fits in what the search has beyond
+    MIN_SEARCH_S, the ones that did not start are measured after the search instead."""
+    arena = _ReadyArena()
+    recs = recommend(arena, None, gamma=1.03, time_left=lambda: 36.0,  # type: ignore[arg-type]
+                     compile_s=28.5, template_s=8.0)
+    assert arena.arms == [] and all(r.detail.startswith(compile_options.PASSED_OVER) for r in recs)
+    labels = [o.label for o in COMPILE_OPTIONS]
+    assert compile_options.not_started(recs) == labels
+    # coordinate descent: 28.5 s compile + 10 s check and rounds, in 63 - 20 s
+    assert _options_later(recs, 63.0, 28.5, 8.0, MIN_BENCH_S) == labels
+    assert _options_later(recs, None, 28.5, 8.0, MIN_BENCH_S) == labels
+    # a slower host's compile (22.5 s captured, 33.75 s an option) in 60 s: the search keeps its time
+    assert _options_later(recs, 60.0, 33.75, 8.0, MIN_BENCH_S) == []
+    assert _options_later([], 63.0, 28.5, 8.0, MIN_BENCH_S) == []  # none was measured first
+
+
+def test_options_that_had_their_time_before_the_search_do_not_go_again() -> None:
+    """Only options none of whose arms started wait for the search: once one compiled, failed, was
+    stopped or measured, the options had their share; an option that is the baseline's own setting
+    is never measured."""
+    rec = compile_options.Recommendation
+    ran_out, already = compile_options.RAN_OUT, compile_options.ALREADY + " mode=max-autotune-no-cudagraphs"
+    waiting = [rec("a", None, False, ran_out), rec("b", None, False, compile_options.NO_ROOM)]
+    assert compile_options.not_started(waiting) == ["a", "b"]
+    assert compile_options.not_started([rec("x", None, False, already), *waiting]) == ["a", "b"]
+    for had in (rec("c", 1.1, True, "verified"), rec("c", None, False, "failed: no kernel"),
+                rec("c", None, False, "not measured: the wall-time budget ran out while it compiled (stopped)"),
+                rec("c", None, False, "not measured: the wall-time budget ran out after its compile", compile_s=40.0),
+                rec("c", None, False, "not measured: the baseline arms did not start (boom)")):
+        assert compile_options.not_started([*waiting, had]) == []
+    # measured after the search, each takes its place in the report's order
+    merged = compile_options.merge_recommendations(
+        [rec("x", None, False, already), *waiting], [rec("b", 1.2, True, "verified"), rec("a", 0.9, False, "slower")])
+    assert [(r.option, r.speedup) for r in merged] == [("x", None), ("a", 0.9), ("b", 1.2)]

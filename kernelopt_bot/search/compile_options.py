@@ -52,6 +52,13 @@ MIN_BENCH_S = 10.0  # gate 3 and the interleaved rounds of a compiled arm: not b
 CHECK_CALLS = 10  # gate 3's calls, in model calls: both arms' outputs, the eager and float64 references
 MAX_OPTION_CONFIGS = 16  # kernels whose option configs a recommendation keeps (keep_configs_of)
 MAX_REPORTED_CONFIGS = 64  # what a published result may carry (github.trusted.RecommendationDoc)
+# An option whose arm never started, for want of wall time or of GPU memory beside the others,
+# says one of these (nothing of it ran: measured before the search, it may still be measured after
+# it, see :func:`not_started`); one that is the baseline's own setting says ALREADY.
+RAN_OUT = "not measured: the wall-time budget ran out"
+PASSED_OVER = "not measured: its compile (about"
+NO_ROOM = "not measured: no GPU memory for its arm beside the others"
+ALREADY = "not measured: the baseline already is"
 
 
 def calls_templates(extern_ops: list[str]) -> bool:
@@ -70,6 +77,13 @@ def template_tune_s(extern_ops: list[str], dtype: str) -> float:
 def tunes_templates(option: CompileOption) -> bool:
     """Whether ``option``'s compile tunes GEMM and convolution templates (max-autotune's modes)."""
     return (option.mode or "").startswith("max-autotune") or bool((option.config or {}).get("max_autotune"))
+
+
+def compile_estimate_s(option: CompileOption, compile_s: float | None, template_s: float = 0.0) -> float:
+    """Seconds ``option``'s arm is expected to compile: ``compile_s`` (an option's compile,
+    estimated from the capture's; None: unknown, 0) and, for an option that tunes GEMM and
+    convolution templates, ``template_s`` (:func:`template_tune_s`)."""
+    return (compile_s or 0.0) + (template_s if tunes_templates(option) else 0.0)
 
 
 def bench_need_s(model_ms: float | None, rounds: int = 10, reps: int = 20, split_step: bool = False) -> float:
@@ -123,12 +137,12 @@ def recommend(model_arms: ModelArms, target: Target, *, gamma: float, rounds: in
     for option in options:  # an option the model is already compiled with is its baseline
         if users.with_option(option.mode, option.config) == users:
             done[option.label] = Recommendation(option.label, None, False,
-                                                f"not measured: the baseline already is {users.label}")
+                                                f"{ALREADY} {users.label}")
     pending = [o for o in options if o.label not in done]
     need_s = bench_need_s(model_ms, rounds, reps)
 
     def estimate(option: CompileOption) -> float:
-        return (compile_s or 0.0) + (template_s if tunes_templates(option) else 0.0)
+        return compile_estimate_s(option, compile_s, template_s)
 
     while pending:
         left = time_left() if time_left is not None else None
@@ -140,15 +154,14 @@ def recommend(model_arms: ModelArms, target: Target, *, gamma: float, rounds: in
             room = model_arms.room_for(len(pending))
         if room == 0:
             for option in pending:
-                done[option.label] = Recommendation(option.label, None, False,
-                                                    "not measured: no GPU memory for its arm beside the others")
+                done[option.label] = Recommendation(option.label, None, False, NO_ROOM)
             break
         timing_left = bench_left or time_left
         t_left = timing_left() if compile_s is not None and timing_left is not None else None
         wave = plan_wave(pending, room, t_left, estimate, need_s)
         for option in pending:  # the first reason an option could not start is the one it keeps
             if t_left is not None and estimate(option) + need_s > t_left:
-                passed_over.setdefault(option.label, f"not measured: its compile (about {estimate(option):.0f} s), "
+                passed_over.setdefault(option.label, f"{PASSED_OVER} {estimate(option):.0f} s), "
                                                      f"check and timing ({need_s:.0f} s) would not finish in the "
                                                      f"{max(0.0, t_left):.0f} s left")
         if not wave:
@@ -183,8 +196,26 @@ def recommend(model_arms: ModelArms, target: Target, *, gamma: float, rounds: in
             for _, arm in arms:
                 if not isinstance(arm, ArmError):
                     arm.close()
-    return [done.get(o.label) or Recommendation(
-        o.label, None, False, passed_over.get(o.label, "not measured: the wall-time budget ran out")) for o in options]
+    return [done.get(o.label) or Recommendation(o.label, None, False, passed_over.get(o.label, RAN_OUT))
+            for o in options]
+
+
+def merge_recommendations(before: list[Recommendation], again: list[Recommendation]) -> list[Recommendation]:
+    """``before`` with each option measured ``again`` in its place (the rest appended): where the
+    options that could not start before the search are measured after it."""
+    later = {r.option: r for r in again}
+    return [later.pop(r.option, r) for r in before] + list(later.values())
+
+
+def not_started(recommendations: list[Recommendation]) -> list[str]:
+    """The options whose arms never started, as their compile and timing would not have finished
+    in the time given or the GPU held no arm beside the others (:data:`RAN_OUT`,
+    :data:`PASSED_OVER`, :data:`NO_ROOM`); ``[]`` where any option's arm started (it compiled,
+    failed, was stopped or measured: the options had their time) or the baselines did not."""
+    waiting = [r for r in recommendations if r.detail in (RAN_OUT, NO_ROOM) or r.detail.startswith(PASSED_OVER)]
+    if any(r not in waiting and not r.detail.startswith(ALREADY) for r in recommendations):
+        return []
+    return [r.option for r in waiting]
 
 
 def plan_wave(pending: list[CompileOption], room: int, left: float | None,
