@@ -10,12 +10,10 @@ Every front door (``kernelopt optimize``, the suite, the PR bot, the nightly swe
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import json
 import os
 import shlex
-import statistics
 import sys
 import threading
 import time
@@ -28,6 +26,7 @@ from kernelopt_bot import __version__
 from kernelopt_bot.candidate import DEFAULT_GAMMA
 from kernelopt_bot.capture.settings import CompileSettings, check_config, target_settings
 from kernelopt_bot.errors import BadInputError, KerneloptError
+from kernelopt_bot.final_bench import benchmark_pack, empty_pack_need_s, final_need_s, final_pack_arm
 from kernelopt_bot.folders import make_dirs
 from kernelopt_bot.harness.failures import poisoned_in
 from kernelopt_bot.harness.isolation import Channel
@@ -35,22 +34,20 @@ from kernelopt_bot.harness.work_watch import NO_WATCH, WorkWatch
 from kernelopt_bot.pack.format import KernelPack
 from kernelopt_bot.plan import DEFAULT_BUDGET, RunPlan
 from kernelopt_bot.result import RunResult
+from kernelopt_bot.schedule import (
+    OPTION_COMPILE_FACTOR,
+    after_search_s,
+    arms_end_by,
+    final_reserve_s,
+    held_back,
+    options_first,
+    options_later,
+    recommend_in_time,
+    run_s_left,
+    search_keep_s,
+)
 from kernelopt_bot.target_kinds import target_kind
 
-OPTIONS_FIRST_SHARE = 0.5  # library calls' share of model time (or launch-bound kernels' of Triton time): options go first
-OPTIONS_FIRST_LAUNCHES = 4  # Triton kernels a launch-bound model has at least, for options to go first
-OPTIONS_FIRST_SEARCH_S = 10.0  # what options measured first leave the search at least (see _options_first)
-OPTIONS_FIRST_HEADROOM = 0.10  # the share of model time the search could save at most, below which options go first
-OPTION_START_SLACK_S = 5.0  # held beyond an option's need: the search's last step may overrun its deadline
-MIN_SEARCH_S = 20.0  # what the time held back for the options leaves the search at least
-OPTION_COMPILE_FACTOR = 1.5  # an option's compile against the default compile's (max-autotune tunes GEMMs)
-FINAL_BENCH_RESERVE_S = 20.0  # seconds kept for the final end-to-end benchmark on a GPU, at least
-# A training step's: on the H200 a layer norm's step (3 ms) with a one-kernel pack took 28 s in
-# the final benchmark (gate 3, and rounds that also time each arm's forward half and whole step),
-# and ended the run 25-43 s past its wall budget (12-04).
-FINAL_BENCH_RESERVE_TRAIN_S = 30.0
-FINAL_BENCH_TIMING_S = 10.0  # the final benchmark's gate 3 and timed rounds, after its compile
-BASELINE_REPS = 20  # calls a round of an empty pack's final benchmark times the baseline for
 # The wall budget is a deadline for the whole run, from the moment run_pipeline is called: no
 # candidate, compiler option or final benchmark starts that its estimate says cannot finish, and
 # their waits end at the deadline. What may still run past it: closing the model arms, writing
@@ -461,7 +458,7 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
 
     # The wall budget covers the whole run: the search stops early enough to leave the final
     # benchmark its time on a GPU (it compiles the packed model once more and times it).
-    reserve = _final_reserve_s(resolve_device(device), train)
+    reserve = final_reserve_s(resolve_device(device), train)
     budget = plan.budget(elapsed_before=elapsed, reserve_s=reserve)
     log("loading the target" + (" (a training step)" if train else ""))
     tgt = load_target(target, device, dtype, train=train)
@@ -539,13 +536,13 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
             to_search = orchestrator.worth_searching()
             # Not where the GPU does not hold the model arms beside this process's capture (a
             # large model): the options then wait for the search to give its memory back.
-            first = (_options_first(prof, to_search, calls_templates(extern_ops))
+            first = (options_first(prof, to_search, calls_templates(extern_ops))
                      if options and prestarted else None)
             if first is not None:
                 why, headroom = first
                 searched = bool(to_search)
-                after_s = _after_search_s(compile_s, reserve, False, None, final_s=final_s) if searched else 0.0
-                keep, floor = _search_keep_s(
+                after_s = after_search_s(compile_s, reserve, False, None, final_s=final_s) if searched else 0.0
+                keep, floor = search_keep_s(
                     headroom, budget.wall_s_left(), plan.gamma, orchestrator.candidate_estimate_s(trusted=True),
                     after_s=after_s, searched=searched)
                 spare = (f"none starts with less than {keep:.0f} s to spare for the search" if searched
@@ -554,13 +551,13 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
                 # With nothing to search the pack stays empty: the final benchmark then times the
                 # baseline alone, and the rest of its reserve may time an option.
                 empty_final = None if searched else functools.partial(
-                    _empty_pack_need_s, model_ms, plan.rounds, reserve, tgt.train)
-                result.recommendations = _recommend_in_time(
+                    empty_pack_need_s, model_ms, plan.rounds, reserve, tgt.train)
+                result.recommendations = recommend_in_time(
                     cascade.model_arms, tgt, plan.gamma, plan.rounds, budget,
                     orchestrator.candidate_estimate_s(trusted=False), keep_s=keep, model_ms=model_ms,
                     compile_s=option_compile_s, template_s=template_s, floor_s=floor,
                     reserve_s=0.0 if searched else reserve, final_need_s=empty_final)
-                later = _options_later(
+                later = options_later(
                     result.recommendations if searched else [], budget.wall_s_left(), option_compile_s,
                     template_s, bench_need_s(model_ms, plan.rounds))
                 if later:
@@ -569,9 +566,9 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
                 later = []
             log("searching")
             options_after = options and (first is None or bool(later))
-            after = _after_search_s(compile_s, reserve, options_after, budget.wall_s_left(),
+            after = after_search_s(compile_s, reserve, options_after, budget.wall_s_left(),
                                     bench_need_s(model_ms, plan.rounds), final_s)
-            with _held_back(budget, after):
+            with held_back(budget, after):
                 result.kernels, pack = orchestrator.run()
             _record_llm_status(result, llm_search, llm_problem, budget)
             release_start = time.monotonic()
@@ -580,16 +577,16 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
             if release_s > 1.0:
                 log(f"    the search's GPU memory released in {release_s:.1f} s")
             # The final benchmark's arm compiles beside the compiler's options' arms.
-            with _final_arm(cascade.model_arms, tgt, pack, result, budget, reserve) as final_arm:
+            with final_pack_arm(cascade.model_arms, tgt, pack, result, budget, reserve) as final_arm:
                 if options:
                     if options_after:
                         log("measuring the compiler's own options")
-                        measured = _recommend_in_time(
+                        measured = recommend_in_time(
                             cascade.model_arms, tgt, plan.gamma, plan.rounds, budget,
                             orchestrator.candidate_estimate_s(trusted=False), model_ms=model_ms,
                             compile_s=option_compile_s, template_s=template_s, reserve_s=reserve,
                             final_need_s=functools.partial(
-                                _final_need_s, pack, result, final_arm, model_ms, plan.rounds, reserve, tgt.train),
+                                final_need_s, pack, result, final_arm, model_ms, plan.rounds, reserve, tgt.train),
                             options=tuple(o for o in COMPILE_OPTIONS if first is None or o.label in later))
                         result.recommendations = merge_recommendations(result.recommendations, measured)
                     if _try_option_configs(orchestrator, cascade, result, pack, log) and final_arm is not None:
@@ -597,8 +594,8 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
                         final_arm = None
                 log("end-to-end benchmark")
                 left = budget.wall_s_left()
-                with _arms_end_by(cascade.model_arms, None if left is None else left + reserve):
-                    pack = _final_bench(cascade, tgt, pack, result, plan.rounds, final_arm)
+                with arms_end_by(cascade.model_arms, None if left is None else left + reserve):
+                    pack = benchmark_pack(cascade, tgt, pack, result, plan.rounds, final_arm)
             _option_with_pack(cascade.model_arms, tgt, pack, result, plan, budget, reserve, log, model_ms)
             result.pack_entries = len(pack)
             base = cascade.model_arms.baseline_info()
@@ -612,15 +609,6 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
         store.runs.finish(run_id, result)
         store.close()
     return pack
-
-
-def _final_reserve_s(device: str, train: bool) -> float:
-    """Seconds of the wall budget kept for the final end-to-end benchmark: none without a GPU
-    (nothing is timed end to end), more for a training step (its rounds time each arm's forward
-    half and whole step too)."""
-    if device != "cuda":
-        return 0.0
-    return FINAL_BENCH_RESERVE_TRAIN_S if train else FINAL_BENCH_RESERVE_S
 
 
 def _arm_mb_hint() -> float:
@@ -651,248 +639,6 @@ def _strategy_rewrites(cap: Any, settings: CompileSettings, log: Callable[[str],
         log(f"    {len(found)} looped reduction(s) can run as one pass: "
             + ", ".join(name for _graph, name in found))
     return {key: [rewrite] for key, rewrite in found.items()}
-
-
-@contextlib.contextmanager
-def _arms_end_by(model_arms: Any, seconds: float | None) -> Iterator[None]:
-    """Option and pack arms started in this block must have compiled ``seconds`` from its start
-    (the time left to the deadline; ``None``: no limit), however late in it they start: one still
-    compiling then is killed, so an arm cannot carry the run past its wall budget. Baseline arms
-    started in it keep their own limit: the final benchmark needs them after it."""
-    saved = model_arms.end_by
-    if seconds is not None:
-        end = time.monotonic() + max(1.0, seconds)
-        model_arms.end_by = end if saved is None else min(saved, end)
-    try:
-        yield
-    finally:
-        model_arms.end_by = saved
-
-
-def _after_search_s(compile_s: float, reserve: float, options_after: bool, left: float | None,
-                    option_s: float | None = None, final_s: float | None = None) -> float:
-    """What the search leaves, beyond ``reserve``, for what must run after it, sized by the
-    model's compile time (``compile_s``, the capture's): the compiler's options when they come
-    after it (their compile and timed rounds; the final benchmark's arm compiles beside theirs),
-    else the final benchmark's fresh compile of the packed model where it outgrows ``reserve``
-    (a level-3 model compiles for 25-30 s on the H200, past the 20 s reserve). ``option_s``: what
-    an option's gate 3 and timed rounds take on this model (default: MIN_BENCH_S); ``final_s``: the
-    final benchmark's (default: FINAL_BENCH_TIMING_S; where the options come after, what of it
-    outgrows ``reserve`` is held back too: a training step's split rounds, a slow model's). Of ``left``
-    (the search's wall time, None: no limit) the search keeps ``MIN_SEARCH_S`` whatever that
-    costs them: a kernel of the model may be what matters most."""
-    if options_after:  # the final benchmark's arm compiles beside theirs; its rounds past the reserve come after
-        after = _options_need_s(compile_s, option_s) + OPTION_START_SLACK_S + max(0.0, (final_s or 0.0) - reserve)
-    else:
-        timing = FINAL_BENCH_TIMING_S if final_s is None else max(FINAL_BENCH_TIMING_S, final_s)
-        after = max(0.0, compile_s + timing - reserve) if reserve else 0.0
-    return after if left is None else min(after, max(0.0, left - MIN_SEARCH_S))
-
-
-def _options_need_s(compile_s: float, bench_s: float | None = None) -> float:
-    """Seconds the compiler's options need after the search: their compile (max-autotune's takes
-    longer than the default one the capture timed) and their check and timed rounds (``bench_s``,
-    :func:`~kernelopt_bot.search.compile_options.bench_need_s`; default: MIN_BENCH_S)."""
-    from kernelopt_bot.search.compile_options import MIN_BENCH_S, MIN_OPTION_S
-
-    bench = MIN_BENCH_S if bench_s is None else bench_s
-    return max(MIN_OPTION_S + bench - MIN_BENCH_S, OPTION_COMPILE_FACTOR * compile_s + bench)
-
-
-@contextlib.contextmanager
-def _held_back(budget: Any, seconds: float) -> Iterator[None]:
-    """Within the block the wall deadline comes ``seconds`` earlier (for what must run after it:
-    the search leaves the compiler's options their time), never before the block starts."""
-    saved = budget.max_wall_s
-    if saved is not None and seconds > 0:
-        budget.max_wall_s = min(saved, max(budget.elapsed_s(), saved - seconds))
-    try:
-        yield
-    finally:
-        budget.max_wall_s = saved
-
-
-def _options_first(prof: Any, searched: list[Any], tunable_library: bool = True) -> tuple[str, float] | None:
-    """Why the compiler's options are measured before the search rather than after it, and the
-    share of what is then left of the wall budget that the search keeps; None: search first.
-    Where library calls (cuBLAS, cuDNN) take most of the model's time, the searched Triton
-    kernels can move the end-to-end time little, and max-autotune's GEMM tuning alone compiles
-    for 30-70 s on the H200: measured after the search, the options found no time left (level-2
-    problems on 12-03). Where most Triton time is in launch-bound kernels, CUDA graphs is the
-    option that can win, and no kernel of the search can. Where the Triton kernels run at the
-    copy roofline already, the search has little to give either: a small CNN's BN+ReLU kernels at
-    100% of it took the search's time and left max-autotune's convolution tuning too little to
-    finish (12-03, fp32). The search keeps the share of the model's time it could save at most
-    (:attr:`~kernelopt_bot.profiling.KernelProfile.headroom_ms` of the kernels it would search,
-    ``searched``: not those below the share threshold or past the kernel limit). Library time
-    counts only where an option can tune it (``tunable_library``: the model calls GEMMs or
-    convolutions); a training step's eager loss and gradient kernels cannot: on the H200 a layer
-    norm's training step (63% outside the compiled graphs, 37% in two reductions) sent the options
-    first, max-autotune compiled for 60 s and was stopped, and the search got 7 s (bf16, 12-04)."""
-    if not prof.measured or not prof.model_ms:
-        return None
-    triton = [k for k in prof.kernels if k.time_ms]
-    launch = sum(k.time_ms for k in triton if k.bound == "launch")
-    total = sum(k.time_ms for k in triton)
-    # As the profile's shares: the profiler's busy time can exceed the model's median wall time.
-    model_ms = max(prof.model_ms, (prof.vendor_ms or 0.0) + total)
-    library = (prof.vendor_ms or 0.0) / model_ms
-    headroom = sum(k.headroom_ms for k in searched) / model_ms
-    if tunable_library and library >= OPTIONS_FIRST_SHARE:
-        return f"library calls take {library:.0%} of the model's time", headroom
-    if len(triton) >= OPTIONS_FIRST_LAUNCHES and total and launch >= OPTIONS_FIRST_SHARE * total:
-        return f"{launch / total:.0%} of the Triton kernels' time is in launch-bound kernels", headroom
-    if total > launch and headroom < OPTIONS_FIRST_HEADROOM:  # kernels that are not launch-bound, at the roofline
-        return f"the search could save at most {headroom:.0%} of the model's time", headroom
-    return None
-
-
-def _options_later(measured: list[Any], left: float | None, compile_s: float | None, template_s: float,
-                   need_s: float) -> list[str]:
-    """The compiler's options that, measured before the search, did not start (none did: the
-    share the search keeps left each too little, or the GPU no room), to measure after it instead,
-    where the search leaves them their time and keeps ``MIN_SEARCH_S`` of what is ``left`` of
-    its own (None: no limit); ``[]`` where even the quickest of them (its compile, estimated from
-    ``compile_s`` and ``template_s``, then its check and rounds, ``need_s``) would not finish in
-    the rest, as the search's time would then be given up for nothing. On the H200 a small CNN's
-    options, sent first, found 28 s where one needs 30 and none started; the search then ended
-    with 39 s unused (small_cnn bf16, 12-04; on 12-03 its max-autotune was verified at 1.285x)."""
-    from kernelopt_bot.search.compile_options import COMPILE_OPTIONS, compile_estimate_s, not_started
-
-    waiting = not_started(measured)
-    quickest = min((compile_estimate_s(o, compile_s, template_s) for o in COMPILE_OPTIONS if o.label in waiting),
-                   default=None)
-    if quickest is None or (left is not None and quickest + need_s > left - MIN_SEARCH_S):
-        return []
-    return waiting
-
-
-def _search_keep_s(headroom: float, left: float | None, gamma: float, candidate_s: float,
-                   after_s: float = 0.0, searched: bool = True) -> tuple[float, float]:
-    """What the compiler's options, measured first, leave of the search's wall time (``left``):
-    ``(keep, floor)``. An option starts only with ``keep`` to spare: the share of the model's time
-    the search could save at most (``headroom``, of ``left``), at least ``OPTIONS_FIRST_SEARCH_S``.
-    A started option is compiled and timed into that, but never into ``floor``: where the
-    searched kernels alone could pass the performance gate (a headroom of at least ``1 - 1/gamma``
-    of the model's time), one kernel's first timed variants (``OPTIONS_FIRST_SEARCH_S``) and one
-    tuner candidate's gates (``candidate_s``); else nothing, as a compiled option left untimed is
-    the larger loss (mlp bf16 on the H200: max-autotune compiled and was not timed, and the
-    search used 17 s). On the H200 the options of a convolution + group norm model left the
-    search 4 s where a candidate takes 10: its Triton kernels, 43% of the time with a headroom of
-    14%, were not searched (fp32, 12-04), where in bf16 the search's candidate gave 1.038x.
-    Both come on top of ``after_s``, what the search holds back for the final benchmark
-    (:func:`_after_search_s`), where the search may need it. Where no kernel is worth a search
-    (``searched`` false: each below the share threshold), the search keeps nothing, nor does the
-    final benchmark beyond its reserve (an empty pack compiles nothing; the options may be timed
-    in that reserve, which the baseline's rounds barely need):
-    on the H200 a 37 ms fp32 transformer block's max-autotune compiled and was not timed, with
-    13 s of the search's time and 20 s of the reserve left where its timing needed 19 s and the
-    final benchmark 6 s; the search then took 0.3 s (gpt_block, 12-04)."""
-    if left is None or not searched:
-        return 0.0, 0.0
-    floor = OPTIONS_FIRST_SEARCH_S + candidate_s if headroom >= 1.0 - 1.0 / gamma else 0.0
-    keep = after_s + max(OPTIONS_FIRST_SEARCH_S, headroom * left, floor)
-    return keep, after_s + floor if floor else 0.0
-
-
-def _recommend_in_time(model_arms: Any, tgt: Any, gamma: float, rounds: int, budget: Any,
-                       candidate_s: float, keep_s: float = 0.0, model_ms: float | None = None,
-                       compile_s: float | None = None, template_s: float = 0.0, reserve_s: float = 0.0,
-                       floor_s: float = 0.0, final_need_s: Callable[[], float] | None = None,
-                       options: tuple[Any, ...] | None = None) -> list[Any]:
-    """The compiler's options, started only with time for them before the search's deadline
-    less ``keep_s`` (kept for what comes after them: the search, where they go first), by the
-    larger of ``MIN_OPTION_S`` and the estimate for a candidate whose gates start processes
-    (an option compiles and times the whole model as such a candidate's arm does), and cut off
-    at the search's deadline less ``floor_s`` (what a started option leaves the search whatever
-    it costs the option, :func:`_search_keep_s`). A compiled option may also be checked and timed in the final benchmark's
-    ``reserve_s`` less what that benchmark still needs (``final_need_s()``: :func:`_final_need_s`).
-    ``compile_s``: an option's compile, estimated, and ``template_s`` what max-autotune's template
-    tuning adds to it (no option starts whose compile and timing cannot finish, and no more
-    compile at once than can then be timed). ``options``: those to measure (default: all of
-    :data:`~kernelopt_bot.search.compile_options.COMPILE_OPTIONS`)."""
-    from kernelopt_bot.search.compile_options import COMPILE_OPTIONS, MIN_OPTION_S, bench_need_s, recommend
-
-    extra = max(0.0, candidate_s - MIN_OPTION_S)
-
-    def deadline_left() -> float | None:
-        left = budget.wall_s_left()
-        return None if left is None else left - keep_s
-
-    def time_left() -> float | None:
-        left = deadline_left()
-        return None if left is None else left - extra
-
-    def search_left() -> float | None:  # what a started option may use of the search's time
-        left = budget.wall_s_left()
-        return None if left is None else left - floor_s
-
-    def bench_left() -> float | None:
-        left = _run_s_left(budget, reserve_s)
-        if left is None or final_need_s is None:
-            return search_left()
-        return left - final_need_s()
-
-    # An option's arm must have compiled with its check and rounds still to run before their
-    # deadline (``bench_left``, which may reach into the final benchmark's reserve): stopped at the
-    # search's deadline instead, a small network's max-autotune compile was killed with 18 s of
-    # the reserve unused, and no kernel to search (tiny_vit bf16 on the H200, 12-04). Where the
-    # reserve may time them, never before the search's deadline: the final benchmark's need is
-    # taken now at its largest (its arm still compiling), and shrinks once that arm is ready.
-    left = bench_left()
-    end = None if left is None else left - bench_need_s(model_ms, rounds)
-    if end is not None and final_need_s is not None:
-        end = max(end, search_left() or 0.0)
-    with _arms_end_by(model_arms, end):
-        return recommend(model_arms, tgt, gamma=gamma, rounds=rounds, options=options or COMPILE_OPTIONS,
-                         time_left=time_left, bench_left=bench_left, model_ms=model_ms, compile_s=compile_s,
-                         template_s=template_s)
-
-
-def _run_s_left(budget: Any, reserve: float) -> float | None:
-    """Seconds to the run's own end: the search's wall deadline plus the final benchmark's
-    ``reserve`` (None: no wall limit)."""
-    if budget.max_wall_s is None:
-        return None
-    return budget.max_wall_s + reserve - budget.elapsed_s()
-
-
-def _final_need_s(pack: KernelPack, result: RunResult, final_arm: Any, model_ms: float | None,
-                  rounds: int, reserve: float, train: bool = False) -> float:
-    """Seconds the final benchmark still needs, as things stand: its ``reserve`` is kept for a
-    fresh compile of the packed model and its rounds, but where the pack is empty (the baseline
-    alone is timed), where gate 4 already measured exactly this pack, or where the pack's arm
-    compiled beside the options and is ready, only the rounds are left to run, and the rest may
-    time a compiled option; rounds longer than the reserve (a slow model, a training step's split
-    rounds) need their whole time. On the H200 a scan's options compiled with 7 s of the search's
-    time left and were not timed, while 14 s of the reserve went unused (log_cumsum_exp bf16,
-    12-03). All of it without a profiled model time to size the rounds by. ``train``: the model is
-    a training step, whose rounds also time each arm's forward half and whole step."""
-    from kernelopt_bot.search.compile_options import bench_need_s
-
-    if not model_ms:
-        return reserve
-    if not len(pack):
-        return _empty_pack_need_s(model_ms, rounds, reserve, train)
-    if _measured_in_this_run(pack, result) is not None:
-        return 0.0
-    rounds_s = bench_need_s(model_ms, rounds, split_step=train)
-    if final_arm is not None and getattr(final_arm, "ready", False):
-        return rounds_s
-    return max(reserve, rounds_s)
-
-
-def _empty_pack_need_s(model_ms: float | None, rounds: int, reserve: float, train: bool = False) -> float:
-    """Seconds the final benchmark needs for an empty pack: the baseline's rounds alone, as
-    nothing compiles (its whole ``reserve`` without a profiled model time); a training step's
-    rounds are timed three times (the step, then its forward half and whole step apart): on the
-    H200 a 90 ms MLP training step's took 28 s of a 20 s reserve (12-04)."""
-    from kernelopt_bot.harness.timing import time_request_calls
-
-    if not model_ms:
-        return reserve
-    passes = 3 if train else 1
-    return 1.0 + passes * rounds * time_request_calls(BASELINE_REPS) * model_ms / 1000.0
 
 
 def _try_option_configs(orchestrator: Any, cascade: Any, result: RunResult, pack: KernelPack,
@@ -935,12 +681,12 @@ def _option_with_pack(model_arms: Any, tgt: Any, pack: KernelPack, result: RunRe
         return
 
     def time_left() -> float | None:
-        return _run_s_left(budget, reserve)
+        return run_s_left(budget, reserve)
 
     log("measuring the best option with the pack")
     left = time_left()
     try:
-        with _arms_end_by(model_arms, left):
+        with arms_end_by(model_arms, left):
             both = measure_with_pack(model_arms, tgt, best, pack, gamma=plan.gamma, rounds=plan.rounds,
                                      time_left=time_left, model_ms=model_ms)
     except Exception as exc:  # noqa: BLE001 - the run's own results are measured: this figure is extra
@@ -948,181 +694,6 @@ def _option_with_pack(model_arms: Any, tgt: Any, pack: KernelPack, result: RunRe
     if both is not None:
         log(f"    {both.option}: {'-' if both.speedup is None else f'{both.speedup:.3f}x'} {both.detail}")
         result.recommendations.append(both)
-
-
-@contextlib.contextmanager
-def _final_arm(model_arms: Any, tgt: Any, pack: KernelPack, result: RunResult, budget: Any,
-               reserve: float) -> Iterator[Any]:
-    """The final benchmark's arm (``install(pack)`` then a fresh compile), started now without
-    waiting, or None where the final benchmark needs none (no GPU, an empty pack, or gate 4's
-    fresh-process numbers for exactly this pack) or where the GPU would not hold it beside a
-    compiler option's arm (it starts when the benchmark runs); closed on leaving."""
-    from kernelopt_bot.harness.arm_process import ArmError
-
-    arm = None
-    if (tgt.device == "cuda" and len(pack) and _measured_in_this_run(pack, result) is None
-            and _baselines_started(model_arms) and model_arms.room_for(2) == 2):  # itself and an option's arm
-        left = budget.wall_s_left()
-        with _arms_end_by(model_arms, None if left is None else left + reserve), contextlib.suppress(ArmError):
-            arm = model_arms.candidate(pack, label="final", wait=False)
-    try:
-        yield arm
-    finally:
-        if arm is not None:
-            arm.close()
-
-
-def _baselines_started(model_arms: Any) -> bool:
-    """Start the baseline arms (if not yet) and wait for them: the arms that come after them are
-    sized by what they hold. False when they did not start (reported where they are asked for)."""
-    from kernelopt_bot.harness.arm_process import ArmError
-
-    try:
-        model_arms.baselines()
-    except ArmError:
-        return False
-    return True
-
-
-def _final_bench(cascade: Any, tgt: Any, pack: KernelPack, result: RunResult, rounds: int,
-                 started: Any = None) -> KernelPack:
-    """Measure the combined pack end to end; if the combination misbehaves, keep the best single
-    entry. An arm of ours that fails (its compile outlived the wall budget, say) is no verdict on
-    the pack: the combination, never checked together, is cut to its best entry, which every gate
-    passed on its own, and gate 4's numbers stand where this run has them. ``started``: this
-    pack's arm, already compiling (see :func:`_final_arm`)."""
-    from kernelopt_bot.harness.arm_process import ArmError
-    from kernelopt_bot.harness.bench import compare_arms
-    from kernelopt_bot.harness.failures import InfrastructureFailure, is_out_of_memory
-    from kernelopt_bot.verify.model import check_model
-
-    model_arms = cascade.model_arms
-    if len(pack) == 0 and tgt.device != "cuda":  # nothing replaced and nothing to time: no arm to start
-        return pack
-    try:
-        baseline, repeat = model_arms.baselines()
-    except ArmError as exc:
-        # The model compiled and ran in the capture: a baseline arm that does not start (out of
-        # memory, or past the deadline this run's budget gave it) is ours, not the pack's.
-        why = "out of GPU memory starting the baseline arms" if is_out_of_memory(str(exc)) else \
-            "the baseline arms did not start"
-        _note_not_benchmarked(pack, result, f"{why}: {exc}")
-        return pack
-    if len(pack) == 0:
-        if tgt.device == "cuda":
-            times = [baseline.request("time", 2000 + i, BASELINE_REPS) for i in range(rounds)]
-            result.baseline_ms = result.optimized_ms = statistics.median(t[0] for t in times)
-            if all(t[1] is not None for t in times):
-                host = statistics.median(t[1] for t in times)
-                result.latency_ms = {"baseline": host, "optimized": host, "noise_floor": None}
-            result.speedup = 1.0  # nothing replaced: the compiler's code runs
-            if tgt.train:  # where a training step's time goes, even with nothing to change in it (device time)
-                forward, step = (statistics.median(baseline.request("time", 2000 + i, BASELINE_REPS, part, True)[0]
-                                                   for i in range(rounds)) for part in ("forward", "step"))
-                halves = {"forward": forward, "backward": step - forward}
-                result.step_split_ms = {half: {"baseline": ms, "optimized": ms} for half, ms in halves.items()}
-        return pack
-    if _take_gate4_numbers(pack, result):
-        return pack
-    try:
-        with started or model_arms.candidate(pack, label="final", wait=False) as arm:
-            arm.wait_ready()
-            model_arms.settle()  # nothing is timed while an arm compiles
-            model = check_model(tgt, baseline, arm, None)
-            if not model.passed and len(pack) > 1:
-                pack = _keep_best(pack, result, f"combined pack failed gate 3: {model.reason}")
-                return _final_bench(cascade, tgt, pack, result, rounds)
-            if not model.passed:
-                raise RuntimeError(f"the verified pack failed gate 3 when re-checked: {model.reason}")
-            bench = compare_arms(baseline, arm, repeat, target=tgt.spec, device=tgt.device,
-                                 dtype=result.dtype, rounds=rounds, split_step=tgt.train)
-    except (ArmError, InfrastructureFailure) as exc:  # ours (a dead arm, out of memory): no verdict
-        if len(pack) > 1:
-            pack = _keep_best(pack, result, f"the combined pack could not be checked end to end ({exc})")
-        _note_not_benchmarked(pack, result, str(exc))
-        return pack
-    result.baseline_ms, result.optimized_ms = bench.baseline_ms, bench.packed_ms
-    result.speedup, result.noise_floor = bench.speedup, bench.noise_floor
-    result.step_split_ms = bench.step_split_ms
-    result.latency_ms = {"baseline": bench.baseline_host_ms, "optimized": bench.packed_host_ms,
-                         "noise_floor": bench.host_noise_floor}
-    pack.measured = {"baseline_ms": bench.baseline_ms, "packed_ms": bench.packed_ms,
-                     "speedup": bench.speedup, "noise_floor": bench.noise_floor}
-    if len(pack) == 1 and bench.speedup is not None:
-        _report_fresh_kernel_speedup(pack, result, bench.speedup)
-    return pack
-
-
-def _note_not_benchmarked(pack: KernelPack, result: RunResult, why: str) -> None:
-    """The end-to-end benchmark did not run for a reason of ours: gate 4's numbers stand where
-    this run has them for exactly this pack, and each packed kernel's line says why."""
-    if _take_gate4_numbers(pack, result):
-        return
-    for outcome in result.kernels:
-        if any(outcome.name == e.kernel_name for e in pack.entries.values()):
-            outcome.detail = "; ".join(filter(None, [outcome.detail, f"end-to-end benchmark not run ({why})"]))
-
-
-def _report_fresh_kernel_speedup(pack: KernelPack, result: RunResult, speedup: float) -> None:
-    """A one-entry pack's fresh measurement is its kernel's reported speedup too (the kernel table,
-    the entry): gate 4's own number (perhaps measured in the engine) stays in the entry's gates."""
-    key, entry = next(iter(pack.entries.items()))
-    pack.entries[key] = dataclasses.replace(entry, measured={**entry.measured, "speedup": speedup})
-    for outcome in result.kernels:
-        if outcome.name == entry.kernel_name and outcome.status == "accepted":
-            outcome.speedup = speedup
-
-
-def _keep_best(pack: KernelPack, result: RunResult, why: str) -> KernelPack:
-    """The pack cut to its entry with the best measured speedup; the other accepted kernels are
-    marked dropped, with ``why``."""
-    best = max(pack.entries.values(), key=lambda e: e.measured.get("speedup") or 0.0)
-    for outcome in result.kernels:
-        if outcome.status == "accepted" and outcome.name != best.kernel_name:
-            outcome.status, outcome.detail = "dropped", why
-    return KernelPack(entries={best.key: best}, target=pack.target, created_by=pack.created_by)
-
-
-def _take_gate4_numbers(pack: KernelPack, result: RunResult) -> bool:
-    """Use gate 4's end-to-end numbers from this run where they measure exactly this pack."""
-    gate4 = _measured_in_this_run(pack, result)
-    if gate4 is None:
-        return False
-    result.baseline_ms, result.optimized_ms = gate4["baseline_ms"], gate4["packed_ms"]
-    result.speedup, result.noise_floor = gate4["speedup"], gate4.get("noise_floor")
-    result.latency_ms = {"baseline": gate4.get("baseline_host_ms"), "optimized": gate4.get("packed_host_ms"),
-                         "noise_floor": gate4.get("host_noise_floor")}
-    result.step_split_ms = dict(gate4.get("step_split_ms") or {})
-    pack.measured = {k: gate4.get(k) for k in ("baseline_ms", "packed_ms", "speedup", "noise_floor")}
-    return True
-
-
-def _measured_in_this_run(pack: KernelPack, result: RunResult) -> dict[str, Any] | None:
-    """Gate 4's numbers when the pack is exactly one candidate the gates accepted in this run.
-
-    That measurement already is the end-to-end benchmark of this very pack: the same baseline
-    arms, interleaved rounds, L2 flushed, median, noise floor, minutes ago. Compiling the packed
-    model again to repeat it would only cost time. A pack of several entries (their combination
-    was never measured), a cached entry (measured in an earlier run), or the best of several
-    accepted candidates (the largest of several noisy measurements is biased upwards) is
-    benchmarked anew, and so is a candidate whose gate 4 ran in the engine (a trusted candidate
-    swapped into the engine's compiled model): the reported number is always measured on fresh
-    processes, ``install(pack)`` then a fresh compile.
-    """
-    if len(pack) != 1:
-        return None
-    entry = next(iter(pack.entries.values()))
-    if entry.measured.get("accepted_candidates") != 1:
-        return None
-    if not any(k.name == entry.kernel_name and k.status == "accepted" for k in result.kernels):
-        return None
-    perf = next((g for g in entry.measured.get("gates", []) if g.get("name") == "performance"), None)
-    numbers = (perf or {}).get("numbers") or {}
-    if not (perf or {}).get("passed") or numbers.get("arms") != "process":
-        return None
-    if not all(isinstance(numbers.get(k), (int, float)) for k in ("baseline_ms", "packed_ms", "speedup")):
-        return None
-    return numbers
 
 
 def _llm_search(llm: dict[str, Any] | None, log: Callable[[str], None]) -> tuple[list[Any], str | None]:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from kernelopt_bot.final_bench import measured_in_this_run
 from kernelopt_bot.pack.format import KernelPack, LaunchConfig, PackEntry
-from kernelopt_bot.pipeline import _measured_in_this_run
 from kernelopt_bot.result import KernelOutcome, RunResult
 
 GATE4 = {"name": "performance", "passed": True, "reason": "1.2x",
@@ -32,36 +32,36 @@ def _pack(*entries: PackEntry) -> KernelPack:
 
 
 def test_one_entry_accepted_in_this_run_keeps_gate_4s_numbers() -> None:
-    numbers = _measured_in_this_run(_pack(_entry("k0", [GATE4])), _result(("k0", "accepted")))
+    numbers = measured_in_this_run(_pack(_entry("k0", [GATE4])), _result(("k0", "accepted")))
     assert numbers is not None and numbers["speedup"] == 1.2 and numbers["noise_floor"] == 0.003
 
 
 def test_cached_entries_combinations_and_unmeasured_gates_are_benchmarked_again() -> None:
-    assert _measured_in_this_run(_pack(_entry("k0", [GATE4])), _result(("k0", "cached (verified)"))) is None
+    assert measured_in_this_run(_pack(_entry("k0", [GATE4])), _result(("k0", "cached (verified)"))) is None
     two = _pack(_entry("k0", [GATE4]), _entry("k1", [GATE4]))
-    assert _measured_in_this_run(two, _result(("k0", "accepted"), ("k1", "accepted"))) is None
+    assert measured_in_this_run(two, _result(("k0", "accepted"), ("k1", "accepted"))) is None
     failed = dict(GATE4, passed=False)
-    assert _measured_in_this_run(_pack(_entry("k0", [failed])), _result(("k0", "accepted"))) is None
-    assert _measured_in_this_run(_pack(_entry("k0", [])), _result(("k0", "accepted"))) is None
+    assert measured_in_this_run(_pack(_entry("k0", [failed])), _result(("k0", "accepted"))) is None
+    assert measured_in_this_run(_pack(_entry("k0", [])), _result(("k0", "accepted"))) is None
     best_of_two = _pack(_entry("k0", [GATE4], accepted=2))  # the larger of two noisy numbers
-    assert _measured_in_this_run(best_of_two, _result(("k0", "accepted"))) is None
+    assert measured_in_this_run(best_of_two, _result(("k0", "accepted"))) is None
 
 
 def test_gate_4_in_the_engine_is_never_the_reported_number() -> None:
     """A trusted candidate's gate 4 ran on the engine's model with its kernel swapped in: the
     final benchmark measures the pack again in fresh processes (install, then a fresh compile)."""
     in_engine = {**GATE4, "numbers": {**GATE4["numbers"], "arms": "engine"}}
-    assert _measured_in_this_run(_pack(_entry("k0", [in_engine])), _result(("k0", "accepted"))) is None
+    assert measured_in_this_run(_pack(_entry("k0", [in_engine])), _result(("k0", "accepted"))) is None
     unlabelled = {**GATE4, "numbers": {k: v for k, v in GATE4["numbers"].items() if k != "arms"}}
-    assert _measured_in_this_run(_pack(_entry("k0", [unlabelled])), _result(("k0", "accepted"))) is None
+    assert measured_in_this_run(_pack(_entry("k0", [unlabelled])), _result(("k0", "accepted"))) is None
 
 
 def test_a_one_entry_packs_fresh_number_is_its_kernels_reported_speedup() -> None:
-    from kernelopt_bot.pipeline import _report_fresh_kernel_speedup
+    from kernelopt_bot.final_bench import report_fresh_kernel_speedup
 
     pack, result = _pack(_entry("k0", [GATE4])), _result(("k0", "accepted"), ("k1", "no proposal"))
     result.kernels[0].speedup = 1.2
-    _report_fresh_kernel_speedup(pack, result, 1.1)
+    report_fresh_kernel_speedup(pack, result, 1.1)
     entry = next(iter(pack.entries.values()))
     assert entry.measured["speedup"] == 1.1 and entry.measured["gates"] == [GATE4]  # gate 4's number kept there
     assert result.kernels[0].speedup == 1.1 and result.kernels[1].speedup is None

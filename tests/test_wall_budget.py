@@ -12,22 +12,21 @@ from typing import Any
 import pytest
 
 from kernelopt_bot.candidate import Candidate, Proposal
+from kernelopt_bot.final_bench import benchmark_pack, final_need_s
 from kernelopt_bot.harness.arm_process import ArmError, ArmNotStarted, ArmTimeout
 from kernelopt_bot.harness.model_arms import ModelArms
-from kernelopt_bot.pipeline import (
-    WALL_MARGIN_S,
-    _after_search_s,
-    _arms_end_by,
-    _final_bench,
-    _final_need_s,
-    _held_back,
-    _options_first,
-    _options_later,
-    _options_need_s,
-    _recommend_in_time,
-    _search_keep_s,
-)
+from kernelopt_bot.pipeline import WALL_MARGIN_S
 from kernelopt_bot.profiling import KernelProfile, Profile
+from kernelopt_bot.schedule import (
+    after_search_s,
+    arms_end_by,
+    held_back,
+    options_first,
+    options_later,
+    options_need_s,
+    recommend_in_time,
+    search_keep_s,
+)
 from kernelopt_bot.search import compile_options
 from kernelopt_bot.search.budget import Budget, BudgetExceeded
 from kernelopt_bot.search.compile_options import COMPILE_OPTIONS, MIN_BENCH_S, bench_need_s, recommend
@@ -93,7 +92,7 @@ def test_a_trusted_candidate_is_estimated_apart_from_the_others() -> None:
 
 class _Arena:
     device, dtype, mode, config = "cuda", "fp32", None, {}
-    end_by: float | None = None  # set by the run's phases (pipeline._arms_end_by)
+    end_by: float | None = None  # set by the run's phases (schedule.arms_end_by)
 
     def prestart(self) -> bool:
         return True
@@ -212,10 +211,10 @@ def test_a_slow_model_s_option_is_timed_only_with_the_time_its_rounds_take() -> 
     recs = recommend(_Arena(), None, gamma=1.03, time_left=lambda: 40.0, model_ms=20.0)  # type: ignore[arg-type]
     assert all("wall-time budget ran out" in r.detail for r in recs)
     # and the search leaves the options the time of their slower rounds
-    assert _options_need_s(5.0, need) == 30.0 + need - MIN_BENCH_S
-    assert _after_search_s(5.0, 20.0, True, None, need) > _after_search_s(5.0, 20.0, True, None)
+    assert options_need_s(5.0, need) == 30.0 + need - MIN_BENCH_S
+    assert after_search_s(5.0, 20.0, True, None, need) > after_search_s(5.0, 20.0, True, None)
     # the final benchmark's rounds too, where the search goes last
-    assert _after_search_s(5.0, 20.0, False, None, final_s=need) == 5.0 + need - 20.0
+    assert after_search_s(5.0, 20.0, False, None, final_s=need) == 5.0 + need - 20.0
 
 
 class _ClockedArena(_ReadyArena):
@@ -257,7 +256,7 @@ def test_a_compiled_option_may_take_what_the_final_benchmark_will_not_need(monke
         now[0] = 0.0
         checked.clear()
         budget = Budget(max_wall_s=100.0, clock=lambda: now[0])
-        recs = _recommend_in_time(_ClockedArena(now, 95.0), None, 1.03, 3, budget, candidate_s=20.0,
+        recs = recommend_in_time(_ClockedArena(now, 95.0), None, 1.03, 3, budget, candidate_s=20.0,
                                   reserve_s=20.0, final_need_s=lambda n=need: n)
         assert [r.detail for r in recs] == detail
         assert all(t + MIN_BENCH_S <= 100.0 + 20.0 - need for t in checked)  # none begun past the spare time
@@ -335,37 +334,37 @@ def test_what_the_final_benchmark_still_needs_of_its_reserve() -> None:
     profiled time sizes the rounds."""
     entry = _entry("k", [GATE4])
     ready, compiling = SimpleNamespace(ready=True), SimpleNamespace(ready=False)
-    assert _final_need_s(_pack(), _result(), None, 1.0, 10, 20.0) == pytest.approx(1.42)
-    assert _final_need_s(_pack(entry), _result(("k", "accepted")), None, 1.0, 10, 20.0) == 0.0
+    assert final_need_s(_pack(), _result(), None, 1.0, 10, 20.0) == pytest.approx(1.42)
+    assert final_need_s(_pack(entry), _result(("k", "accepted")), None, 1.0, 10, 20.0) == 0.0
     several = _pack(entry, _entry("j", [GATE4]))
-    assert _final_need_s(several, _result(), ready, 1.0, 10, 20.0) == bench_need_s(1.0)
-    assert _final_need_s(several, _result(), compiling, 1.0, 10, 20.0) == 20.0
-    assert _final_need_s(several, _result(), ready, None, 10, 20.0) == 20.0
+    assert final_need_s(several, _result(), ready, 1.0, 10, 20.0) == bench_need_s(1.0)
+    assert final_need_s(several, _result(), compiling, 1.0, 10, 20.0) == 20.0
+    assert final_need_s(several, _result(), ready, None, 10, 20.0) == 20.0
     slow = bench_need_s(30.0)  # a slow model's rounds outgrow the reserve: they need their whole time
-    assert slow > 20.0 and _final_need_s(several, _result(), ready, 30.0, 10, 20.0) == slow
-    assert _final_need_s(several, _result(), compiling, 30.0, 10, 20.0) == slow
-    assert _final_need_s(_pack(), _result(), None, 90.0, 10, 20.0) > 20.0  # an empty pack's too
+    assert slow > 20.0 and final_need_s(several, _result(), ready, 30.0, 10, 20.0) == slow
+    assert final_need_s(several, _result(), compiling, 30.0, 10, 20.0) == slow
+    assert final_need_s(_pack(), _result(), None, 90.0, 10, 20.0) > 20.0  # an empty pack's too
     # where the options come after the search, it holds back the final's rounds past the reserve
-    held = _after_search_s(5.0, 20.0, True, None, 10.0)
-    assert _after_search_s(5.0, 20.0, True, None, 10.0, slow) == pytest.approx(held + slow - 20.0)
-    assert _after_search_s(5.0, 20.0, True, None, 10.0, 15.0) == _after_search_s(5.0, 20.0, True, None, 10.0)
+    held = after_search_s(5.0, 20.0, True, None, 10.0)
+    assert after_search_s(5.0, 20.0, True, None, 10.0, slow) == pytest.approx(held + slow - 20.0)
+    assert after_search_s(5.0, 20.0, True, None, 10.0, 15.0) == after_search_s(5.0, 20.0, True, None, 10.0)
 
 
 def test_a_training_steps_final_benchmark_needs_its_split_rounds() -> None:
     """A training step's final benchmark also times each arm's forward half and whole step: on
     the H200 a 3 ms layer norm step with a one-kernel pack took 28 s there and ended the run past
     its wall budget (12-04). Its rounds are planned as such, and its reserve is larger."""
-    from kernelopt_bot.pipeline import FINAL_BENCH_RESERVE_S, FINAL_BENCH_RESERVE_TRAIN_S, _final_reserve_s
+    from kernelopt_bot.schedule import FINAL_BENCH_RESERVE_S, FINAL_BENCH_RESERVE_TRAIN_S, final_reserve_s
 
     ready = SimpleNamespace(ready=True)
     several = _pack(_entry("k", [GATE4]), _entry("j", [GATE4]))
     assert bench_need_s(3.0, split_step=True) > bench_need_s(3.0) + 3.0
-    step = _final_need_s(several, _result(), ready, 3.0, 10, FINAL_BENCH_RESERVE_TRAIN_S, True)
-    assert step == bench_need_s(3.0, split_step=True) > _final_need_s(several, _result(), ready, 3.0, 10, 30.0)
-    empty = _final_need_s(_pack(), _result(), None, 3.0, 10, 30.0, True)
-    assert empty == pytest.approx(3 * (_final_need_s(_pack(), _result(), None, 3.0, 10, 30.0) - 1.0) + 1.0)
-    assert _final_reserve_s("cuda", True) == FINAL_BENCH_RESERVE_TRAIN_S > _final_reserve_s("cuda", False)
-    assert _final_reserve_s("cuda", False) == FINAL_BENCH_RESERVE_S and _final_reserve_s("cpu", True) == 0.0
+    step = final_need_s(several, _result(), ready, 3.0, 10, FINAL_BENCH_RESERVE_TRAIN_S, True)
+    assert step == bench_need_s(3.0, split_step=True) > final_need_s(several, _result(), ready, 3.0, 10, 30.0)
+    empty = final_need_s(_pack(), _result(), None, 3.0, 10, 30.0, True)
+    assert empty == pytest.approx(3 * (final_need_s(_pack(), _result(), None, 3.0, 10, 30.0) - 1.0) + 1.0)
+    assert final_reserve_s("cuda", True) == FINAL_BENCH_RESERVE_TRAIN_S > final_reserve_s("cuda", False)
+    assert final_reserve_s("cuda", False) == FINAL_BENCH_RESERVE_S and final_reserve_s("cpu", True) == 0.0
 
 
 def test_the_wall_budget_counts_what_ran_before_it() -> None:
@@ -452,7 +451,7 @@ def test_a_compiler_option_is_cut_off_at_the_deadline() -> None:
     now = [0.0]
     budget = Budget(max_wall_s=100.0, clock=lambda: now[0])
     model_arms = _SlowArena(now)
-    recs = _recommend_in_time(model_arms, None, 1.03, 3, budget, candidate_s=20.0)
+    recs = recommend_in_time(model_arms, None, 1.03, 3, budget, candidate_s=20.0)
     # They compile at once, each until its check and rounds (MIN_BENCH_S) could still finish, no later
     assert model_arms.started == [100.0 - MIN_BENCH_S] * 3
     assert now[0] == 100.0 - MIN_BENCH_S  # and are cut off together there
@@ -464,7 +463,7 @@ def test_a_compiler_option_is_cut_off_at_the_deadline() -> None:
 def test_an_option_needs_the_time_a_candidate_took() -> None:
     now = [0.0]
     model_arms = _SlowArena(now)
-    recs = _recommend_in_time(model_arms, None, 1.03, 3, Budget(max_wall_s=40.0, clock=lambda: now[0]), candidate_s=50.0)
+    recs = recommend_in_time(model_arms, None, 1.03, 3, Budget(max_wall_s=40.0, clock=lambda: now[0]), candidate_s=50.0)
     assert model_arms.started == [] and all("wall-time budget ran out" in r.detail for r in recs)
 
 
@@ -479,7 +478,7 @@ def test_a_final_benchmark_past_the_deadline_is_not_a_failed_run() -> None:
     pack = _pack(_entry("k0", [GATE4]), _entry("k1", [{**GATE4, "numbers": {}}]))
     pack.entries["key-k0"].measured["speedup"] = 1.2
     result = _result(("k0", "accepted"), ("k1", "accepted"))
-    kept = _final_bench(_Cascade(_SlowArena([0.0])), None, pack, result, 3)
+    kept = benchmark_pack(_Cascade(_SlowArena([0.0])), None, pack, result, 3)
     assert list(kept.entries) == ["key-k0"] and result.speedup == 1.2
     assert result.kernels[1].status == "dropped" and "could not be checked end to end" in result.kernels[1].detail
 
@@ -491,13 +490,13 @@ def test_options_measured_first_leave_the_search_its_time() -> None:
     compile ends where its check and rounds could still finish by then."""
     now = [0.0]
     model_arms = _SlowArena(now)
-    recs = _recommend_in_time(model_arms, None, 1.03, 3, Budget(max_wall_s=100.0, clock=lambda: now[0]),
+    recs = recommend_in_time(model_arms, None, 1.03, 3, Budget(max_wall_s=100.0, clock=lambda: now[0]),
                               candidate_s=20.0, keep_s=25.0)
     assert model_arms.started == [100.0 - MIN_BENCH_S] * 3 and now[0] == 100.0 - MIN_BENCH_S
     assert all("ran out while it compiled" in r.detail for r in recs)
     now = [0.0]
     model_arms = _SlowArena(now)
-    recs = _recommend_in_time(model_arms, None, 1.03, 3, Budget(max_wall_s=50.0, clock=lambda: now[0]),
+    recs = recommend_in_time(model_arms, None, 1.03, 3, Budget(max_wall_s=50.0, clock=lambda: now[0]),
                               candidate_s=20.0, keep_s=25.0)
     assert model_arms.started == [] and all("wall-time budget ran out" in r.detail for r in recs)
 
@@ -509,16 +508,16 @@ def test_options_measured_first_never_take_a_promising_search_its_one_candidate(
     options left 4 s, a candidate takes 10, and 43% of the time was not searched). Where they could
     not, a started option is still timed into the search's time (mlp bf16)."""
     # 14% of the model's time to save, 71 s left: 20 s for the search, beyond 4 s for the benchmark
-    assert _search_keep_s(0.136, 71.0, 1.03, 10.0, after_s=4.0) == (24.0, 24.0)
+    assert search_keep_s(0.136, 71.0, 1.03, 10.0, after_s=4.0) == (24.0, 24.0)
     # 1% to save: gamma is out of the search's reach; options start with 10 s to spare, no floor
-    assert _search_keep_s(0.01, 71.0, 1.03, 10.0, after_s=4.0) == (14.0, 0.0)
-    assert _search_keep_s(0.5, 100.0, 1.03, 10.0) == (50.0, 20.0)  # the headroom's share, when larger
-    assert _search_keep_s(0.5, None, 1.03, 10.0) == (0.0, 0.0)  # no wall limit
+    assert search_keep_s(0.01, 71.0, 1.03, 10.0, after_s=4.0) == (14.0, 0.0)
+    assert search_keep_s(0.5, 100.0, 1.03, 10.0) == (50.0, 20.0)  # the headroom's share, when larger
+    assert search_keep_s(0.5, None, 1.03, 10.0) == (0.0, 0.0)  # no wall limit
     # no kernel worth a search (each below the share threshold): the options take its time
-    assert _search_keep_s(0.01, 71.0, 1.03, 10.0, after_s=4.0, searched=False) == (0.0, 0.0)
+    assert search_keep_s(0.01, 71.0, 1.03, 10.0, after_s=4.0, searched=False) == (0.0, 0.0)
     now = [0.0]
     model_arms = _SlowArena(now)
-    recs = _recommend_in_time(model_arms, None, 1.03, 3, Budget(max_wall_s=100.0, clock=lambda: now[0]),
+    recs = recommend_in_time(model_arms, None, 1.03, 3, Budget(max_wall_s=100.0, clock=lambda: now[0]),
                               candidate_s=20.0, keep_s=25.0, floor_s=24.0)
     # cut off with the floor to spare, and the check and rounds before it
     assert model_arms.started == [76.0 - MIN_BENCH_S] * 3 and now[0] == 76.0 - MIN_BENCH_S
@@ -531,10 +530,10 @@ def test_with_nothing_to_search_an_option_is_timed_in_the_final_benchmarks_reser
     search's time left where its check and rounds take 19 s, and was reported not timed. The pack
     stays empty, so the final benchmark needs 6 s of its 20 s reserve: the option is timed."""
     now, checked = _timed_checks(monkeypatch, 18.5)
-    need = _final_need_s(_pack(), _result(), None, 36.94, 3, 20.0)
+    need = final_need_s(_pack(), _result(), None, 36.94, 3, 20.0)
     assert need == pytest.approx(5.65, abs=0.01)
     budget = Budget(max_wall_s=100.0, clock=lambda: now[0])
-    recs = _recommend_in_time(_ClockedArena(now, 87.0), None, 1.03, 3, budget, candidate_s=20.0,
+    recs = recommend_in_time(_ClockedArena(now, 87.0), None, 1.03, 3, budget, candidate_s=20.0,
                               keep_s=4.0, model_ms=36.94, reserve_s=20.0, final_need_s=lambda: need)
     assert checked == [87.0] and recs[0].detail == "outputs differ: checked"
     assert all("ran out after its compile" in r.detail for r in recs[1:])  # 1 s left for the next
@@ -542,7 +541,7 @@ def test_with_nothing_to_search_an_option_is_timed_in_the_final_benchmarks_reser
     assert recs[0].timed_s == 18.5 and all(r.timed_s is None for r in recs[1:])
     now[0] = 0.0  # as before: the search's time alone
     checked.clear()
-    recs = _recommend_in_time(_ClockedArena(now, 87.0), None, 1.03, 3, budget, candidate_s=20.0,
+    recs = recommend_in_time(_ClockedArena(now, 87.0), None, 1.03, 3, budget, candidate_s=20.0,
                               keep_s=4.0, model_ms=36.94)
     assert checked == [] and all("ran out after its compile" in r.detail for r in recs)
 
@@ -551,22 +550,22 @@ def test_the_search_leaves_the_options_and_the_final_benchmark_their_time() -> N
     """The model's compile time sizes what comes after the search: the options compile it under
     their settings, the final benchmark compiles it afresh (a level-3 model took 30 s on the H200,
     past a 20 s reserve); the search's deadline comes that much earlier, and only during it."""
-    assert _options_need_s(5.0) == 30.0 and _options_need_s(30.0) == 55.0
-    assert _after_search_s(30.0, 20.0, True, None) == 60.0  # and 5 s of slack for the search's last step
-    assert _after_search_s(30.0, 20.0, False, None) == 20.0  # 30 s compile + 10 s timing - 20 s reserve
-    assert _after_search_s(5.0, 20.0, False, None) == 0.0  # a small model: the reserve holds it
-    assert _after_search_s(30.0, 0.0, False, None) == 0.0  # no GPU: no final benchmark arm
-    assert _after_search_s(30.0, 20.0, True, 100.0) == 60.0
-    assert _after_search_s(30.0, 20.0, True, 50.0) == 30.0  # the search keeps MIN_SEARCH_S (20 s)
-    assert _after_search_s(30.0, 20.0, True, 10.0) == 0.0
+    assert options_need_s(5.0) == 30.0 and options_need_s(30.0) == 55.0
+    assert after_search_s(30.0, 20.0, True, None) == 60.0  # and 5 s of slack for the search's last step
+    assert after_search_s(30.0, 20.0, False, None) == 20.0  # 30 s compile + 10 s timing - 20 s reserve
+    assert after_search_s(5.0, 20.0, False, None) == 0.0  # a small model: the reserve holds it
+    assert after_search_s(30.0, 0.0, False, None) == 0.0  # no GPU: no final benchmark arm
+    assert after_search_s(30.0, 20.0, True, 100.0) == 60.0
+    assert after_search_s(30.0, 20.0, True, 50.0) == 30.0  # the search keeps MIN_SEARCH_S (20 s)
+    assert after_search_s(30.0, 20.0, True, 10.0) == 0.0
     now = [10.0]
     budget = Budget(max_wall_s=70.0, clock=lambda: now[0])
-    with _held_back(budget, 55.0):
+    with held_back(budget, 55.0):
         assert budget.wall_s_left() == 15.0
-        with _held_back(budget, 100.0):  # never before now
+        with held_back(budget, 100.0):  # never before now
             assert budget.wall_s_left() == 0.0
     assert budget.max_wall_s == 70.0 and budget.wall_s_left() == 70.0
-    with _held_back(Budget(), 55.0):  # no deadline: nothing held
+    with held_back(Budget(), 55.0):  # no deadline: nothing held
         pass
 
 
@@ -620,7 +619,7 @@ def _profile(model_ms: float, vendor_ms: float, kernels: list[tuple[float, str]]
 
 def _first(prof: Profile) -> tuple[str, float] | None:
     """Options first or not, where the search would search every kernel of the profile."""
-    return _options_first(prof, prof.kernels)
+    return options_first(prof, prof.kernels)
 
 
 def test_options_go_first_where_the_search_can_move_the_model_little() -> None:
@@ -670,7 +669,7 @@ def test_the_search_keeps_what_the_kernels_it_would_search_could_save() -> None:
 
     searched = kernel(0.2, "reduction", 0.9)
     prof = Profile("t", "cuda", 4.0, 2.4, None, [searched, kernel(0.06, "reduction", 0.5)])
-    why, headroom = _options_first(prof, [searched])  # type: ignore[misc]
+    why, headroom = options_first(prof, [searched])  # type: ignore[misc]
     assert why == "library calls take 60% of the model's time" and headroom == pytest.approx(0.2 / 4.0)
 
 
@@ -680,8 +679,8 @@ def test_library_time_no_option_can_tune_does_not_send_the_options_first() -> No
     tunes that library time, so the search goes first; where the model calls GEMMs, the options
     go first as before."""
     prof = _profile(3.0, 1.9, [(0.6, "memory"), (0.5, "memory")])
-    assert _options_first(prof, prof.kernels, tunable_library=False) is None
-    assert _options_first(prof, prof.kernels, tunable_library=True) is not None
+    assert options_first(prof, prof.kernels, tunable_library=False) is None
+    assert options_first(prof, prof.kernels, tunable_library=True) is not None
     assert compile_options.calls_templates(["extern_kernels.addmm", "aten.sum"])
     assert compile_options.calls_templates(["aten.convolution.default"])  # an overload's suffix
     assert not compile_options.calls_templates(["aten.sum", "extern_kernels._foreach_copy"])
@@ -712,15 +711,15 @@ def test_a_phase_deadline_counts_from_the_phase_start_for_every_arm_started_in_i
     limit, as the final benchmark needs them after it."""
     arms = ModelArms(str(EXAMPLES / "gelu.py"), "cpu", "fp32", timeout_s=600.0)
     assert arms.candidate_limit_s() == 600.0
-    with _arms_end_by(arms, 50.0):
+    with arms_end_by(arms, 50.0):
         outer = arms.end_by
         time.sleep(0.5)
         assert 48.0 < arms.candidate_limit_s() < 49.6
-        with _arms_end_by(arms, 100.0):
+        with arms_end_by(arms, 100.0):
             assert arms.end_by == outer  # the earlier deadline holds
-        with _arms_end_by(arms, 10.0):
+        with arms_end_by(arms, 10.0):
             assert outer is not None and arms.end_by is not None and arms.end_by < outer
-        with _arms_end_by(arms, None):
+        with arms_end_by(arms, None):
             assert arms.end_by == outer
         with arms:
             arms.prestart()
@@ -759,7 +758,7 @@ def test_options_that_may_be_timed_in_the_reserve_compile_into_it_never_short_of
     for final_need, limit in ((2.0, 100.0 + 20.0 - 2.0 - MIN_BENCH_S), (25.0, 100.0)):
         now = [0.0]
         arena = _SlowArena(now)
-        recs = _recommend_in_time(arena, None, 1.03, 3, Budget(max_wall_s=100.0, clock=lambda now=now: now[0]),
+        recs = recommend_in_time(arena, None, 1.03, 3, Budget(max_wall_s=100.0, clock=lambda now=now: now[0]),
                                   candidate_s=20.0, reserve_s=20.0, final_need_s=lambda n=final_need: n)
         assert arena.started == [limit] * 3 and now[0] == limit
         assert all(r.detail == "not measured: the wall-time budget ran out while it compiled (stopped)" for r in recs)
@@ -777,11 +776,11 @@ def test_options_that_could_not_start_before_the_search_go_after_it() -> None:
     labels = [o.label for o in COMPILE_OPTIONS]
     assert compile_options.not_started(recs) == labels
     # coordinate descent: 28.5 s compile + 10 s check and rounds, in 63 - 20 s
-    assert _options_later(recs, 63.0, 28.5, 8.0, MIN_BENCH_S) == labels
-    assert _options_later(recs, None, 28.5, 8.0, MIN_BENCH_S) == labels
+    assert options_later(recs, 63.0, 28.5, 8.0, MIN_BENCH_S) == labels
+    assert options_later(recs, None, 28.5, 8.0, MIN_BENCH_S) == labels
     # a slower host's compile (22.5 s captured, 33.75 s an option) in 60 s: the search keeps its time
-    assert _options_later(recs, 60.0, 33.75, 8.0, MIN_BENCH_S) == []
-    assert _options_later([], 63.0, 28.5, 8.0, MIN_BENCH_S) == []  # none was measured first
+    assert options_later(recs, 60.0, 33.75, 8.0, MIN_BENCH_S) == []
+    assert options_later([], 63.0, 28.5, 8.0, MIN_BENCH_S) == []  # none was measured first
 
 
 def test_options_that_had_their_time_before_the_search_do_not_go_again() -> None:

@@ -356,7 +356,7 @@ class Cascade:
             dtype=dtype_name(target.dtype), gamma=opts.gamma, rounds=opts.rounds, reps=opts.reps,
             kernel_timing=job, copy_gbps=self._roofline_gbps(),
             # The forward/backward split doubles a training step's timing; only gate 4 on fresh
-            # process arms may become the run's reported numbers (pipeline._measured_in_this_run)
+            # process arms may become the run's reported numbers (final_bench.measured_in_this_run)
             split_step=target.train and arm.where == "process",
         )
         clock.done("performance")

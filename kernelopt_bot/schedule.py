@@ -1,0 +1,247 @@
+"""When each step of a run comes, and what of the wall budget it gets: the search, the compiler's
+options (before the search or after it) and the final end-to-end benchmark.
+
+The wall budget is a deadline for the whole run. The search's deadline is the run's less the
+final benchmark's reserve (:func:`final_reserve_s`); within it the search holds back what the
+options need after it (:func:`after_search_s`, :func:`held_back`), or, where the profile sends the
+options first (:func:`options_first`), the options leave the search its share
+(:func:`search_keep_s`) and those that could not start go after it (:func:`options_later`). Every
+arm started in a step compiles by that step's deadline (:func:`arms_end_by`). The figures are
+estimates from the capture's own compile and the profiled model's time a call; the steps
+themselves (the search, the options' arms, the final benchmark) live elsewhere and are handed
+their deadlines from here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+OPTIONS_FIRST_SHARE = 0.5  # library calls' share of model time (or launch-bound kernels' of Triton time): options go first
+OPTIONS_FIRST_LAUNCHES = 4  # Triton kernels a launch-bound model has at least, for options to go first
+OPTIONS_FIRST_SEARCH_S = 10.0  # what options measured first leave the search at least (see options_first)
+OPTIONS_FIRST_HEADROOM = 0.10  # the share of model time the search could save at most, below which options go first
+OPTION_START_SLACK_S = 5.0  # held beyond an option's need: the search's last step may overrun its deadline
+MIN_SEARCH_S = 20.0  # what the time held back for the options leaves the search at least
+OPTION_COMPILE_FACTOR = 1.5  # an option's compile against the default compile's (max-autotune tunes GEMMs)
+FINAL_BENCH_RESERVE_S = 20.0  # seconds kept for the final end-to-end benchmark on a GPU, at least
+# A training step's: on the H200 a layer norm's step (3 ms) with a one-kernel pack took 28 s in
+# the final benchmark (gate 3, and rounds that also time each arm's forward half and whole step),
+# and ended the run 25-43 s past its wall budget (12-04).
+FINAL_BENCH_RESERVE_TRAIN_S = 30.0
+FINAL_BENCH_TIMING_S = 10.0  # the final benchmark's gate 3 and timed rounds, after its compile
+
+
+def final_reserve_s(device: str, train: bool) -> float:
+    """Seconds of the wall budget kept for the final end-to-end benchmark: none without a GPU
+    (nothing is timed end to end), more for a training step (its rounds time each arm's forward
+    half and whole step too)."""
+    if device != "cuda":
+        return 0.0
+    return FINAL_BENCH_RESERVE_TRAIN_S if train else FINAL_BENCH_RESERVE_S
+
+
+@contextlib.contextmanager
+def arms_end_by(model_arms: Any, seconds: float | None) -> Iterator[None]:
+    """Option and pack arms started in this block must have compiled ``seconds`` from its start
+    (the time left to the deadline; ``None``: no limit), however late in it they start: one still
+    compiling then is killed, so an arm cannot carry the run past its wall budget. Baseline arms
+    started in it keep their own limit: the final benchmark needs them after it."""
+    saved = model_arms.end_by
+    if seconds is not None:
+        end = time.monotonic() + max(1.0, seconds)
+        model_arms.end_by = end if saved is None else min(saved, end)
+    try:
+        yield
+    finally:
+        model_arms.end_by = saved
+
+
+def after_search_s(compile_s: float, reserve: float, options_after: bool, left: float | None,
+                    option_s: float | None = None, final_s: float | None = None) -> float:
+    """What the search leaves, beyond ``reserve``, for what must run after it, sized by the
+    model's compile time (``compile_s``, the capture's): the compiler's options when they come
+    after it (their compile and timed rounds; the final benchmark's arm compiles beside theirs),
+    else the final benchmark's fresh compile of the packed model where it outgrows ``reserve``
+    (a level-3 model compiles for 25-30 s on the H200, past the 20 s reserve). ``option_s``: what
+    an option's gate 3 and timed rounds take on this model (default: MIN_BENCH_S); ``final_s``: the
+    final benchmark's (default: FINAL_BENCH_TIMING_S; where the options come after, what of it
+    outgrows ``reserve`` is held back too: a training step's split rounds, a slow model's). Of ``left``
+    (the search's wall time, None: no limit) the search keeps ``MIN_SEARCH_S`` whatever that
+    costs them: a kernel of the model may be what matters most."""
+    if options_after:  # the final benchmark's arm compiles beside theirs; its rounds past the reserve come after
+        after = options_need_s(compile_s, option_s) + OPTION_START_SLACK_S + max(0.0, (final_s or 0.0) - reserve)
+    else:
+        timing = FINAL_BENCH_TIMING_S if final_s is None else max(FINAL_BENCH_TIMING_S, final_s)
+        after = max(0.0, compile_s + timing - reserve) if reserve else 0.0
+    return after if left is None else min(after, max(0.0, left - MIN_SEARCH_S))
+
+
+def options_need_s(compile_s: float, bench_s: float | None = None) -> float:
+    """Seconds the compiler's options need after the search: their compile (max-autotune's takes
+    longer than the default one the capture timed) and their check and timed rounds (``bench_s``,
+    :func:`~kernelopt_bot.search.compile_options.bench_need_s`; default: MIN_BENCH_S)."""
+    from kernelopt_bot.search.compile_options import MIN_BENCH_S, MIN_OPTION_S
+
+    bench = MIN_BENCH_S if bench_s is None else bench_s
+    return max(MIN_OPTION_S + bench - MIN_BENCH_S, OPTION_COMPILE_FACTOR * compile_s + bench)
+
+
+@contextlib.contextmanager
+def held_back(budget: Any, seconds: float) -> Iterator[None]:
+    """Within the block the wall deadline comes ``seconds`` earlier (for what must run after it:
+    the search leaves the compiler's options their time), never before the block starts."""
+    saved = budget.max_wall_s
+    if saved is not None and seconds > 0:
+        budget.max_wall_s = min(saved, max(budget.elapsed_s(), saved - seconds))
+    try:
+        yield
+    finally:
+        budget.max_wall_s = saved
+
+
+def options_first(prof: Any, searched: list[Any], tunable_library: bool = True) -> tuple[str, float] | None:
+    """Why the compiler's options are measured before the search rather than after it, and the
+    share of what is then left of the wall budget that the search keeps; None: search first.
+    Where library calls (cuBLAS, cuDNN) take most of the model's time, the searched Triton
+    kernels can move the end-to-end time little, and max-autotune's GEMM tuning alone compiles
+    for 30-70 s on the H200: measured after the search, the options found no time left (level-2
+    problems on 12-03). Where most Triton time is in launch-bound kernels, CUDA graphs is the
+    option that can win, and no kernel of the search can. Where the Triton kernels run at the
+    copy roofline already, the search has little to give either: a small CNN's BN+ReLU kernels at
+    100% of it took the search's time and left max-autotune's convolution tuning too little to
+    finish (12-03, fp32). The search keeps the share of the model's time it could save at most
+    (:attr:`~kernelopt_bot.profiling.KernelProfile.headroom_ms` of the kernels it would search,
+    ``searched``: not those below the share threshold or past the kernel limit). Library time
+    counts only where an option can tune it (``tunable_library``: the model calls GEMMs or
+    convolutions); a training step's eager loss and gradient kernels cannot: on the H200 a layer
+    norm's training step (63% outside the compiled graphs, 37% in two reductions) sent the options
+    first, max-autotune compiled for 60 s and was stopped, and the search got 7 s (bf16, 12-04)."""
+    if not prof.measured or not prof.model_ms:
+        return None
+    triton = [k for k in prof.kernels if k.time_ms]
+    launch = sum(k.time_ms for k in triton if k.bound == "launch")
+    total = sum(k.time_ms for k in triton)
+    # As the profile's shares: the profiler's busy time can exceed the model's median wall time.
+    model_ms = max(prof.model_ms, (prof.vendor_ms or 0.0) + total)
+    library = (prof.vendor_ms or 0.0) / model_ms
+    headroom = sum(k.headroom_ms for k in searched) / model_ms
+    if tunable_library and library >= OPTIONS_FIRST_SHARE:
+        return f"library calls take {library:.0%} of the model's time", headroom
+    if len(triton) >= OPTIONS_FIRST_LAUNCHES and total and launch >= OPTIONS_FIRST_SHARE * total:
+        return f"{launch / total:.0%} of the Triton kernels' time is in launch-bound kernels", headroom
+    if total > launch and headroom < OPTIONS_FIRST_HEADROOM:  # kernels that are not launch-bound, at the roofline
+        return f"the search could save at most {headroom:.0%} of the model's time", headroom
+    return None
+
+
+def options_later(measured: list[Any], left: float | None, compile_s: float | None, template_s: float,
+                   need_s: float) -> list[str]:
+    """The compiler's options that, measured before the search, did not start (none did: the
+    share the search keeps left each too little, or the GPU no room), to measure after it instead,
+    where the search leaves them their time and keeps ``MIN_SEARCH_S`` of what is ``left`` of
+    its own (None: no limit); ``[]`` where even the quickest of them (its compile, estimated from
+    ``compile_s`` and ``template_s``, then its check and rounds, ``need_s``) would not finish in
+    the rest, as the search's time would then be given up for nothing. On the H200 a small CNN's
+    options, sent first, found 28 s where one needs 30 and none started; the search then ended
+    with 39 s unused (small_cnn bf16, 12-04; on 12-03 its max-autotune was verified at 1.285x)."""
+    from kernelopt_bot.search.compile_options import COMPILE_OPTIONS, compile_estimate_s, not_started
+
+    waiting = not_started(measured)
+    quickest = min((compile_estimate_s(o, compile_s, template_s) for o in COMPILE_OPTIONS if o.label in waiting),
+                   default=None)
+    if quickest is None or (left is not None and quickest + need_s > left - MIN_SEARCH_S):
+        return []
+    return waiting
+
+
+def search_keep_s(headroom: float, left: float | None, gamma: float, candidate_s: float,
+                   after_s: float = 0.0, searched: bool = True) -> tuple[float, float]:
+    """What the compiler's options, measured first, leave of the search's wall time (``left``):
+    ``(keep, floor)``. An option starts only with ``keep`` to spare: the share of the model's time
+    the search could save at most (``headroom``, of ``left``), at least ``OPTIONS_FIRST_SEARCH_S``.
+    A started option is compiled and timed into that, but never into ``floor``: where the
+    searched kernels alone could pass the performance gate (a headroom of at least ``1 - 1/gamma``
+    of the model's time), one kernel's first timed variants (``OPTIONS_FIRST_SEARCH_S``) and one
+    tuner candidate's gates (``candidate_s``); else nothing, as a compiled option left untimed is
+    the larger loss (mlp bf16 on the H200: max-autotune compiled and was not timed, and the
+    search used 17 s). On the H200 the options of a convolution + group norm model left the
+    search 4 s where a candidate takes 10: its Triton kernels, 43% of the time with a headroom of
+    14%, were not searched (fp32, 12-04), where in bf16 the search's candidate gave 1.038x.
+    Both come on top of ``after_s``, what the search holds back for the final benchmark
+    (:func:`after_search_s`), where the search may need it. Where no kernel is worth a search
+    (``searched`` false: each below the share threshold), the search keeps nothing, nor does the
+    final benchmark beyond its reserve (an empty pack compiles nothing; the options may be timed
+    in that reserve, which the baseline's rounds barely need):
+    on the H200 a 37 ms fp32 transformer block's max-autotune compiled and was not timed, with
+    13 s of the search's time and 20 s of the reserve left where its timing needed 19 s and the
+    final benchmark 6 s; the search then took 0.3 s (gpt_block, 12-04)."""
+    if left is None or not searched:
+        return 0.0, 0.0
+    floor = OPTIONS_FIRST_SEARCH_S + candidate_s if headroom >= 1.0 - 1.0 / gamma else 0.0
+    keep = after_s + max(OPTIONS_FIRST_SEARCH_S, headroom * left, floor)
+    return keep, after_s + floor if floor else 0.0
+
+
+def recommend_in_time(model_arms: Any, tgt: Any, gamma: float, rounds: int, budget: Any,
+                       candidate_s: float, keep_s: float = 0.0, model_ms: float | None = None,
+                       compile_s: float | None = None, template_s: float = 0.0, reserve_s: float = 0.0,
+                       floor_s: float = 0.0, final_need_s: Callable[[], float] | None = None,
+                       options: tuple[Any, ...] | None = None) -> list[Any]:
+    """The compiler's options, started only with time for them before the search's deadline
+    less ``keep_s`` (kept for what comes after them: the search, where they go first), by the
+    larger of ``MIN_OPTION_S`` and the estimate for a candidate whose gates start processes
+    (an option compiles and times the whole model as such a candidate's arm does), and cut off
+    at the search's deadline less ``floor_s`` (what a started option leaves the search whatever
+    it costs the option, :func:`search_keep_s`). A compiled option may also be checked and timed in the final benchmark's
+    ``reserve_s`` less what that benchmark still needs (``final_need_s()``: :func:`~kernelopt_bot.final_bench.final_need_s`).
+    ``compile_s``: an option's compile, estimated, and ``template_s`` what max-autotune's template
+    tuning adds to it (no option starts whose compile and timing cannot finish, and no more
+    compile at once than can then be timed). ``options``: those to measure (default: all of
+    :data:`~kernelopt_bot.search.compile_options.COMPILE_OPTIONS`)."""
+    from kernelopt_bot.search.compile_options import COMPILE_OPTIONS, MIN_OPTION_S, bench_need_s, recommend
+
+    extra = max(0.0, candidate_s - MIN_OPTION_S)
+
+    def deadline_left() -> float | None:
+        left = budget.wall_s_left()
+        return None if left is None else left - keep_s
+
+    def time_left() -> float | None:
+        left = deadline_left()
+        return None if left is None else left - extra
+
+    def search_left() -> float | None:  # what a started option may use of the search's time
+        left = budget.wall_s_left()
+        return None if left is None else left - floor_s
+
+    def bench_left() -> float | None:
+        left = run_s_left(budget, reserve_s)
+        if left is None or final_need_s is None:
+            return search_left()
+        return left - final_need_s()
+
+    # An option's arm must have compiled with its check and rounds still to run before their
+    # deadline (``bench_left``, which may reach into the final benchmark's reserve): stopped at the
+    # search's deadline instead, a small network's max-autotune compile was killed with 18 s of
+    # the reserve unused, and no kernel to search (tiny_vit bf16 on the H200, 12-04). Where the
+    # reserve may time them, never before the search's deadline: the final benchmark's need is
+    # taken now at its largest (its arm still compiling), and shrinks once that arm is ready.
+    left = bench_left()
+    end = None if left is None else left - bench_need_s(model_ms, rounds)
+    if end is not None and final_need_s is not None:
+        end = max(end, search_left() or 0.0)
+    with arms_end_by(model_arms, end):
+        return recommend(model_arms, tgt, gamma=gamma, rounds=rounds, options=options or COMPILE_OPTIONS,
+                         time_left=time_left, bench_left=bench_left, model_ms=model_ms, compile_s=compile_s,
+                         template_s=template_s)
+
+
+def run_s_left(budget: Any, reserve: float) -> float | None:
+    """Seconds to the run's own end: the search's wall deadline plus the final benchmark's
+    ``reserve`` (None: no wall limit)."""
+    if budget.max_wall_s is None:
+        return None
+    return budget.max_wall_s + reserve - budget.elapsed_s()
