@@ -34,7 +34,7 @@ def final_need_s(pack: KernelPack, result: RunResult, final_arm: Any, model_ms: 
     time left and were not timed, while 14 s of the reserve went unused (log_cumsum_exp bf16,
     12-03). All of it without a profiled model time to size the rounds by. ``train``: the model is
     a training step, whose rounds also time each arm's forward half and whole step."""
-    from kernelopt_bot.search.compile_options import bench_need_s
+    from kernelopt_bot.compile_options import bench_need_s
 
     if not model_ms:
         return reserve

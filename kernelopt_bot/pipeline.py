@@ -437,19 +437,19 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
     import torch
 
     from kernelopt_bot.capture.recorder import capture, versions
-    from kernelopt_bot.device import resolve_device
-    from kernelopt_bot.harness.compile_pool import start_pool
-    from kernelopt_bot.harness.kernel_service import compile_threads
-    from kernelopt_bot.pack.runtime import running_environment
-    from kernelopt_bot.profiling import profile
-    from kernelopt_bot.search.budget import TimerWithinDeadline
-    from kernelopt_bot.search.compile_options import (
+    from kernelopt_bot.compile_options import (
         COMPILE_OPTIONS,
         bench_need_s,
         calls_templates,
         merge_recommendations,
         template_tune_s,
     )
+    from kernelopt_bot.device import resolve_device
+    from kernelopt_bot.harness.compile_pool import start_pool
+    from kernelopt_bot.harness.kernel_service import compile_threads
+    from kernelopt_bot.pack.runtime import running_environment
+    from kernelopt_bot.profiling import profile
+    from kernelopt_bot.search.budget import TimerWithinDeadline
     from kernelopt_bot.search.orchestrator import Orchestrator, SearchLimits
     from kernelopt_bot.search.tuner import TimedTuner
     from kernelopt_bot.store import Store
@@ -647,8 +647,8 @@ def _try_option_configs(orchestrator: Any, cascade: Any, result: RunResult, pack
     pack does not replace (:meth:`~kernelopt_bot.search.orchestrator.Orchestrator.try_option_configs`);
     how many joined the pack. The recommendations keep the configs of the searched kernels only.
     A failure of ours here costs the run nothing it had: the pack stays."""
+    from kernelopt_bot.compile_options import keep_configs_of, option_configs
     from kernelopt_bot.errors import one_line
-    from kernelopt_bot.search.compile_options import keep_configs_of, option_configs
 
     searched = [row.name for row in orchestrator.worth_searching()]
     result.recommendations = keep_configs_of(result.recommendations, searched)
@@ -672,9 +672,9 @@ def _option_with_pack(model_arms: Any, tgt: Any, pack: KernelPack, result: RunRe
     """The best verified compiler option with the final pack on top, in what is left of the run's
     wall time (the search's budget and the final benchmark's reserve): the figure a user who takes
     both gets, beside each alone. Added to the recommendations as ``"<option> + pack"``."""
+    from kernelopt_bot.compile_options import measure_with_pack
     from kernelopt_bot.errors import one_line
     from kernelopt_bot.result import WITH_PACK, Recommendation
-    from kernelopt_bot.search.compile_options import measure_with_pack
 
     best = result.best_recommendation
     if best is None or not len(pack) or result.speedup is None or tgt.device != "cuda":

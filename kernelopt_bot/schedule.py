@@ -82,8 +82,8 @@ def after_search_s(compile_s: float, reserve: float, options_after: bool, left: 
 def options_need_s(compile_s: float, bench_s: float | None = None) -> float:
     """Seconds the compiler's options need after the search: their compile (max-autotune's takes
     longer than the default one the capture timed) and their check and timed rounds (``bench_s``,
-    :func:`~kernelopt_bot.search.compile_options.bench_need_s`; default: MIN_BENCH_S)."""
-    from kernelopt_bot.search.compile_options import MIN_BENCH_S, MIN_OPTION_S
+    :func:`~kernelopt_bot.compile_options.bench_need_s`; default: MIN_BENCH_S)."""
+    from kernelopt_bot.compile_options import MIN_BENCH_S, MIN_OPTION_S
 
     bench = MIN_BENCH_S if bench_s is None else bench_s
     return max(MIN_OPTION_S + bench - MIN_BENCH_S, OPTION_COMPILE_FACTOR * compile_s + bench)
@@ -147,7 +147,7 @@ def options_later(measured: list[Any], left: float | None, compile_s: float | No
     the rest, as the search's time would then be given up for nothing. On the H200 a small CNN's
     options, sent first, found 28 s where one needs 30 and none started; the search then ended
     with 39 s unused (small_cnn bf16, 12-04; on 12-03 its max-autotune was verified at 1.285x)."""
-    from kernelopt_bot.search.compile_options import COMPILE_OPTIONS, compile_estimate_s, not_started
+    from kernelopt_bot.compile_options import COMPILE_OPTIONS, compile_estimate_s, not_started
 
     waiting = not_started(measured)
     quickest = min((compile_estimate_s(o, compile_s, template_s) for o in COMPILE_OPTIONS if o.label in waiting),
@@ -200,8 +200,8 @@ def recommend_in_time(model_arms: Any, tgt: Any, gamma: float, rounds: int, budg
     ``compile_s``: an option's compile, estimated, and ``template_s`` what max-autotune's template
     tuning adds to it (no option starts whose compile and timing cannot finish, and no more
     compile at once than can then be timed). ``options``: those to measure (default: all of
-    :data:`~kernelopt_bot.search.compile_options.COMPILE_OPTIONS`)."""
-    from kernelopt_bot.search.compile_options import COMPILE_OPTIONS, MIN_OPTION_S, bench_need_s, recommend
+    :data:`~kernelopt_bot.compile_options.COMPILE_OPTIONS`)."""
+    from kernelopt_bot.compile_options import COMPILE_OPTIONS, MIN_OPTION_S, bench_need_s, recommend
 
     extra = max(0.0, candidate_s - MIN_OPTION_S)
 

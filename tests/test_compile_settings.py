@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from kernelopt_bot.capture.settings import CompileSettings, check_config, parse_config_items
+from kernelopt_bot.compile_options import COMPILE_OPTIONS, recommend
 from kernelopt_bot.config import KerneloptConfig
 from kernelopt_bot.errors import BadInputError
 from kernelopt_bot.github.runner import make_jobs
 from kernelopt_bot.pipeline import reproduce_command
-from kernelopt_bot.search.compile_options import COMPILE_OPTIONS, recommend
 from tests.helpers import EXAMPLES
 from tests.test_report import model_repo, shell
 

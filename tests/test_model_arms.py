@@ -149,7 +149,7 @@ def test_an_arm_reports_the_launch_config_each_of_its_kernels_settled_on() -> No
     """A compiler option's arm autotunes its own kernels: it reports the configs they settled on,
     and an option is shown only where they differ from the default compile's (the evidence of
     what the tuner did not find when an option beats the pack)."""
-    from kernelopt_bot.search.compile_options import config_changes
+    from kernelopt_bot.compile_options import config_changes
 
     with ModelArms(str(EXAMPLES / "softmax.py"), "cpu", "fp32") as model_arms:
         baseline, _ = model_arms.baselines()

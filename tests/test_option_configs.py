@@ -10,11 +10,11 @@ import pytest
 from kernelopt_bot.candidate import Candidate
 from kernelopt_bot.capture.artifact import TritonKernel
 from kernelopt_bot.capture.recorder import Capture
+from kernelopt_bot.compile_options import keep_configs_of, option_configs
 from kernelopt_bot.pack.format import KernelPack, LaunchConfig, PackError
 from kernelopt_bot.profiling import profile
 from kernelopt_bot.result import KernelOutcome, Recommendation
 from kernelopt_bot.search.budget import Budget
-from kernelopt_bot.search.compile_options import keep_configs_of, option_configs
 from kernelopt_bot.search.orchestrator import OPTION_CONFIG, Orchestrator, strategy_of
 from kernelopt_bot.verify.cascade import Cascade, VerifyOptions
 from kernelopt_bot.verify.verdict import GATE_ORDER, GateResult, Verdict

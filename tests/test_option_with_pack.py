@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
+from kernelopt_bot.compile_options import MIN_OPTION_S, measure_with_pack
 from kernelopt_bot.harness.arm_process import ArmError, ArmTimeout
 from kernelopt_bot.pack.format import KernelPack, LaunchConfig, PackEntry
 from kernelopt_bot.result import Recommendation, RunResult
-from kernelopt_bot.search.compile_options import MIN_OPTION_S, measure_with_pack
 
 BEST = Recommendation("mode=max-autotune-no-cudagraphs", 1.2, True, "1.2x > 1.03")
 
@@ -130,8 +130,7 @@ def test_the_option_with_the_pack_reports_no_configs_of_its_own() -> None:
 def test_an_error_measuring_it_never_fails_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
     """The run's own results are measured before this figure: whatever goes wrong in it is
     reported in its place, and the run stays ok."""
-    from kernelopt_bot import pipeline
-    from kernelopt_bot.search import compile_options
+    from kernelopt_bot import compile_options, pipeline
 
     def broken(*_a: Any, **_k: Any) -> Recommendation:
         raise RuntimeError("the arm's pipe closed")

@@ -11,7 +11,9 @@ from typing import Any
 
 import pytest
 
+from kernelopt_bot import compile_options
 from kernelopt_bot.candidate import Candidate, Proposal
+from kernelopt_bot.compile_options import COMPILE_OPTIONS, MIN_BENCH_S, bench_need_s, recommend
 from kernelopt_bot.final_bench import benchmark_pack, final_need_s
 from kernelopt_bot.harness.arm_process import ArmError, ArmNotStarted, ArmTimeout
 from kernelopt_bot.harness.model_arms import ModelArms
@@ -27,9 +29,7 @@ from kernelopt_bot.schedule import (
     recommend_in_time,
     search_keep_s,
 )
-from kernelopt_bot.search import compile_options
 from kernelopt_bot.search.budget import Budget, BudgetExceeded
-from kernelopt_bot.search.compile_options import COMPILE_OPTIONS, MIN_BENCH_S, bench_need_s, recommend
 from kernelopt_bot.search.orchestrator import Orchestrator, SearchLimits
 from tests.helpers import EXAMPLES, captured
 from tests.test_final_bench import GATE4, _entry, _pack, _result

@@ -32,8 +32,8 @@ def modes(target: str, device: str | None, dtype: str, option_labels: tuple[str,
     against the default with the interleaved harness; without CUDA nothing is measured.
     """
     device = options.start(target, device)
+    from kernelopt_bot.compile_options import COMPILE_OPTIONS, recommend
     from kernelopt_bot.harness.model_arms import ModelArms
-    from kernelopt_bot.search.compile_options import COMPILE_OPTIONS, recommend
     from kernelopt_bot.targets import dtype_name, load_target
 
     known = {o.label: o for o in COMPILE_OPTIONS}
