@@ -26,7 +26,7 @@ from kernelopt_bot import __version__
 from kernelopt_bot.candidate import DEFAULT_GAMMA
 from kernelopt_bot.capture.settings import CompileSettings, check_config, target_settings
 from kernelopt_bot.errors import BadInputError, KerneloptError
-from kernelopt_bot.final_bench import benchmark_pack, empty_pack_need_s, final_need_s, final_pack_arm
+from kernelopt_bot.final_bench import benchmark_pack, final_need_s, final_pack_arm
 from kernelopt_bot.folders import make_dirs
 from kernelopt_bot.harness.failures import poisoned_in
 from kernelopt_bot.harness.isolation import Channel
@@ -35,16 +35,12 @@ from kernelopt_bot.pack.format import KernelPack
 from kernelopt_bot.plan import DEFAULT_BUDGET, RunPlan
 from kernelopt_bot.result import RunResult
 from kernelopt_bot.schedule import (
-    OPTION_COMPILE_FACTOR,
-    after_search_s,
+    OptionSteps,
     arms_end_by,
     final_reserve_s,
     held_back,
     options_first,
-    options_later,
-    recommend_in_time,
     run_s_left,
-    search_keep_s,
 )
 from kernelopt_bot.target_kinds import target_kind
 
@@ -437,13 +433,7 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
     import torch
 
     from kernelopt_bot.capture.recorder import capture, versions
-    from kernelopt_bot.compile_options import (
-        COMPILE_OPTIONS,
-        bench_need_s,
-        calls_templates,
-        merge_recommendations,
-        template_tune_s,
-    )
+    from kernelopt_bot.compile_options import bench_need_s, calls_templates, template_tune_s
     from kernelopt_bot.device import resolve_device
     from kernelopt_bot.harness.compile_pool import start_pool
     from kernelopt_bot.harness.kernel_service import compile_threads
@@ -526,49 +516,24 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
                 limits=SearchLimits(max_kernels=plan.kernels, candidates_per_kernel=plan.candidates_per_kernel),
                 rewrites=rewrites,
             )
-            compile_s = result.phases.get("compiling and capturing", 0.0)
-            option_compile_s = OPTION_COMPILE_FACTOR * compile_s if compile_s else None  # sizes their waves
             extern_ops = [c.op for c in cap.artifact.extern_calls]
-            template_s = template_tune_s(extern_ops, dtype)  # max-autotune's, on top
             model_ms = prof.model_ms if prof.measured else None  # plans how long an option's timing takes
             final_s = bench_need_s(model_ms, plan.rounds, split_step=tgt.train)  # and the final benchmark's
-            options = plan.compile_options and tgt.device == "cuda"
+            steps = OptionSteps(
+                cascade.model_arms, tgt, budget, plan.gamma, plan.rounds, reserve,
+                compile_s=result.phases.get("compiling and capturing", 0.0),
+                template_s=template_tune_s(extern_ops, dtype), model_ms=model_ms,
+                candidate_s=lambda trusted: orchestrator.candidate_estimate_s(trusted=trusted), log=log,
+                enabled=plan.compile_options and tgt.device == "cuda")
             to_search = orchestrator.worth_searching()
             # Not where the GPU does not hold the model arms beside this process's capture (a
             # large model): the options then wait for the search to give its memory back.
             first = (options_first(prof, to_search, calls_templates(extern_ops))
-                     if options and prestarted else None)
+                     if steps.enabled and prestarted else None)
             if first is not None:
-                why, headroom = first
-                searched = bool(to_search)
-                after_s = after_search_s(compile_s, reserve, False, None, final_s=final_s) if searched else 0.0
-                keep, floor = search_keep_s(
-                    headroom, budget.wall_s_left(), plan.gamma, orchestrator.candidate_estimate_s(trusted=True),
-                    after_s=after_s, searched=searched)
-                spare = (f"none starts with less than {keep:.0f} s to spare for the search" if searched
-                         else "no kernel takes enough of the model's time for a search")
-                log(f"measuring the compiler's own options (before the search: {why}; {spare})")
-                # With nothing to search the pack stays empty: the final benchmark then times the
-                # baseline alone, and the rest of its reserve may time an option.
-                empty_final = None if searched else functools.partial(
-                    empty_pack_need_s, model_ms, plan.rounds, reserve, tgt.train)
-                result.recommendations = recommend_in_time(
-                    cascade.model_arms, tgt, plan.gamma, plan.rounds, budget,
-                    orchestrator.candidate_estimate_s(trusted=False), keep_s=keep, model_ms=model_ms,
-                    compile_s=option_compile_s, template_s=template_s, floor_s=floor,
-                    reserve_s=0.0 if searched else reserve, final_need_s=empty_final)
-                later = options_later(
-                    result.recommendations if searched else [], budget.wall_s_left(), option_compile_s,
-                    template_s, bench_need_s(model_ms, plan.rounds))
-                if later:
-                    log(f"    none started: {len(later)} measured after the search instead")
-            else:
-                later = []
+                result.recommendations = steps.before_search(*first, searched=bool(to_search), final_s=final_s)
             log("searching")
-            options_after = options and (first is None or bool(later))
-            after = after_search_s(compile_s, reserve, options_after, budget.wall_s_left(),
-                                    bench_need_s(model_ms, plan.rounds), final_s)
-            with held_back(budget, after):
+            with held_back(budget, steps.search_holdback_s(final_s)):
                 result.kernels, pack = orchestrator.run()
             _record_llm_status(result, llm_search, llm_problem, budget)
             release_start = time.monotonic()
@@ -578,17 +543,9 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
                 log(f"    the search's GPU memory released in {release_s:.1f} s")
             # The final benchmark's arm compiles beside the compiler's options' arms.
             with final_pack_arm(cascade.model_arms, tgt, pack, result, budget, reserve) as final_arm:
-                if options:
-                    if options_after:
-                        log("measuring the compiler's own options")
-                        measured = recommend_in_time(
-                            cascade.model_arms, tgt, plan.gamma, plan.rounds, budget,
-                            orchestrator.candidate_estimate_s(trusted=False), model_ms=model_ms,
-                            compile_s=option_compile_s, template_s=template_s, reserve_s=reserve,
-                            final_need_s=functools.partial(
-                                final_need_s, pack, result, final_arm, model_ms, plan.rounds, reserve, tgt.train),
-                            options=tuple(o for o in COMPILE_OPTIONS if first is None or o.label in later))
-                        result.recommendations = merge_recommendations(result.recommendations, measured)
+                if steps.enabled:
+                    result.recommendations = steps.after_search(result.recommendations, functools.partial(
+                        final_need_s, pack, result, final_arm, model_ms, plan.rounds, reserve, tgt.train))
                     if _try_option_configs(orchestrator, cascade, result, pack, log) and final_arm is not None:
                         final_arm.close()  # it compiled the pack as it was: the benchmark starts its own
                         final_arm = None

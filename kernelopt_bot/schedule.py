@@ -15,8 +15,10 @@ their deadlines from here.
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 OPTIONS_FIRST_SHARE = 0.5  # library calls' share of model time (or launch-bound kernels' of Triton time): options go first
@@ -245,3 +247,99 @@ def run_s_left(budget: Any, reserve: float) -> float | None:
     if budget.max_wall_s is None:
         return None
     return budget.max_wall_s + reserve - budget.elapsed_s()
+
+
+@dataclass
+class OptionSteps:
+    """The compiler's options within one run, and the narrow context their steps share: measured
+    before the search where the profile says so (:meth:`before_search`, :func:`options_first`),
+    else after it, and after it too where none could start before it (:meth:`after_search`).
+    ``enabled``: the run measures them (a GPU, and the plan asks for them); ``compile_s``: the
+    capture's compile, seconds (0: unknown), from which an option's is estimated
+    (:data:`OPTION_COMPILE_FACTOR`), ``template_s`` what max-autotune's template tuning adds;
+    ``model_ms``: the profiled model's time a call (None: not profiled), which sizes their checks
+    and rounds; ``candidate_s(trusted)``: the search's estimate of a candidate's gates."""
+
+    model_arms: Any
+    target: Any
+    budget: Any
+    gamma: float
+    rounds: int
+    reserve: float  # the final benchmark's, seconds
+    compile_s: float
+    template_s: float
+    model_ms: float | None
+    candidate_s: Callable[[bool], float]
+    log: Callable[[str], None]
+    enabled: bool = True
+    went_first: bool = False
+    later: list[str] = field(default_factory=list)  # what went first and did not start
+    measured_after: bool = False
+
+    @property
+    def option_compile_s(self) -> float | None:
+        """An option's compile, estimated (sizes their waves; None: unknown)."""
+        return OPTION_COMPILE_FACTOR * self.compile_s if self.compile_s else None
+
+    @property
+    def need_s(self) -> float:
+        """An option's check and timed rounds on this model."""
+        from kernelopt_bot.compile_options import bench_need_s
+
+        return bench_need_s(self.model_ms, self.rounds)
+
+    @property
+    def after_pending(self) -> bool:
+        """Whether options are still to be measured after the search."""
+        return self.enabled and not self.measured_after and (not self.went_first or bool(self.later))
+
+    def before_search(self, why: str, headroom: float, searched: bool, final_s: float) -> list[Any]:
+        """The options, measured before the search (:func:`options_first` said ``why``, and what
+        the searched kernels could save, ``headroom``), leaving the search its share
+        (:func:`search_keep_s`); ``searched``: some kernel is worth a search (else the options may
+        also be timed in the final benchmark's reserve, which an empty pack barely needs);
+        ``final_s``: the final benchmark's check and rounds. Those that could not start and would
+        fit after the search are left for :meth:`after_search` (:func:`options_later`)."""
+        from kernelopt_bot.final_bench import empty_pack_need_s
+
+        self.went_first = True
+        after_s = after_search_s(self.compile_s, self.reserve, False, None, final_s=final_s) if searched else 0.0
+        keep, floor = search_keep_s(headroom, self.budget.wall_s_left(), self.gamma, self.candidate_s(True),
+                                    after_s=after_s, searched=searched)
+        spare = (f"none starts with less than {keep:.0f} s to spare for the search" if searched
+                 else "no kernel takes enough of the model's time for a search")
+        self.log(f"measuring the compiler's own options (before the search: {why}; {spare})")
+        empty_final = None if searched else functools.partial(
+            empty_pack_need_s, self.model_ms, self.rounds, self.reserve, self.target.train)
+        measured = recommend_in_time(
+            self.model_arms, self.target, self.gamma, self.rounds, self.budget, self.candidate_s(False),
+            keep_s=keep, model_ms=self.model_ms, compile_s=self.option_compile_s, template_s=self.template_s,
+            floor_s=floor, reserve_s=0.0 if searched else self.reserve, final_need_s=empty_final)
+        if searched:
+            self.later = options_later(measured, self.budget.wall_s_left(), self.option_compile_s,
+                                       self.template_s, self.need_s)
+        if self.later:
+            self.log(f"    none started: {len(self.later)} measured after the search instead")
+        return measured
+
+    def search_holdback_s(self, final_s: float) -> float:
+        """What the search leaves of its time for what comes after it (:func:`after_search_s`)."""
+        return after_search_s(self.compile_s, self.reserve, self.after_pending, self.budget.wall_s_left(),
+                              self.need_s, final_s)
+
+    def after_search(self, before: list[Any], final_need: Callable[[], float]) -> list[Any]:
+        """``before`` (the recommendations so far) with the options still pending measured, in
+        what is left of the search's time and what the final benchmark will not need of its
+        reserve (``final_need()``, :func:`~kernelopt_bot.final_bench.final_need_s`)."""
+        from kernelopt_bot.compile_options import COMPILE_OPTIONS, merge_recommendations
+
+        if not self.after_pending:
+            return before
+        self.log("measuring the compiler's own options")
+        pending = tuple(o for o in COMPILE_OPTIONS if not self.went_first or o.label in self.later)
+        measured = recommend_in_time(
+            self.model_arms, self.target, self.gamma, self.rounds, self.budget, self.candidate_s(False),
+            model_ms=self.model_ms, compile_s=self.option_compile_s, template_s=self.template_s,
+            reserve_s=self.reserve, final_need_s=final_need, options=pending)
+        self.measured_after = True
+        return merge_recommendations(before, measured)

@@ -20,6 +20,7 @@ from kernelopt_bot.harness.model_arms import ModelArms
 from kernelopt_bot.pipeline import WALL_MARGIN_S
 from kernelopt_bot.profiling import KernelProfile, Profile
 from kernelopt_bot.schedule import (
+    OptionSteps,
     after_search_s,
     arms_end_by,
     held_back,
@@ -801,3 +802,51 @@ def test_options_that_had_their_time_before_the_search_do_not_go_again() -> None
     merged = compile_options.merge_recommendations(
         [rec("x", None, False, already), *waiting], [rec("b", 1.2, True, "verified"), rec("a", 0.9, False, "slower")])
     assert [(r.option, r.speedup) for r in merged] == [("x", None), ("a", 0.9), ("b", 1.2)]
+
+
+class _LabelArena(_ClockedArena):
+    """Records the label of each option arm it starts."""
+
+    def __init__(self, now: list[float], compiled_at: float) -> None:
+        super().__init__(now, compiled_at)
+        self.labels: list[str] = []
+
+    def candidate(self, *a: Any, **k: Any) -> Any:
+        self.labels.append(k["label"])
+        return super().candidate(*a, **k)
+
+
+def test_the_run_measures_after_the_search_the_options_that_could_not_start_before_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The run's option steps, end to end on a test clock (small_cnn's figures on a fast host: a
+    19 s capture, 63 s of the search's time, a headroom of 9.6%): before the search every option
+    is passed over, the search then leaves them their time instead of the final benchmark's 9 s
+    alone, and after it they are measured, in the report's order."""
+    now, checked = _timed_checks(monkeypatch, 5.0)
+    budget = Budget(max_wall_s=63.0, clock=lambda: now[0])
+    arena = _LabelArena(now, 0.0)
+    said: list[str] = []
+    steps = OptionSteps(arena, SimpleNamespace(train=False), budget, 1.03, 3, 20.0, compile_s=19.0,
+                        template_s=8.0, model_ms=None, candidate_s=lambda trusted: 10.0, log=said.append)
+    before = steps.before_search("library calls take 64% of the model's time", 0.096, searched=True, final_s=10.0)
+    assert arena.labels == [] and all(r.detail.startswith(compile_options.PASSED_OVER) for r in before)
+    assert steps.later == [o.label for o in COMPILE_OPTIONS] and steps.after_pending
+    assert said[-1] == "    none started: 3 measured after the search instead"
+    assert steps.search_holdback_s(10.0) == 43.0  # the search keeps MIN_SEARCH_S of its 63 s
+    now[0] = 20.0  # the search took its 20 s
+    arena.compiled_at = 20.0 + 28.5
+    after = steps.after_search(before, lambda: 20.0)  # a pack: the final benchmark needs its reserve
+    # coordinate descent fits the 43 s left (28.5 s compile, 10 s check), max-autotune (+8 s) not;
+    # CUDA graphs would not finish in the wave beside it
+    assert arena.labels == ["coordinate_descent_tuning=True"] and checked == [48.5]
+    assert [r.option for r in after] == [o.label for o in COMPILE_OPTIONS]
+    assert after[1].detail == "outputs differ: checked"
+    assert after[0].detail.startswith(compile_options.PASSED_OVER) and not steps.after_pending
+    assert steps.after_search(after, lambda: 20.0) is after  # measured once
+    # Without a searched kernel nothing is left for later: the options had the search's time
+    now[0] = 0.0
+    steps = OptionSteps(_LabelArena(now, 0.0), SimpleNamespace(train=False), Budget(max_wall_s=20.0, clock=lambda: now[0]),
+                        1.03, 3, 20.0, compile_s=19.0, template_s=8.0, model_ms=None,
+                        candidate_s=lambda trusted: 10.0, log=said.append)
+    steps.before_search("library calls take 64% of the model's time", 0.0, searched=False, final_s=10.0)
+    assert steps.later == [] and not steps.after_pending and steps.search_holdback_s(10.0) == 0.0
