@@ -40,7 +40,6 @@ from kernelopt_bot.schedule import (
     final_reserve_s,
     held_back,
     options_first,
-    run_s_left,
 )
 from kernelopt_bot.target_kinds import target_kind
 
@@ -553,7 +552,8 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
                 left = budget.wall_s_left()
                 with arms_end_by(cascade.model_arms, None if left is None else left + reserve):
                     pack = benchmark_pack(cascade, tgt, pack, result, plan.rounds, final_arm)
-            _option_with_pack(cascade.model_arms, tgt, pack, result, plan, budget, reserve, log, model_ms)
+            if steps.enabled:
+                steps.with_pack(pack, result)
             result.pack_entries = len(pack)
             base = cascade.model_arms.baseline_info()
             result.processes["model_gpu_mb"] = None if not base.get("gpu_mb") else round(base["gpu_mb"], 1)
@@ -621,36 +621,6 @@ def _try_option_configs(orchestrator: Any, cascade: Any, result: RunResult, pack
     finally:
         cascade.release_search_memory()  # what gating brought back to the GPU leaves it again
     return len(pack) - before  # what joined, counted from the pack itself (an error may come after one did)
-
-
-def _option_with_pack(model_arms: Any, tgt: Any, pack: KernelPack, result: RunResult, plan: RunPlan,
-                      budget: Any, reserve: float, log: Callable[[str], None],
-                      model_ms: float | None = None) -> None:
-    """The best verified compiler option with the final pack on top, in what is left of the run's
-    wall time (the search's budget and the final benchmark's reserve): the figure a user who takes
-    both gets, beside each alone. Added to the recommendations as ``"<option> + pack"``."""
-    from kernelopt_bot.compile_options import measure_with_pack
-    from kernelopt_bot.errors import one_line
-    from kernelopt_bot.result import WITH_PACK, Recommendation
-
-    best = result.best_recommendation
-    if best is None or not len(pack) or result.speedup is None or tgt.device != "cuda":
-        return
-
-    def time_left() -> float | None:
-        return run_s_left(budget, reserve)
-
-    log("measuring the best option with the pack")
-    left = time_left()
-    try:
-        with arms_end_by(model_arms, left):
-            both = measure_with_pack(model_arms, tgt, best, pack, gamma=plan.gamma, rounds=plan.rounds,
-                                     time_left=time_left, model_ms=model_ms)
-    except Exception as exc:  # noqa: BLE001 - the run's own results are measured: this figure is extra
-        both = Recommendation(best.option + WITH_PACK, None, False, f"not measured: {one_line(exc)}")
-    if both is not None:
-        log(f"    {both.option}: {'-' if both.speedup is None else f'{both.speedup:.3f}x'} {both.detail}")
-        result.recommendations.append(both)
 
 
 def _llm_search(llm: dict[str, Any] | None, log: Callable[[str], None]) -> tuple[list[Any], str | None]:

@@ -253,7 +253,8 @@ def run_s_left(budget: Any, reserve: float) -> float | None:
 class OptionSteps:
     """The compiler's options within one run, and the narrow context their steps share: measured
     before the search where the profile says so (:meth:`before_search`, :func:`options_first`),
-    else after it, and after it too where none could start before it (:meth:`after_search`).
+    else after it, and after it too where none could start before it (:meth:`after_search`); the
+    best verified one with the final pack on top at the end (:meth:`with_pack`).
     ``enabled``: the run measures them (a GPU, and the plan asks for them); ``compile_s``: the
     capture's compile, seconds (0: unknown), from which an option's is estimated
     (:data:`OPTION_COMPILE_FACTOR`), ``template_s`` what max-autotune's template tuning adds;
@@ -343,3 +344,31 @@ class OptionSteps:
             reserve_s=self.reserve, final_need_s=final_need, options=pending)
         self.measured_after = True
         return merge_recommendations(before, measured)
+
+    def with_pack(self, pack: Any, result: Any) -> None:
+        """The best verified option with the final ``pack`` on top, in what is left of the run's
+        wall time (the search's budget and the final benchmark's reserve): the figure a user who
+        takes both gets, beside each alone. Added to ``result``'s recommendations as
+        ``"<option> + pack"``; whatever goes wrong in it is reported in its place (the run's own
+        results are measured before it)."""
+        from kernelopt_bot.compile_options import measure_with_pack
+        from kernelopt_bot.errors import one_line
+        from kernelopt_bot.result import WITH_PACK, Recommendation
+
+        best = result.best_recommendation
+        if not self.enabled or best is None or not len(pack) or result.speedup is None:
+            return
+
+        def time_left() -> float | None:
+            return run_s_left(self.budget, self.reserve)
+
+        self.log("measuring the best option with the pack")
+        try:
+            with arms_end_by(self.model_arms, time_left()):
+                both = measure_with_pack(self.model_arms, self.target, best, pack, gamma=self.gamma,
+                                         rounds=self.rounds, time_left=time_left, model_ms=self.model_ms)
+        except Exception as exc:  # noqa: BLE001 - the run's own results are measured: this figure is extra
+            both = Recommendation(best.option + WITH_PACK, None, False, f"not measured: {one_line(exc)}")
+        if both is not None:
+            self.log(f"    {both.option}: {'-' if both.speedup is None else f'{both.speedup:.3f}x'} {both.detail}")
+            result.recommendations.append(both)

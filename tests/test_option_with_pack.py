@@ -130,7 +130,8 @@ def test_the_option_with_the_pack_reports_no_configs_of_its_own() -> None:
 def test_an_error_measuring_it_never_fails_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
     """The run's own results are measured before this figure: whatever goes wrong in it is
     reported in its place, and the run stays ok."""
-    from kernelopt_bot import compile_options, pipeline
+    from kernelopt_bot import compile_options
+    from kernelopt_bot.schedule import OptionSteps
 
     def broken(*_a: Any, **_k: Any) -> Recommendation:
         raise RuntimeError("the arm's pipe closed")
@@ -140,8 +141,9 @@ def test_an_error_measuring_it_never_fails_the_run(monkeypatch: pytest.MonkeyPat
                        recommendations=[BEST])
     budget = SimpleNamespace(max_wall_s=110.0, elapsed_s=lambda: 50.0)
     logged: list[str] = []
-    pipeline._option_with_pack(_Arena(), SimpleNamespace(device="cuda"), _pack(), result,
-                               SimpleNamespace(gamma=1.03, rounds=10), budget, 20.0, logged.append)
+    steps = OptionSteps(_Arena(), SimpleNamespace(device="cuda"), budget, 1.03, 10, 20.0, compile_s=0.0,
+                        template_s=0.0, model_ms=None, candidate_s=lambda trusted: 10.0, log=logged.append)
+    steps.with_pack(_pack(), result)
     assert result.status == "ok" and result.option_with_pack == Recommendation(
         "mode=max-autotune-no-cudagraphs + pack", None, False, "not measured: RuntimeError: the arm's pipe closed")
     assert logged[0] == "measuring the best option with the pack"
