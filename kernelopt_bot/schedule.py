@@ -140,23 +140,34 @@ def options_first(prof: Any, searched: list[Any], tunable_library: bool = True) 
 
 
 def options_later(measured: list[Any], left: float | None, compile_s: float | None, template_s: float,
-                   need_s: float) -> list[str]:
+                  need_s: float, candidate_s: float = 0.0) -> tuple[list[str], float]:
     """The compiler's options that, measured before the search, did not start (none did: the
     share the search keeps left each too little, or the GPU no room), to measure after it instead,
-    where the search leaves them their time and keeps ``MIN_SEARCH_S`` of what is ``left`` of
-    its own (None: no limit); ``[]`` where even the quickest of them (its compile, estimated from
-    ``compile_s`` and ``template_s``, then its check and rounds, ``need_s``) would not finish in
-    the rest, as the search's time would then be given up for nothing. On the H200 a small CNN's
-    options, sent first, found 28 s where one needs 30 and none started; the search then ended
-    with 39 s unused (small_cnn bf16, 12-04; on 12-03 its max-autotune was verified at 1.285x)."""
-    from kernelopt_bot.compile_options import COMPILE_OPTIONS, compile_estimate_s, not_started
+    and the seconds the quickest of them needs there: its compile (estimated from ``compile_s``
+    and ``template_s``) then its check and rounds (``need_s``), and at least what an option needs
+    to start at all (MIN_OPTION_S, or a candidate's gates in processes, ``candidate_s``, where
+    longer: :func:`recommend_in_time`). ``([], 0.0)`` where that does not fit in what is ``left``
+    of the search's time (None: no limit) beyond the ``MIN_SEARCH_S`` the search keeps, as the
+    search's time would then be given up for nothing. On the H200 a small CNN's options, sent
+    first, found 28 s where one needs 30 and none started; the search then ended with 39 s unused
+    (small_cnn bf16, 12-04; on 12-03 its max-autotune was verified at 1.285x)."""
+    from kernelopt_bot.compile_options import (
+        COMPILE_OPTIONS,
+        MIN_BENCH_S,
+        MIN_OPTION_S,
+        compile_estimate_s,
+        not_started,
+    )
 
     waiting = not_started(measured)
     quickest = min((compile_estimate_s(o, compile_s, template_s) for o in COMPILE_OPTIONS if o.label in waiting),
                    default=None)
-    if quickest is None or (left is not None and quickest + need_s > left - MIN_SEARCH_S):
-        return []
-    return waiting
+    if quickest is None:
+        return [], 0.0
+    need = max(quickest + need_s, max(MIN_OPTION_S, candidate_s) + need_s - MIN_BENCH_S)
+    if left is not None and need > left - MIN_SEARCH_S:
+        return [], 0.0
+    return waiting, need
 
 
 def search_keep_s(headroom: float, left: float | None, gamma: float, candidate_s: float,
@@ -275,6 +286,7 @@ class OptionSteps:
     enabled: bool = True
     went_first: bool = False
     later: list[str] = field(default_factory=list)  # what went first and did not start
+    later_need_s: float = 0.0  # what the quickest of them needs after the search (options_later)
     measured_after: bool = False
 
     @property
@@ -317,16 +329,25 @@ class OptionSteps:
             keep_s=keep, model_ms=self.model_ms, compile_s=self.option_compile_s, template_s=self.template_s,
             floor_s=floor, reserve_s=0.0 if searched else self.reserve, final_need_s=empty_final)
         if searched:
-            self.later = options_later(measured, self.budget.wall_s_left(), self.option_compile_s,
-                                       self.template_s, self.need_s)
+            self.later, self.later_need_s = options_later(
+                measured, self.budget.wall_s_left(), self.option_compile_s, self.template_s, self.need_s,
+                self.candidate_s(False))
         if self.later:
             self.log(f"    none started: {len(self.later)} measured after the search instead")
         return measured
 
     def search_holdback_s(self, final_s: float) -> float:
-        """What the search leaves of its time for what comes after it (:func:`after_search_s`)."""
-        return after_search_s(self.compile_s, self.reserve, self.after_pending, self.budget.wall_s_left(),
-                              self.need_s, final_s)
+        """What the search leaves of its time for what comes after it (:func:`after_search_s`);
+        where the options that went first wait for it, at least what the quickest of them needs
+        (``later_need_s``: max-autotune's template tuning included where it is the one left), and
+        the final benchmark's compile beyond its reserve (no option's arm may compile beside it
+        where they waited for room). The search keeps ``MIN_SEARCH_S`` whatever that costs."""
+        after = after_search_s(self.compile_s, self.reserve, self.after_pending, None, self.need_s, final_s)
+        if self.later:
+            after = max(after, self.later_need_s + OPTION_START_SLACK_S + max(0.0, final_s - self.reserve),
+                        after_search_s(self.compile_s, self.reserve, False, None, final_s=final_s))
+        left = self.budget.wall_s_left()
+        return after if left is None else min(after, max(0.0, left - MIN_SEARCH_S))
 
     def after_search(self, before: list[Any], final_need: Callable[[], float]) -> list[Any]:
         """``before`` (the recommendations so far) with the options still pending measured, in

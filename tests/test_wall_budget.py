@@ -777,11 +777,23 @@ def test_options_that_could_not_start_before_the_search_go_after_it() -> None:
     labels = [o.label for o in COMPILE_OPTIONS]
     assert compile_options.not_started(recs) == labels
     # coordinate descent: 28.5 s compile + 10 s check and rounds, in 63 - 20 s
-    assert options_later(recs, 63.0, 28.5, 8.0, MIN_BENCH_S) == labels
-    assert options_later(recs, None, 28.5, 8.0, MIN_BENCH_S) == labels
+    assert options_later(recs, 63.0, 28.5, 8.0, MIN_BENCH_S) == (labels, 38.5)
+    assert options_later(recs, None, 28.5, 8.0, MIN_BENCH_S) == (labels, 38.5)
     # a slower host's compile (22.5 s captured, 33.75 s an option) in 60 s: the search keeps its time
-    assert options_later(recs, 60.0, 33.75, 8.0, MIN_BENCH_S) == []
-    assert options_later([], 63.0, 28.5, 8.0, MIN_BENCH_S) == []  # none was measured first
+    assert options_later(recs, 60.0, 33.75, 8.0, MIN_BENCH_S) == ([], 0.0)
+    assert options_later([], 63.0, 28.5, 8.0, MIN_BENCH_S) == ([], 0.0)  # none was measured first
+    # A small model's quick compile still needs what any option needs to start (MIN_OPTION_S), or
+    # a candidate's gates in processes where those take longer: else the search would give up its
+    # time and no option start after it
+    assert options_later(recs, 40.0, 6.0, 8.0, MIN_BENCH_S) == ([], 0.0)
+    assert options_later(recs, 50.0, 6.0, 8.0, MIN_BENCH_S) == (labels, 30.0)
+    assert options_later(recs, 50.0, 6.0, 8.0, MIN_BENCH_S, candidate_s=45.0) == ([], 0.0)
+    assert options_later(recs, 70.0, 6.0, 8.0, MIN_BENCH_S, candidate_s=45.0) == (labels, 45.0)
+    # Only max-autotune waiting (the others are the baseline's own settings): its template tuning counts
+    only = [recs[0]] + [compile_options.Recommendation(r.option, None, False, compile_options.ALREADY + " x")
+                        for r in recs[1:]]
+    assert options_later(only, 63.0, 28.5, 8.0, MIN_BENCH_S) == ([], 0.0)  # 46.5 s in 43
+    assert options_later(only, 70.0, 28.5, 8.0, MIN_BENCH_S) == ([labels[0]], 46.5)
 
 
 def test_options_that_had_their_time_before_the_search_do_not_go_again() -> None:
@@ -850,3 +862,20 @@ def test_the_run_measures_after_the_search_the_options_that_could_not_start_befo
                         candidate_s=lambda trusted: 10.0, log=said.append)
     steps.before_search("library calls take 64% of the model's time", 0.0, searched=False, final_s=10.0)
     assert steps.later == [] and not steps.after_pending and steps.search_holdback_s(10.0) == 0.0
+
+
+def test_the_search_leaves_a_waiting_max_autotune_its_template_tuning(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model compiled with coordinate descent under CUDA graphs has max-autotune alone to
+    measure: where it waits for the search, the search leaves it its template tuning too (46.5 s
+    of its 70 s, capped at what the search keeps), not the 43.5 s the default estimate gives."""
+    now, _ = _timed_checks(monkeypatch, 5.0)
+    arena = _LabelArena(now, 0.0)
+    arena.mode, arena.config = "reduce-overhead", {"coordinate_descent_tuning": True}
+    steps = OptionSteps(arena, SimpleNamespace(train=False), Budget(max_wall_s=70.0, clock=lambda: now[0]), 1.03, 3,
+                        20.0, compile_s=19.0, template_s=8.0, model_ms=None, candidate_s=lambda trusted: 10.0,
+                        log=lambda _m: None)
+    recs = steps.before_search("library calls take 64% of the model's time", 0.096, searched=True, final_s=10.0)
+    assert recs[0].detail.startswith(compile_options.PASSED_OVER)
+    assert all(r.detail.startswith(compile_options.ALREADY) for r in recs[1:])
+    assert steps.later == ["mode=max-autotune-no-cudagraphs"] and steps.later_need_s == 46.5
+    assert steps.search_holdback_s(10.0) == 50.0

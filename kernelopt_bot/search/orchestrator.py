@@ -175,7 +175,7 @@ class Orchestrator:
     def try_option_configs(self, found: list[tuple[str, str, LaunchConfig]], outcomes: list[KernelOutcome],
                            pack: KernelPack, limit: int = 4) -> int:
         """Gate, as candidates of their own, the launch configs a verified compiler option's compile
-        settled on (``(option, kernel name, config)``: :func:`~.compile_options.option_configs`),
+        settled on (``(option, kernel name, config)``: :func:`~kernelopt_bot.compile_options.option_configs`),
         for searched kernels the pack does not replace yet, at most ``limit`` of them; the accepted
         ones join ``pack``. How many did. Where an option beat the default compile and the tuner did not (on the H200,
         coordinate descent made an amax 1.335x faster end to end, and none of the tuner's 96
