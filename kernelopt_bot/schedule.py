@@ -145,8 +145,8 @@ def options_later(measured: list[Any], left: float | None, compile_s: float | No
     share the search keeps left each too little, or the GPU no room), to measure after it instead,
     and the seconds the quickest of them needs there: its compile (estimated from ``compile_s``
     and ``template_s``) then its check and rounds (``need_s``), and at least what an option needs
-    to start at all (MIN_OPTION_S, or a candidate's gates in processes, ``candidate_s``, where
-    longer: :func:`recommend_in_time`). ``([], 0.0)`` where that does not fit in what is ``left``
+    to start at all (:func:`option_start_s`, ``candidate_s`` the search's estimate of a candidate's
+    gates in processes). ``([], 0.0)`` where that does not fit in what is ``left``
     of the search's time (None: no limit) beyond the ``MIN_SEARCH_S`` the search keeps, as the
     search's time would then be given up for nothing. On the H200 a small CNN's options, sent
     first, found 28 s where one needs 30 and none started; the search then ended with 39 s unused
@@ -154,7 +154,6 @@ def options_later(measured: list[Any], left: float | None, compile_s: float | No
     from kernelopt_bot.compile_options import (
         COMPILE_OPTIONS,
         MIN_BENCH_S,
-        MIN_OPTION_S,
         compile_estimate_s,
         not_started,
     )
@@ -164,7 +163,7 @@ def options_later(measured: list[Any], left: float | None, compile_s: float | No
                    default=None)
     if quickest is None:
         return [], 0.0
-    need = max(quickest + need_s, max(MIN_OPTION_S, candidate_s) + need_s - MIN_BENCH_S)
+    need = max(quickest + need_s, option_start_s(candidate_s, compile_s) + need_s - MIN_BENCH_S)
     if left is not None and need > left - MIN_SEARCH_S:
         return [], 0.0
     return waiting, need
@@ -198,15 +197,27 @@ def search_keep_s(headroom: float, left: float | None, gamma: float, candidate_s
     return keep, after_s + floor if floor else 0.0
 
 
+def option_start_s(candidate_s: float, compile_s: float | None) -> float:
+    """The least time an option starts with (beside its check and rounds beyond MIN_BENCH_S):
+    MIN_OPTION_S, or where no compile estimate sizes it (``compile_s`` None) the larger of that
+    and the search's estimate for a candidate whose gates start processes (``candidate_s``: such a
+    candidate's arm compiles and times the whole model as an option's does). With an estimate the
+    options' waves are sized by it, as is what the search leaves them: a candidate's gates in
+    processes (24-69 s each in issue 12's measurements) would keep every option from starting
+    after an LLM search."""
+    from kernelopt_bot.compile_options import MIN_OPTION_S
+
+    return MIN_OPTION_S if compile_s is not None else max(MIN_OPTION_S, candidate_s)
+
+
 def recommend_in_time(model_arms: Any, tgt: Any, gamma: float, rounds: int, budget: Any,
                        candidate_s: float, keep_s: float = 0.0, model_ms: float | None = None,
                        compile_s: float | None = None, template_s: float = 0.0, reserve_s: float = 0.0,
                        floor_s: float = 0.0, final_need_s: Callable[[], float] | None = None,
                        options: tuple[Any, ...] | None = None) -> list[Any]:
     """The compiler's options, started only with time for them before the search's deadline
-    less ``keep_s`` (kept for what comes after them: the search, where they go first), by the
-    larger of ``MIN_OPTION_S`` and the estimate for a candidate whose gates start processes
-    (an option compiles and times the whole model as such a candidate's arm does), and cut off
+    less ``keep_s`` (kept for what comes after them: the search, where they go first), by
+    :func:`option_start_s`, and cut off
     at the search's deadline less ``floor_s`` (what a started option leaves the search whatever
     it costs the option, :func:`search_keep_s`). A compiled option may also be checked and timed in the final benchmark's
     ``reserve_s`` less what that benchmark still needs (``final_need_s()``: :func:`~kernelopt_bot.final_bench.final_need_s`).
@@ -216,7 +227,7 @@ def recommend_in_time(model_arms: Any, tgt: Any, gamma: float, rounds: int, budg
     :data:`~kernelopt_bot.compile_options.COMPILE_OPTIONS`)."""
     from kernelopt_bot.compile_options import COMPILE_OPTIONS, MIN_OPTION_S, bench_need_s, recommend
 
-    extra = max(0.0, candidate_s - MIN_OPTION_S)
+    extra = option_start_s(candidate_s, compile_s) - MIN_OPTION_S
 
     def deadline_left() -> float | None:
         left = budget.wall_s_left()

@@ -468,6 +468,17 @@ def test_an_option_needs_the_time_a_candidate_took() -> None:
     assert model_arms.started == [] and all("wall-time budget ran out" in r.detail for r in recs)
 
 
+def test_an_option_with_a_compile_estimate_is_sized_by_it_not_by_a_candidates_gates() -> None:
+    """After LLM agents' candidates took 50 s each in their gates, the options after the search
+    still start where their compile estimate (15 s) and check fit the 40 s the search left them:
+    sized by a candidate's gates, none would (the search's hold-back is sized by the estimate)."""
+    now = [0.0]
+    model_arms = _SlowArena(now)
+    recommend_in_time(model_arms, None, 1.03, 3, Budget(max_wall_s=40.0, clock=lambda: now[0]), candidate_s=50.0,
+                      compile_s=15.0)
+    assert len(model_arms.started) == 2  # max-autotune and coordinate descent, then 10 s each to time
+
+
 class _Cascade:
     def __init__(self, model_arms: Any) -> None:
         self.model_arms = model_arms
@@ -787,8 +798,9 @@ def test_options_that_could_not_start_before_the_search_go_after_it() -> None:
     # time and no option start after it
     assert options_later(recs, 40.0, 6.0, 8.0, MIN_BENCH_S) == ([], 0.0)
     assert options_later(recs, 50.0, 6.0, 8.0, MIN_BENCH_S) == (labels, 30.0)
-    assert options_later(recs, 50.0, 6.0, 8.0, MIN_BENCH_S, candidate_s=45.0) == ([], 0.0)
-    assert options_later(recs, 70.0, 6.0, 8.0, MIN_BENCH_S, candidate_s=45.0) == (labels, 45.0)
+    assert options_later(recs, 50.0, None, 8.0, MIN_BENCH_S, candidate_s=45.0) == ([], 0.0)
+    assert options_later(recs, 70.0, None, 8.0, MIN_BENCH_S, candidate_s=45.0) == (labels, 45.0)
+    assert options_later(recs, 50.0, 6.0, 8.0, MIN_BENCH_S, candidate_s=45.0) == (labels, 30.0)
     # Only max-autotune waiting (the others are the baseline's own settings): its template tuning counts
     only = [recs[0]] + [compile_options.Recommendation(r.option, None, False, compile_options.ALREADY + " x")
                         for r in recs[1:]]
