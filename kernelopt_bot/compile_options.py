@@ -144,6 +144,9 @@ def recommend(model_arms: ModelArms, target: Target, *, gamma: float, rounds: in
     def estimate(option: CompileOption) -> float:
         return compile_estimate_s(option, compile_s, template_s)
 
+    def planned(option: CompileOption) -> float | None:  # reported beside what it took
+        return None if compile_s is None else round(estimate(option), 1)
+
     while pending:
         left = time_left() if time_left is not None else None
         if left is not None and left < MIN_OPTION_S + need_s - MIN_BENCH_S:
@@ -191,12 +194,14 @@ def recommend(model_arms: ModelArms, target: Target, *, gamma: float, rounds: in
                 # The option's own compile's choices (with a pack on top they would be the pack's)
                 chosen = {} if isinstance(arm, ArmError) or option.pack is not None else config_changes(baseline, arm)
                 compiled_s = None if isinstance(arm, ArmError) else _seconds((getattr(arm, "info", None) or {}).get("compile_s"))
-                done[option.label] = replace(found, configs=chosen, compile_s=compiled_s)
+                done[option.label] = replace(found, configs=chosen, compile_s=compiled_s,
+                                             compile_estimate_s=planned(option))
         finally:
             for _, arm in arms:
                 if not isinstance(arm, ArmError):
                     arm.close()
-    return [done.get(o.label) or Recommendation(o.label, None, False, passed_over.get(o.label, RAN_OUT))
+    return [done.get(o.label) or Recommendation(o.label, None, False, passed_over.get(o.label, RAN_OUT),
+                                                compile_estimate_s=planned(o) if o.label in passed_over else None)
             for o in options]
 
 

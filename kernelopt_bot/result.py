@@ -60,6 +60,9 @@ class Recommendation:
     # Seconds its arm took from its start to ready (torch's import, loading the target, the compile
     # and its first call; None: it did not compile): what the options' compile estimates plan for.
     compile_s: float | None = None
+    # What the run planned that compile to take (:func:`~kernelopt_bot.compile_options.compile_estimate_s`;
+    # None: no estimate, or the option was not planned): beside compile_s, the estimate's evidence.
+    compile_estimate_s: float | None = None
     # Seconds its check (gate 3) and timed rounds took (None: not checked): what the options'
     # timing estimates plan for (on the H200 a training step's CUDA-graphs option took 36 s where
     # 10 were planned, 12-04).

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import time
 from pathlib import Path
@@ -180,6 +181,16 @@ def test_each_option_reports_how_long_its_arm_compiled(capsys: pytest.CaptureFix
     assert recs[0].to_json()["compile_s"] == 41.6
     recommendations(recs[:1])
     assert "after its compile (compiled in 42 s)" in capsys.readouterr().out.replace("\n", " ")
+    assert all(r.compile_estimate_s is None for r in recs)  # nothing planned it: no estimate
+
+    # Beside what each compile took, what the run planned it to take (the estimates' evidence):
+    # max-autotune's includes its template tuning
+    left = itertools.chain([120.0], itertools.repeat(MIN_BENCH_S - 1))  # time for the wave, none to time it
+    recs = recommend(_SayingArena(41.6), None, gamma=1.03, time_left=lambda: 120.0,  # type: ignore[arg-type]
+                     bench_left=lambda: next(left), compile_s=28.5, template_s=8.0)
+    assert [r.compile_estimate_s for r in recs] == [36.5, 28.5, 28.5]
+    recommendations(recs[:1])
+    assert "(compiled in 42 s of an estimated 36 s" in capsys.readouterr().out.replace("\n", " ")
 
     class _Unstartable(_ReadyArena):
         def candidate(self, *_a: Any, **_k: Any) -> Any:
@@ -785,6 +796,7 @@ def test_options_that_could_not_start_before_the_search_go_after_it() -> None:
     recs = recommend(arena, None, gamma=1.03, time_left=lambda: 36.0,  # type: ignore[arg-type]
                      compile_s=28.5, template_s=8.0)
     assert arena.arms == [] and all(r.detail.startswith(compile_options.PASSED_OVER) for r in recs)
+    assert [r.compile_s for r in recs] == [None] * 3 and [r.compile_estimate_s for r in recs] == [36.5, 28.5, 28.5]
     labels = [o.label for o in COMPILE_OPTIONS]
     assert compile_options.not_started(recs) == labels
     # coordinate descent: 28.5 s compile + 10 s check and rounds, in 63 - 20 s

@@ -205,7 +205,8 @@ def recommendations(recs: list[Recommendation]) -> None:
 
 
 def _recommendation(console: Console, rec: Recommendation) -> None:
-    spent = ([f"compiled in {rec.compile_s:.0f} s"] if rec.compile_s is not None else []) + (
+    estimate = f" of an estimated {rec.compile_estimate_s:.0f} s" if rec.compile_estimate_s is not None else ""
+    spent = ([f"compiled in {rec.compile_s:.0f} s{estimate}"] if rec.compile_s is not None else []) + (
         [f"checked and timed in {rec.timed_s:.0f} s"] if rec.timed_s is not None else [])
     compiled = f" ({', '.join(spent)})" if spent else ""
     console.print(escape(f"option {rec.option}: {_fmt(rec.speedup, '.3f', '-')}x "

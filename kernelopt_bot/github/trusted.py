@@ -125,6 +125,7 @@ class RecommendationDoc(_Strict):
     detail: str = Field(default="", max_length=1000)
     configs: dict[str, str] = Field(default_factory=dict)
     compile_s: Num | None = Field(default=None, ge=0, le=86400)
+    compile_estimate_s: Num | None = Field(default=None, ge=0, le=86400)
     timed_s: Num | None = Field(default=None, ge=0, le=86400)
 
     @field_validator("configs")

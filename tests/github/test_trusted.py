@@ -43,7 +43,7 @@ def test_an_options_kernel_configs_survive_validation() -> None:
     assert r.recommendations[0].configs == configs
 
 
-@pytest.mark.parametrize("key", ["compile_s", "timed_s"])
+@pytest.mark.parametrize("key", ["compile_s", "compile_estimate_s", "timed_s"])
 def test_an_options_compile_and_timing_seconds_survive_validation_and_nonsense_does_not(key: str) -> None:
     rec = {"option": "mode=max-autotune-no-cudagraphs", "speedup": 1.01, "verified": False, "detail": "below gamma"}
     r = validate_result(json.dumps(_result(recommendations=[{**rec, key: 41.6}])), name="mlp", dtype="fp32")
