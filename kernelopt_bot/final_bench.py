@@ -24,7 +24,7 @@ BASELINE_REPS = 20  # calls a round of an empty pack's final benchmark times the
 
 
 def final_need_s(pack: KernelPack, result: RunResult, final_arm: Any, model_ms: float | None,
-                  rounds: int, reserve: float, train: bool = False) -> float:
+                 rounds: int, reserve: float, train: bool = False) -> float:
     """Seconds the final benchmark still needs, as things stand: its ``reserve`` is kept for a
     fresh compile of the packed model and its rounds, but where the pack is empty (the baseline
     alone is timed), where gate 4 already measured exactly this pack, or where the pack's arm

@@ -62,7 +62,7 @@ def arms_end_by(model_arms: Any, seconds: float | None) -> Iterator[None]:
 
 
 def after_search_s(compile_s: float, reserve: float, options_after: bool, left: float | None,
-                    option_s: float | None = None, final_s: float | None = None) -> float:
+                   option_s: float | None = None, final_s: float | None = None) -> float:
     """What the search leaves, beyond ``reserve``, for what must run after it, sized by the
     model's compile time (``compile_s``, the capture's): the compiler's options when they come
     after it (their compile and timed rounds; the final benchmark's arm compiles beside theirs),
@@ -170,7 +170,7 @@ def options_later(measured: list[Any], left: float | None, compile_s: float | No
 
 
 def search_keep_s(headroom: float, left: float | None, gamma: float, candidate_s: float,
-                   after_s: float = 0.0, searched: bool = True) -> tuple[float, float]:
+                  after_s: float = 0.0, searched: bool = True) -> tuple[float, float]:
     """What the compiler's options, measured first, leave of the search's wall time (``left``):
     ``(keep, floor)``. An option starts only with ``keep`` to spare: the share of the model's time
     the search could save at most (``headroom``, of ``left``), at least ``OPTIONS_FIRST_SEARCH_S``.
@@ -211,16 +211,16 @@ def option_start_s(candidate_s: float, compile_s: float | None) -> float:
 
 
 def recommend_in_time(model_arms: Any, tgt: Any, gamma: float, rounds: int, budget: Any,
-                       candidate_s: float, keep_s: float = 0.0, model_ms: float | None = None,
-                       compile_s: float | None = None, template_s: float = 0.0, reserve_s: float = 0.0,
-                       floor_s: float = 0.0, final_need_s: Callable[[], float] | None = None,
-                       options: tuple[Any, ...] | None = None) -> list[Any]:
+                      candidate_s: float, keep_s: float = 0.0, model_ms: float | None = None,
+                      compile_s: float | None = None, template_s: float = 0.0, reserve_s: float = 0.0,
+                      floor_s: float = 0.0, final_need_s: Callable[[], float] | None = None,
+                      options: tuple[Any, ...] | None = None) -> list[Any]:
     """The compiler's options, started only with time for them before the search's deadline
     less ``keep_s`` (kept for what comes after them: the search, where they go first), by
-    :func:`option_start_s`, and cut off
-    at the search's deadline less ``floor_s`` (what a started option leaves the search whatever
-    it costs the option, :func:`search_keep_s`). A compiled option may also be checked and timed in the final benchmark's
-    ``reserve_s`` less what that benchmark still needs (``final_need_s()``: :func:`~kernelopt_bot.final_bench.final_need_s`).
+    :func:`option_start_s`, and cut off at the search's deadline less ``floor_s`` (what a started
+    option leaves the search whatever it costs the option, :func:`search_keep_s`). A compiled
+    option may also be checked and timed in the final benchmark's ``reserve_s`` less what that
+    benchmark still needs (``final_need_s()``: :func:`~kernelopt_bot.final_bench.final_need_s`).
     ``compile_s``: an option's compile, estimated, and ``template_s`` what max-autotune's template
     tuning adds to it (no option starts whose compile and timing cannot finish, and no more
     compile at once than can then be timed). ``options``: those to measure (default: all of

@@ -269,7 +269,7 @@ def test_a_compiled_option_may_take_what_the_final_benchmark_will_not_need(monke
         checked.clear()
         budget = Budget(max_wall_s=100.0, clock=lambda: now[0])
         recs = recommend_in_time(_ClockedArena(now, 95.0), None, 1.03, 3, budget, candidate_s=20.0,
-                                  reserve_s=20.0, final_need_s=lambda n=need: n)
+                                 reserve_s=20.0, final_need_s=lambda n=need: n)
         assert [r.detail for r in recs] == detail
         assert all(t + MIN_BENCH_S <= 100.0 + 20.0 - need for t in checked)  # none begun past the spare time
 
@@ -514,13 +514,13 @@ def test_options_measured_first_leave_the_search_its_time() -> None:
     now = [0.0]
     model_arms = _SlowArena(now)
     recs = recommend_in_time(model_arms, None, 1.03, 3, Budget(max_wall_s=100.0, clock=lambda: now[0]),
-                              candidate_s=20.0, keep_s=25.0)
+                             candidate_s=20.0, keep_s=25.0)
     assert model_arms.started == [100.0 - MIN_BENCH_S] * 3 and now[0] == 100.0 - MIN_BENCH_S
     assert all("ran out while it compiled" in r.detail for r in recs)
     now = [0.0]
     model_arms = _SlowArena(now)
     recs = recommend_in_time(model_arms, None, 1.03, 3, Budget(max_wall_s=50.0, clock=lambda: now[0]),
-                              candidate_s=20.0, keep_s=25.0)
+                             candidate_s=20.0, keep_s=25.0)
     assert model_arms.started == [] and all("wall-time budget ran out" in r.detail for r in recs)
 
 
@@ -541,7 +541,7 @@ def test_options_measured_first_never_take_a_promising_search_its_one_candidate(
     now = [0.0]
     model_arms = _SlowArena(now)
     recs = recommend_in_time(model_arms, None, 1.03, 3, Budget(max_wall_s=100.0, clock=lambda: now[0]),
-                              candidate_s=20.0, keep_s=25.0, floor_s=24.0)
+                             candidate_s=20.0, keep_s=25.0, floor_s=24.0)
     # cut off with the floor to spare, and the check and rounds before it
     assert model_arms.started == [76.0 - MIN_BENCH_S] * 3 and now[0] == 76.0 - MIN_BENCH_S
     assert all("ran out while it compiled" in r.detail for r in recs)
@@ -557,7 +557,7 @@ def test_with_nothing_to_search_an_option_is_timed_in_the_final_benchmarks_reser
     assert need == pytest.approx(5.65, abs=0.01)
     budget = Budget(max_wall_s=100.0, clock=lambda: now[0])
     recs = recommend_in_time(_ClockedArena(now, 87.0), None, 1.03, 3, budget, candidate_s=20.0,
-                              keep_s=4.0, model_ms=36.94, reserve_s=20.0, final_need_s=lambda: need)
+                             keep_s=4.0, model_ms=36.94, reserve_s=20.0, final_need_s=lambda: need)
     assert checked == [87.0] and recs[0].detail == "outputs differ: checked"
     assert all("ran out after its compile" in r.detail for r in recs[1:])  # 1 s left for the next
     # What its check and rounds took is reported (the next estimates' evidence); none where not checked
@@ -565,7 +565,7 @@ def test_with_nothing_to_search_an_option_is_timed_in_the_final_benchmarks_reser
     now[0] = 0.0  # as before: the search's time alone
     checked.clear()
     recs = recommend_in_time(_ClockedArena(now, 87.0), None, 1.03, 3, budget, candidate_s=20.0,
-                              keep_s=4.0, model_ms=36.94)
+                             keep_s=4.0, model_ms=36.94)
     assert checked == [] and all("ran out after its compile" in r.detail for r in recs)
 
 
@@ -782,7 +782,7 @@ def test_options_that_may_be_timed_in_the_reserve_compile_into_it_never_short_of
         now = [0.0]
         arena = _SlowArena(now)
         recs = recommend_in_time(arena, None, 1.03, 3, Budget(max_wall_s=100.0, clock=lambda now=now: now[0]),
-                                  candidate_s=20.0, reserve_s=20.0, final_need_s=lambda n=final_need: n)
+                                 candidate_s=20.0, reserve_s=20.0, final_need_s=lambda n=final_need: n)
         assert arena.started == [limit] * 3 and now[0] == limit
         assert all(r.detail == "not measured: the wall-time budget ran out while it compiled (stopped)" for r in recs)
 
