@@ -8,14 +8,13 @@ comes back as a recommendation, verified or not.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
 from kernelopt_bot.capture.settings import CompileSettings
-from kernelopt_bot.harness.arm_process import Arm, ArmError, ArmOursFailed, ArmTimeout
+from kernelopt_bot.harness.arm_process import Arm, ArmError, ArmOursFailed, ArmTimeout, compile_seconds
 from kernelopt_bot.harness.bench import compare_arms, compare_seconds
 from kernelopt_bot.harness.failures import InfrastructureFailure, is_out_of_memory
 from kernelopt_bot.harness.model_arms import ModelArms
@@ -193,7 +192,7 @@ def recommend(model_arms: ModelArms, target: Target, *, gamma: float, rounds: in
                     need_s = max(need_s, time.monotonic() - started)
                 # The option's own compile's choices (with a pack on top they would be the pack's)
                 chosen = {} if isinstance(arm, ArmError) or option.pack is not None else config_changes(baseline, arm)
-                compiled_s = None if isinstance(arm, ArmError) else _seconds((getattr(arm, "info", None) or {}).get("compile_s"))
+                compiled_s = None if isinstance(arm, ArmError) else compile_seconds(getattr(arm, "info", None))
                 done[option.label] = replace(found, configs=chosen, compile_s=compiled_s,
                                              compile_estimate_s=planned(option))
         finally:
@@ -244,14 +243,6 @@ def plan_wave(pending: list[CompileOption], room: int, left: float | None,
         if longest + (len(wave) + 1) * need_s <= left:
             wave.append(option)
     return wave
-
-
-def _seconds(value: Any) -> float | None:
-    """A duration an arm reported, or None where it is not a finite, non-negative number (an arm
-    runs the pack's kernels: what it says is checked like any input)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        return None
-    return float(value)
 
 
 def config_changes(baseline: Any, arm: Any) -> dict[str, str]:

@@ -434,6 +434,7 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
     from kernelopt_bot.capture.recorder import capture, versions
     from kernelopt_bot.compile_options import bench_need_s, calls_templates, template_tune_s
     from kernelopt_bot.device import resolve_device
+    from kernelopt_bot.harness.arm_process import compile_seconds
     from kernelopt_bot.harness.compile_pool import start_pool
     from kernelopt_bot.harness.kernel_service import compile_threads
     from kernelopt_bot.pack.runtime import running_environment
@@ -557,6 +558,8 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
             result.pack_entries = len(pack)
             base = cascade.model_arms.baseline_info()
             result.processes["model_gpu_mb"] = None if not base.get("gpu_mb") else round(base["gpu_mb"], 1)
+            # Beside the options' compile_s: a default compile in an arm of its own (the options' estimates' evidence)
+            result.processes["baseline_compile_s"] = compile_seconds(base)
     finally:
         for search in llm_search:  # one LLM client a run, closed with it
             search.close()

@@ -1,8 +1,10 @@
 """How the compiler options' compile estimates compare with their compiles, as one markdown table:
 a row per option per run found under the given folders (each run's result.json), with the
-capture's own compile, the estimate the run planned by (``compile_estimate_s``), what the option's
-arm took (``compile_s``) and its check and rounds (``timed_s``); then, per option, the median of
-compiled / estimate and of compiled / capture over the runs that have them. The evidence for
+capture's own compile, the baseline arm's (the default compile in an arm of its own,
+``processes.baseline_compile_s``), the estimate the run planned by (``compile_estimate_s``), what
+the option's arm took (``compile_s``) and its check and rounds (``timed_s``); then, per option, the
+median of compiled / estimate, compiled / capture and compiled / baseline arm over the runs that
+have them. The evidence for
 ``schedule.OPTION_COMPILE_FACTOR`` and ``compile_options.TEMPLATE_TUNE_S``, from the runs themselves.
 
 Usage: python scripts/option_compile_table.py DIR [DIR ...]
@@ -39,30 +41,33 @@ def rows(folders: list[Path]) -> list[dict[str, Any]]:
             except (OSError, ValueError):
                 continue
             capture = (result.get("phases") or {}).get(CAPTURE)
+            baseline = (result.get("processes") or {}).get("baseline_compile_s")
             for rec in result.get("recommendations") or []:
                 if rec.get("option", "").endswith(" + pack"):
                     continue
                 found.append({"problem": f"{result.get('name')} {result.get('dtype')}", "option": rec.get("option"),
-                              "capture": capture, "estimate": rec.get("compile_estimate_s"),
+                              "capture": capture, "baseline": baseline, "estimate": rec.get("compile_estimate_s"),
                               "compiled": rec.get("compile_s"), "timed": rec.get("timed_s")})
     return found
 
 
 def table(found: list[dict[str, Any]]) -> str:
-    lines = ["| problem | option | capture s | estimate s | compiled s | compiled / estimate | check and rounds s |",
-             "|---|---|---:|---:|---:|---:|---:|"]
+    lines = ["| problem | option | capture s | baseline arm s | estimate s | compiled s | compiled / estimate "
+             "| check and rounds s |", "|---|---|---:|---:|---:|---:|---:|---:|"]
     for r in found:
         over = ratio(r["compiled"], r["estimate"])
-        lines.append(f"| {r['problem']} | {r['option']} | {seconds(r['capture'])} | {seconds(r['estimate'])} | "
-                     f"{seconds(r['compiled'])} | {'-' if over is None else f'{over:.2f}'} | {seconds(r['timed'])} |")
-    lines += ["", "| option | runs compiled | median compiled / estimate | median compiled / capture |",
-              "|---|---:|---:|---:|"]
+        lines.append(f"| {r['problem']} | {r['option']} | {seconds(r['capture'])} | {seconds(r['baseline'])} | "
+                     f"{seconds(r['estimate'])} | {seconds(r['compiled'])} | {'-' if over is None else f'{over:.2f}'} "
+                     f"| {seconds(r['timed'])} |")
+    lines += ["", "| option | runs compiled | median compiled / estimate | median compiled / capture "
+              "| median compiled / baseline arm |", "|---|---:|---:|---:|---:|"]
     for option in dict.fromkeys(r["option"] for r in found):
         mine = [r for r in found if r["option"] == option and isinstance(r["compiled"], (int, float))]
-        over = [v for v in (ratio(r["compiled"], r["estimate"]) for r in mine) if v is not None]
-        per_capture = [v for v in (ratio(r["compiled"], r["capture"]) for r in mine) if v is not None]
-        lines.append(f"| {option} | {len(mine)} | {f'{statistics.median(over):.2f}' if over else '-'} | "
-                     f"{f'{statistics.median(per_capture):.2f}' if per_capture else '-'} |")
+        medians = []
+        for base in ("estimate", "capture", "baseline"):
+            values = [v for v in (ratio(r["compiled"], r[base]) for r in mine) if v is not None]
+            medians.append(f"{statistics.median(values):.2f}" if values else "-")
+        lines.append(f"| {option} | {len(mine)} | {' | '.join(medians)} |")
     return "\n".join(lines)
 
 

@@ -49,6 +49,9 @@ def test_writes_report_result_and_pack(first_run: tuple[Path, Path]) -> None:
     assert f"Processes started: {processes['started']} " in report
     if result.device == "cpu":
         assert processes["peak_gpu_mb"] is None
+        assert processes["baseline_compile_s"] is None  # no baseline arm: nothing to time end to end
+    else:  # the default compile in an arm of its own, beside the options' (their estimates' evidence)
+        assert processes["baseline_compile_s"] > 0
     if result.device == "cpu":
         assert result.speedup is None and "not measured" in report
         assert len(KernelPack.load(out / "pack.json")) == 0  # nothing passes gate 4 without a GPU

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -221,6 +222,17 @@ def worker_main(conn: Channel, spec: ArmSpec) -> None:
             conn.send(("error", f"{type(exc).__name__}: {exc}".splitlines()[0] + " | " + " / ".join(tail)))
     finally:
         conn.close()
+
+
+def compile_seconds(info: dict[str, Any] | None) -> float | None:
+    """How long an arm took from its start to ready, as its ready message (``info``) says
+    (``compile_s``: torch's import, the target's load, the compile and its first call), or None
+    where it said nothing usable: an arm runs the pack's kernels, so what it says is checked like
+    any input (a finite, non-negative number)."""
+    value = (info or {}).get("compile_s")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        return None
+    return float(value)
 
 
 def arm_process_name(label: str) -> str:
