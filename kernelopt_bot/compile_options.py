@@ -39,6 +39,22 @@ COMPILE_OPTIONS = (
     CompileOption("coordinate_descent_tuning=True", config={"coordinate_descent_tuning": True}),
     CompileOption("mode=reduce-overhead (CUDA graphs)", mode="reduce-overhead"),
 )
+CUDA_GRAPHS = COMPILE_OPTIONS[2].label
+
+
+def led_by(lead: str | None, options: tuple[CompileOption, ...] = COMPILE_OPTIONS) -> tuple[CompileOption, ...]:
+    """``options`` with the one labelled ``lead`` first (None or unknown: as they are), the order
+    they are planned into waves and timed in: the option the profile says can win is the one to
+    measure where time runs short."""
+    return tuple(sorted(options, key=lambda o: o.label != lead))
+
+
+def in_report_order(recommendations: list[Recommendation]) -> list[Recommendation]:
+    """``recommendations`` in :data:`COMPILE_OPTIONS`' order (others after, as they were)."""
+    rank = {o.label: i for i, o in enumerate(COMPILE_OPTIONS)}
+    return sorted(recommendations, key=lambda r: rank.get(r.option, len(rank)))
+
+
 # What max-autotune's tuning of GEMM and convolution templates adds to a compile where the model
 # calls such a library kernel, by dtype (precompiling and benchmarking Inductor's template choices;
 # later calls' shapes add little: they precompile beside the first's). On the H200: fp32 13-27 s

@@ -531,7 +531,7 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
             first = (options_first(prof, to_search, calls_templates(extern_ops))
                      if steps.enabled and prestarted else None)
             if first is not None:
-                result.recommendations = steps.before_search(*first, searched=bool(to_search), final_s=final_s)
+                result.recommendations = steps.before_search(first, searched=bool(to_search), final_s=final_s)
             log("searching")
             with held_back(budget, steps.search_holdback_s(final_s)):
                 result.kernels, pack = orchestrator.run()

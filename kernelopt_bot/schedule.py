@@ -19,7 +19,7 @@ import functools
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 OPTIONS_FIRST_SHARE = 0.5  # library calls' share of model time (or launch-bound kernels' of Triton time): options go first
 OPTIONS_FIRST_LAUNCHES = 4  # Triton kernels a launch-bound model has at least, for options to go first
@@ -104,14 +104,26 @@ def held_back(budget: Any, seconds: float) -> Iterator[None]:
         budget.max_wall_s = saved
 
 
-def options_first(prof: Any, searched: list[Any], tunable_library: bool = True) -> tuple[str, float] | None:
+class OptionsFirst(NamedTuple):
+    """Why the compiler's options go before the search, the share of the model's time the search
+    could save (``headroom``, which sizes its share of the time), and the option to measure first
+    (``lead``; None: :data:`~kernelopt_bot.compile_options.COMPILE_OPTIONS`' order)."""
+
+    why: str
+    headroom: float
+    lead: str | None = None
+
+
+def options_first(prof: Any, searched: list[Any], tunable_library: bool = True) -> OptionsFirst | None:
     """Why the compiler's options are measured before the search rather than after it, and the
     share of what is then left of the wall budget that the search keeps; None: search first.
     Where library calls (cuBLAS, cuDNN) take most of the model's time, the searched Triton
     kernels can move the end-to-end time little, and max-autotune's GEMM tuning alone compiles
     for 30-70 s on the H200: measured after the search, the options found no time left (level-2
     problems on 12-03). Where most Triton time is in launch-bound kernels, CUDA graphs is the
-    option that can win, and no kernel of the search can. Where the Triton kernels run at the
+    option that can win, and no kernel of the search can: it is measured first (on the H200 a
+    small vision transformer's max-autotune and coordinate descent compiled for 64 and 51 s and
+    CUDA graphs never started, where issue 12 measured them 1.28x in this harness, 12-04). Where the Triton kernels run at the
     copy roofline already, the search has little to give either: a small CNN's BN+ReLU kernels at
     100% of it took the search's time and left max-autotune's convolution tuning too little to
     finish (12-03, fp32). The search keeps the share of the model's time it could save at most
@@ -121,6 +133,8 @@ def options_first(prof: Any, searched: list[Any], tunable_library: bool = True) 
     convolutions); a training step's eager loss and gradient kernels cannot: on the H200 a layer
     norm's training step (63% outside the compiled graphs, 37% in two reductions) sent the options
     first, max-autotune compiled for 60 s and was stopped, and the search got 7 s (bf16, 12-04)."""
+    from kernelopt_bot.compile_options import CUDA_GRAPHS
+
     if not prof.measured or not prof.model_ms:
         return None
     triton = [k for k in prof.kernels if k.time_ms]
@@ -131,11 +145,12 @@ def options_first(prof: Any, searched: list[Any], tunable_library: bool = True) 
     library = (prof.vendor_ms or 0.0) / model_ms
     headroom = sum(k.headroom_ms for k in searched) / model_ms
     if tunable_library and library >= OPTIONS_FIRST_SHARE:
-        return f"library calls take {library:.0%} of the model's time", headroom
+        return OptionsFirst(f"library calls take {library:.0%} of the model's time", headroom)
     if len(triton) >= OPTIONS_FIRST_LAUNCHES and total and launch >= OPTIONS_FIRST_SHARE * total:
-        return f"{launch / total:.0%} of the Triton kernels' time is in launch-bound kernels", headroom
+        return OptionsFirst(f"{launch / total:.0%} of the Triton kernels' time is in launch-bound kernels",
+                            headroom, CUDA_GRAPHS)
     if total > launch and headroom < OPTIONS_FIRST_HEADROOM:  # kernels that are not launch-bound, at the roofline
-        return f"the search could save at most {headroom:.0%} of the model's time", headroom
+        return OptionsFirst(f"the search could save at most {headroom:.0%} of the model's time", headroom)
     return None
 
 
@@ -298,6 +313,7 @@ class OptionSteps:
     went_first: bool = False
     later: list[str] = field(default_factory=list)  # what went first and did not start
     later_need_s: float = 0.0  # what the quickest of them needs after the search (options_later)
+    lead: str | None = None  # the option measured first (OptionsFirst.lead)
     measured_after: bool = False
 
     @property
@@ -317,28 +333,32 @@ class OptionSteps:
         """Whether options are still to be measured after the search."""
         return self.enabled and not self.measured_after and (not self.went_first or bool(self.later))
 
-    def before_search(self, why: str, headroom: float, searched: bool, final_s: float) -> list[Any]:
-        """The options, measured before the search (:func:`options_first` said ``why``, and what
-        the searched kernels could save, ``headroom``), leaving the search its share
+    def before_search(self, first: OptionsFirst, searched: bool, final_s: float) -> list[Any]:
+        """The options, measured before the search (:func:`options_first` said why, what the
+        searched kernels could save and which option leads), leaving the search its share
         (:func:`search_keep_s`); ``searched``: some kernel is worth a search (else the options may
         also be timed in the final benchmark's reserve, which an empty pack barely needs);
         ``final_s``: the final benchmark's check and rounds. Those that could not start and would
         fit after the search are left for :meth:`after_search` (:func:`options_later`)."""
+        from kernelopt_bot.compile_options import in_report_order, led_by
         from kernelopt_bot.final_bench import empty_pack_need_s
 
-        self.went_first = True
+        self.went_first, self.lead = True, first.lead
         after_s = after_search_s(self.compile_s, self.reserve, False, None, final_s=final_s) if searched else 0.0
-        keep, floor = search_keep_s(headroom, self.budget.wall_s_left(), self.gamma, self.candidate_s(True),
+        keep, floor = search_keep_s(first.headroom, self.budget.wall_s_left(), self.gamma, self.candidate_s(True),
                                     after_s=after_s, searched=searched)
         spare = (f"none starts with less than {keep:.0f} s to spare for the search" if searched
                  else "no kernel takes enough of the model's time for a search")
-        self.log(f"measuring the compiler's own options (before the search: {why}; {spare})")
+        lead = f"; {first.lead} first" if first.lead else ""
+        self.log(f"measuring the compiler's own options (before the search: {first.why}{lead}; {spare})")
         empty_final = None if searched else functools.partial(
             empty_pack_need_s, self.model_ms, self.rounds, self.reserve, self.target.train)
         measured = recommend_in_time(
             self.model_arms, self.target, self.gamma, self.rounds, self.budget, self.candidate_s(False),
             keep_s=keep, model_ms=self.model_ms, compile_s=self.option_compile_s, template_s=self.template_s,
-            floor_s=floor, reserve_s=0.0 if searched else self.reserve, final_need_s=empty_final)
+            floor_s=floor, reserve_s=0.0 if searched else self.reserve, final_need_s=empty_final,
+            options=led_by(first.lead))
+        measured = in_report_order(measured)
         if searched:
             self.later, self.later_need_s = options_later(
                 measured, self.budget.wall_s_left(), self.option_compile_s, self.template_s, self.need_s,
@@ -364,12 +384,12 @@ class OptionSteps:
         """``before`` (the recommendations so far) with the options still pending measured, in
         what is left of the search's time and what the final benchmark will not need of its
         reserve (``final_need()``, :func:`~kernelopt_bot.final_bench.final_need_s`)."""
-        from kernelopt_bot.compile_options import COMPILE_OPTIONS, merge_recommendations
+        from kernelopt_bot.compile_options import led_by, merge_recommendations
 
         if not self.after_pending:
             return before
         self.log("measuring the compiler's own options")
-        pending = tuple(o for o in COMPILE_OPTIONS if not self.went_first or o.label in self.later)
+        pending = tuple(o for o in led_by(self.lead) if not self.went_first or o.label in self.later)
         measured = recommend_in_time(
             self.model_arms, self.target, self.gamma, self.rounds, self.budget, self.candidate_s(False),
             model_ms=self.model_ms, compile_s=self.option_compile_s, template_s=self.template_s,

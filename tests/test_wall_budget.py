@@ -21,6 +21,7 @@ from kernelopt_bot.harness.model_arms import ModelArms
 from kernelopt_bot.pipeline import WALL_MARGIN_S
 from kernelopt_bot.profiling import KernelProfile, Profile
 from kernelopt_bot.schedule import (
+    OptionsFirst,
     OptionSteps,
     after_search_s,
     arms_end_by,
@@ -640,7 +641,7 @@ def _profile(model_ms: float, vendor_ms: float, kernels: list[tuple[float, str]]
     return Profile("t", "cuda", model_ms, vendor_ms, None, rows)
 
 
-def _first(prof: Profile) -> tuple[str, float] | None:
+def _first(prof: Profile) -> OptionsFirst | None:
     """Options first or not, where the search would search every kernel of the profile."""
     return options_first(prof, prof.kernels)
 
@@ -649,12 +650,14 @@ def test_options_go_first_where_the_search_can_move_the_model_little() -> None:
     """Options go first on library-bound and launch-bound models; the search then keeps the share
     of the model's time it could save (Triton kernels that are not launch-bound)."""
     gemm = _profile(1.0, 0.7, [(0.3, "memory")])
-    why, searchable = _first(gemm)  # type: ignore[misc]
+    why, searchable, lead = _first(gemm)  # type: ignore[misc]
     assert why == "library calls take 70% of the model's time" and searchable == pytest.approx(0.3)
+    assert lead is None  # max-autotune first, as always (its template tuning is what can move such a model)
     assert _first(_profile(1.0, 0.3, [(0.7, "memory")])) is None  # the Triton kernels matter most
     small = _profile(0.1, 0.0, [(0.008, "launch")] * 10 + [(0.02, "memory")])
-    why, searchable = _first(small)  # type: ignore[misc]
+    why, searchable, lead = _first(small)  # type: ignore[misc]
     assert why == "80% of the Triton kernels' time is in launch-bound kernels"
+    assert lead == "mode=reduce-overhead (CUDA graphs)"  # what removes launches is measured first
     assert searchable == pytest.approx(0.2)
     assert _first(_profile(0.1, 0.0, [(0.008, "launch")] * 2)) is None  # too few to matter
     assert _first(Profile("t", "cpu", None, None, None, [])) is None  # nothing measured
@@ -673,7 +676,7 @@ def test_options_go_first_where_the_triton_kernels_run_at_the_copy_roofline() ->
     cnn = Profile("t", "cuda", 4.0, 1.3, None, [kernel(0.8, "pointwise", 1.003), kernel(0.5, "pointwise", 1.04),
                                                 kernel(0.4, "pointwise", 1.0), kernel(0.2, "pointwise", 0.4),
                                                 kernel(0.1, "reduction", 0.88)])
-    why, searchable = _first(cnn)  # type: ignore[misc]
+    why, searchable, _ = _first(cnn)  # type: ignore[misc]
     assert why == "the search could save at most 6% of the model's time"
     assert searchable == pytest.approx((0.2 * 0.6 + 0.1) / 4.0)  # what the search keeps a share of
     slow = Profile("t", "cuda", 4.0, 1.3, None, [kernel(0.8, "pointwise", 0.5), kernel(1.9, "pointwise", 1.0)])
@@ -692,7 +695,7 @@ def test_the_search_keeps_what_the_kernels_it_would_search_could_save() -> None:
 
     searched = kernel(0.2, "reduction", 0.9)
     prof = Profile("t", "cuda", 4.0, 2.4, None, [searched, kernel(0.06, "reduction", 0.5)])
-    why, headroom = options_first(prof, [searched])  # type: ignore[misc]
+    why, headroom, _ = options_first(prof, [searched])  # type: ignore[misc]
     assert why == "library calls take 60% of the model's time" and headroom == pytest.approx(0.2 / 4.0)
 
 
@@ -864,7 +867,8 @@ def test_the_run_measures_after_the_search_the_options_that_could_not_start_befo
     said: list[str] = []
     steps = OptionSteps(arena, SimpleNamespace(train=False), budget, 1.03, 3, 20.0, compile_s=19.0,
                         template_s=8.0, model_ms=None, candidate_s=lambda trusted: 10.0, log=said.append)
-    before = steps.before_search("library calls take 64% of the model's time", 0.096, searched=True, final_s=10.0)
+    before = steps.before_search(OptionsFirst("library calls take 64% of the model's time", 0.096), searched=True,
+                                 final_s=10.0)
     assert arena.labels == [] and all(r.detail.startswith(compile_options.PASSED_OVER) for r in before)
     assert steps.later == [o.label for o in COMPILE_OPTIONS] and steps.after_pending
     assert said[-1] == "    none started: 3 measured after the search instead"
@@ -884,7 +888,8 @@ def test_the_run_measures_after_the_search_the_options_that_could_not_start_befo
     steps = OptionSteps(_LabelArena(now, 0.0), SimpleNamespace(train=False), Budget(max_wall_s=20.0, clock=lambda: now[0]),
                         1.03, 3, 20.0, compile_s=19.0, template_s=8.0, model_ms=None,
                         candidate_s=lambda trusted: 10.0, log=said.append)
-    steps.before_search("library calls take 64% of the model's time", 0.0, searched=False, final_s=10.0)
+    steps.before_search(OptionsFirst("library calls take 64% of the model's time", 0.0), searched=False,
+                        final_s=10.0)
     assert steps.later == [] and not steps.after_pending and steps.search_holdback_s(10.0) == 0.0
 
 
@@ -898,8 +903,37 @@ def test_the_search_leaves_a_waiting_max_autotune_its_template_tuning(monkeypatc
     steps = OptionSteps(arena, SimpleNamespace(train=False), Budget(max_wall_s=70.0, clock=lambda: now[0]), 1.03, 3,
                         20.0, compile_s=19.0, template_s=8.0, model_ms=None, candidate_s=lambda trusted: 10.0,
                         log=lambda _m: None)
-    recs = steps.before_search("library calls take 64% of the model's time", 0.096, searched=True, final_s=10.0)
+    recs = steps.before_search(OptionsFirst("library calls take 64% of the model's time", 0.096), searched=True,
+                                 final_s=10.0)
     assert recs[0].detail.startswith(compile_options.PASSED_OVER)
     assert all(r.detail.startswith(compile_options.ALREADY) for r in recs[1:])
     assert steps.later == ["mode=max-autotune-no-cudagraphs"] and steps.later_need_s == 46.5
     assert steps.search_holdback_s(10.0) == 50.0
+
+
+def test_on_a_launch_bound_model_cuda_graphs_is_measured_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    """tiny_vit bf16 on the H200: the options went first (its Triton time launch-bound), and
+    max-autotune and coordinate descent took the time while CUDA graphs, the option that removes
+    launches, never started. Where time holds one option, CUDA graphs is it; the report keeps its
+    order (max-autotune, coordinate descent, CUDA graphs)."""
+    now, checked = _timed_checks(monkeypatch, 5.0)
+    arena = _LabelArena(now, 0.0)
+    said: list[str] = []
+    def steps(arena: _LabelArena) -> OptionSteps:
+        return OptionSteps(arena, SimpleNamespace(train=False), Budget(max_wall_s=42.0, clock=lambda: now[0]), 1.03,
+                           3, 20.0, compile_s=20.0, template_s=8.0, model_ms=None,
+                           candidate_s=lambda trusted: 10.0, log=said.append)
+
+    why = "100% of the Triton kernels' time is in launch-bound kernels"
+    recs = steps(arena).before_search(OptionsFirst(why, 0.0, compile_options.CUDA_GRAPHS), searched=False,
+                                      final_s=10.0)
+    # 30 s compile + 10 s check: one fits in 42 s (max-autotune, with its template tuning, none)
+    assert arena.labels == [compile_options.CUDA_GRAPHS] and len(checked) == 1
+    assert [r.option for r in recs] == [o.label for o in COMPILE_OPTIONS]
+    assert recs[2].detail == "outputs differ: checked" and recs[0].detail.startswith(compile_options.PASSED_OVER)
+    assert "mode=reduce-overhead (CUDA graphs) first" in said[0]
+    assert compile_options.led_by(None) == COMPILE_OPTIONS
+    now[0] = 0.0
+    arena = _LabelArena(now, 0.0)  # in the usual order, coordinate descent would have taken that time
+    steps(arena).before_search(OptionsFirst(why, 0.0), searched=False, final_s=10.0)
+    assert arena.labels == ["coordinate_descent_tuning=True"]
