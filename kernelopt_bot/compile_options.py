@@ -19,7 +19,7 @@ from kernelopt_bot.harness.bench import compare_arms, compare_seconds
 from kernelopt_bot.harness.failures import InfrastructureFailure, is_out_of_memory
 from kernelopt_bot.harness.model_arms import ModelArms
 from kernelopt_bot.pack.format import KernelPack, LaunchConfig, PackError
-from kernelopt_bot.result import WITH_PACK, Recommendation
+from kernelopt_bot.result import ALREADY, NO_ROOM, PASSED_OVER, RAN_OUT, WITH_PACK, Recommendation
 from kernelopt_bot.targets import Target
 from kernelopt_bot.verify.model import check_model
 from kernelopt_bot.verify.perf import judge
@@ -39,7 +39,7 @@ COMPILE_OPTIONS = (
     CompileOption("coordinate_descent_tuning=True", config={"coordinate_descent_tuning": True}),
     CompileOption("mode=reduce-overhead (CUDA graphs)", mode="reduce-overhead"),
 )
-CUDA_GRAPHS = COMPILE_OPTIONS[2].label
+CUDA_GRAPHS = next(o.label for o in COMPILE_OPTIONS if o.mode == "reduce-overhead")
 
 
 def led_by(lead: str | None, options: tuple[CompileOption, ...] = COMPILE_OPTIONS) -> tuple[CompileOption, ...]:
@@ -67,13 +67,6 @@ MIN_BENCH_S = 10.0  # gate 3 and the interleaved rounds of a compiled arm: not b
 CHECK_CALLS = 10  # gate 3's calls, in model calls: both arms' outputs, the eager and float64 references
 MAX_OPTION_CONFIGS = 16  # kernels whose option configs a recommendation keeps (keep_configs_of)
 MAX_REPORTED_CONFIGS = 64  # what a published result may carry (github.trusted.RecommendationDoc)
-# An option whose arm never started, for want of wall time or of GPU memory beside the others,
-# says one of these (nothing of it ran: measured before the search, it may still be measured after
-# it, see :func:`not_started`); one that is the baseline's own setting says ALREADY.
-RAN_OUT = "not measured: the wall-time budget ran out"
-PASSED_OVER = "not measured: its compile (about"
-NO_ROOM = "not measured: no GPU memory for its arm beside the others"
-ALREADY = "not measured: the baseline already is"
 
 
 def calls_templates(extern_ops: list[str]) -> bool:

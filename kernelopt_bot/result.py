@@ -43,6 +43,13 @@ class KernelOutcome:
 
 # The suffix of a recommendation that is a compiler option with the run's pack installed on top.
 WITH_PACK = " + pack"
+# An option whose arm never started, for want of wall time or of GPU memory beside the others,
+# says one of these (nothing of it ran: measured before the search, it may still be measured after
+# it, see compile_options.not_started); one that is the baseline's own setting says ALREADY.
+RAN_OUT = "not measured: the wall-time budget ran out"
+PASSED_OVER = "not measured: its compile (about"
+NO_ROOM = "not measured: no GPU memory for its arm beside the others"
+ALREADY = "not measured: the baseline already is"
 
 
 @dataclass
@@ -71,6 +78,11 @@ class Recommendation:
     @property
     def with_pack(self) -> bool:
         return self.option.endswith(WITH_PACK)
+
+    @property
+    def never_started(self) -> bool:
+        """Its arm never started: no time or GPU room for it, or it is the baseline's own setting."""
+        return self.detail in (RAN_OUT, NO_ROOM) or self.detail.startswith((PASSED_OVER, ALREADY))
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -165,6 +177,14 @@ class RunResult:
         """The verified compiler option (alone) with the largest end-to-end speedup, if any."""
         verified = [r for r in self.recommendations if r.verified and r.speedup is not None and not r.with_pack]
         return max(verified, key=lambda r: r.speedup or 0.0) if verified else None
+
+    @property
+    def option_outcome(self) -> Recommendation | None:
+        """The option the report's headline speaks for where none is verified: the first whose arm
+        started (CUDA graphs, led on a launch-bound model and failed, says more than a
+        max-autotune that never started), else the first."""
+        alone = [r for r in self.recommendations if not r.with_pack]
+        return next((r for r in alone if not r.never_started), alone[0] if alone else None)
 
     @property
     def option_with_pack(self) -> Recommendation | None:

@@ -340,7 +340,8 @@ class OptionSteps:
         also be timed in the final benchmark's reserve, which an empty pack barely needs);
         ``final_s``: the final benchmark's check and rounds. Those that could not start and would
         fit after the search are left for :meth:`after_search` (:func:`options_later`)."""
-        from kernelopt_bot.compile_options import in_report_order, led_by
+        from kernelopt_bot.capture.settings import CompileSettings
+        from kernelopt_bot.compile_options import COMPILE_OPTIONS, in_report_order, led_by
         from kernelopt_bot.final_bench import empty_pack_need_s
 
         self.went_first, self.lead = True, first.lead
@@ -349,7 +350,9 @@ class OptionSteps:
                                     after_s=after_s, searched=searched)
         spare = (f"none starts with less than {keep:.0f} s to spare for the search" if searched
                  else "no kernel takes enough of the model's time for a search")
-        lead = f"; {first.lead} first" if first.lead else ""
+        users = CompileSettings(self.model_arms.mode, self.model_arms.config)
+        lead = next((f"; {o.label} first" for o in COMPILE_OPTIONS if o.label == first.lead
+                     and users.with_option(o.mode, o.config) != users), "")  # not where it is the baseline
         self.log(f"measuring the compiler's own options (before the search: {first.why}{lead}; {spare})")
         empty_final = None if searched else functools.partial(
             empty_pack_need_s, self.model_ms, self.rounds, self.reserve, self.target.train)

@@ -40,12 +40,16 @@ def rows(folders: list[Path]) -> list[dict[str, Any]]:
                 result = json.loads(path.read_text())
             except (OSError, ValueError):
                 continue
+            if not isinstance(result, dict):
+                continue
             capture = (result.get("phases") or {}).get(CAPTURE)
             baseline = (result.get("processes") or {}).get("baseline_compile_s")
+            problem = f"{result.get('name')} {result.get('dtype')}" + (" (training step)" if result.get("train") else "")
             for rec in result.get("recommendations") or []:
-                if rec.get("option", "").endswith(" + pack"):
+                option = str(rec.get("option") or "") if isinstance(rec, dict) else ""
+                if not option or option.endswith(" + pack"):
                     continue
-                found.append({"problem": f"{result.get('name')} {result.get('dtype')}", "option": rec.get("option"),
+                found.append({"problem": problem, "option": option,
                               "capture": capture, "baseline": baseline, "estimate": rec.get("compile_estimate_s"),
                               "compiled": rec.get("compile_s"), "timed": rec.get("timed_s")})
     return found

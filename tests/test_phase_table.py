@@ -64,9 +64,16 @@ def test_the_option_compile_table_sets_each_compile_beside_its_estimate(tmp_path
                                   {"option": "coordinate_descent_tuning=True + pack", "compile_s": 90.0}]}
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "result.json").write_text(json.dumps(result))
+    (tmp_path / "train").mkdir()  # a training step's run is its own problem
+    (tmp_path / "train" / "result.json").write_text(json.dumps({**result, "train": True}))
+    for odd, text in (("list", "[1, 2]"), ("nameless", json.dumps({"recommendations": [{"option": None}, 3]}))):
+        (tmp_path / odd).mkdir()  # what is not a run's result is passed over
+        (tmp_path / odd / "result.json").write_text(text)
     run = subprocess.run([sys.executable, script, str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert "| mlp bf16 | coordinate_descent_tuning=True | 20.0 | 30.0 | 30.0 | 45.0 | 1.50 | 8.0 |" in run.stdout
-    assert "| coordinate_descent_tuning=True | 1 | 1.50 | 2.25 | 1.50 |" in run.stdout and "+ pack" not in run.stdout
+    assert run.returncode == 0, run.stderr
+    assert "| mlp bf16 (training step) | coordinate_descent_tuning=True | 20.0 |" in run.stdout
+    assert "| coordinate_descent_tuning=True | 2 | 1.50 | 2.25 | 1.50 |" in run.stdout and "+ pack" not in run.stdout
     empty = subprocess.run([sys.executable, script, str(tmp_path / "run" / "none")], capture_output=True, text=True,
                            timeout=120)
     assert empty.returncode == 2 and "no compiler option" in empty.stderr

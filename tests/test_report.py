@@ -272,3 +272,20 @@ def test_each_options_compile_and_timing_seconds_are_in_its_row() -> None:
     rows = [line for line in report.splitlines() if line.startswith("| `mode=max-autotune") or
             line.startswith("| `coordinate_descent")]
     assert rows[0].endswith("| 42 s (36 s) | 12 s |") and rows[1].endswith("| - | - |")
+
+
+def test_the_headline_speaks_for_the_first_option_that_started() -> None:
+    """On a launch-bound model CUDA graphs leads the options: where it started and failed while
+    max-autotune never started, the headline says what happened to CUDA graphs, not that
+    max-autotune's compile would not have fit."""
+    from kernelopt_bot.result import PASSED_OVER
+
+    result = _measured_result()
+    result.recommendations = [
+        Recommendation("mode=max-autotune-no-cudagraphs", None, False, f"{PASSED_OVER} 46 s), check and timing"),
+        Recommendation("coordinate_descent_tuning=True", None, False, "not measured: the wall-time budget ran out"),
+        Recommendation("mode=reduce-overhead (CUDA graphs)", None, False, "failed: CUDA graphs capture failed")]
+    assert result.option_outcome is result.recommendations[2]
+    assert "- **Compiler option:** not measured: failed: CUDA graphs capture failed\n" in render_report(result)
+    result.recommendations = result.recommendations[:2]  # none started: the first one speaks
+    assert result.option_outcome is result.recommendations[0]

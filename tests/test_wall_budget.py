@@ -937,3 +937,8 @@ def test_on_a_launch_bound_model_cuda_graphs_is_measured_first(monkeypatch: pyte
     arena = _LabelArena(now, 0.0)  # in the usual order, coordinate descent would have taken that time
     steps(arena).before_search(OptionsFirst(why, 0.0), searched=False, final_s=10.0)
     assert arena.labels == ["coordinate_descent_tuning=True"]
+    now[0] = 0.0
+    arena = _LabelArena(now, 0.0)
+    arena.mode = "reduce-overhead"  # the model already runs under CUDA graphs: nothing leads
+    steps(arena).before_search(OptionsFirst(why, 0.0, compile_options.CUDA_GRAPHS), searched=False, final_s=10.0)
+    assert " first" not in said[-1] and compile_options.CUDA_GRAPHS not in arena.labels
