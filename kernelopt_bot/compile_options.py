@@ -222,13 +222,13 @@ def merge_recommendations(before: list[Recommendation], again: list[Recommendati
 
 def not_started(recommendations: list[Recommendation]) -> list[str]:
     """The options whose arms never started, as their compile and timing would not have finished
-    in the time given or the GPU held no arm beside the others (:data:`RAN_OUT`,
-    :data:`PASSED_OVER`, :data:`NO_ROOM`); ``[]`` where any option's arm started (it compiled,
-    failed, was stopped or measured: the options had their time) or the baselines did not."""
-    waiting = [r for r in recommendations if r.detail in (RAN_OUT, NO_ROOM) or r.detail.startswith(PASSED_OVER)]
-    if any(r not in waiting and not r.detail.startswith(ALREADY) for r in recommendations):
+    in the time given or the GPU held no arm beside the others
+    (:attr:`~kernelopt_bot.result.Recommendation.never_started`, the baseline's own setting
+    aside); ``[]`` where any option's arm started (it compiled, failed, was stopped or measured:
+    the options had their time) or the baselines did not."""
+    if not all(r.never_started for r in recommendations):
         return []
-    return [r.option for r in waiting]
+    return [r.option for r in recommendations if not r.detail.startswith(ALREADY)]
 
 
 def plan_wave(pending: list[CompileOption], room: int, left: float | None,
