@@ -26,7 +26,7 @@ from kernelopt_bot import __version__
 from kernelopt_bot.candidate import DEFAULT_GAMMA
 from kernelopt_bot.capture.settings import CompileSettings, check_config, target_settings
 from kernelopt_bot.errors import BadInputError, KerneloptError
-from kernelopt_bot.final_bench import benchmark_pack, final_need_s, final_pack_arm
+from kernelopt_bot.final_bench import benchmark_pack, empty_pack_need_s, final_need_s, final_pack_arm
 from kernelopt_bot.folders import make_dirs
 from kernelopt_bot.harness.failures import poisoned_in
 from kernelopt_bot.harness.isolation import Channel
@@ -531,7 +531,10 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
             first = (options_first(prof, to_search, calls_templates(extern_ops))
                      if steps.enabled and prestarted else None)
             if first is not None:
-                result.recommendations = steps.before_search(first, searched=bool(to_search), final_s=final_s)
+                # With nothing to search the pack stays empty: the final benchmark then times the
+                # baseline alone, and the rest of its reserve may time an option.
+                result.recommendations = steps.before_search(first, final_s, None if to_search else functools.partial(
+                    empty_pack_need_s, model_ms, plan.rounds, reserve, tgt.train))
             log("searching")
             with held_back(budget, steps.search_holdback_s(final_s)):
                 result.kernels, pack = orchestrator.run()

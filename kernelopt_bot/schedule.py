@@ -15,7 +15,6 @@ their deadlines from here.
 from __future__ import annotations
 
 import contextlib
-import functools
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -333,17 +332,20 @@ class OptionSteps:
         """Whether options are still to be measured after the search."""
         return self.enabled and not self.measured_after and (not self.went_first or bool(self.later))
 
-    def before_search(self, first: OptionsFirst, searched: bool, final_s: float) -> list[Any]:
+    def before_search(self, first: OptionsFirst, final_s: float,
+                      empty_pack_need: Callable[[], float] | None = None) -> list[Any]:
         """The options, measured before the search (:func:`options_first` said why, what the
         searched kernels could save and which option leads), leaving the search its share
-        (:func:`search_keep_s`); ``searched``: some kernel is worth a search (else the options may
-        also be timed in the final benchmark's reserve, which an empty pack barely needs);
-        ``final_s``: the final benchmark's check and rounds. Those that could not start and would
-        fit after the search are left for :meth:`after_search` (:func:`options_later`)."""
+        (:func:`search_keep_s`); ``final_s``: the final benchmark's check and rounds.
+        ``empty_pack_need``: where no kernel is worth a search, what the final benchmark of the
+        pack that then stays empty needs (:func:`~kernelopt_bot.final_bench.empty_pack_need_s`):
+        the options may also be timed in the rest of its reserve; None: a search follows. Those
+        that could not start and would fit after the search are left for :meth:`after_search`
+        (:func:`options_later`)."""
         from kernelopt_bot.capture.settings import CompileSettings
         from kernelopt_bot.compile_options import COMPILE_OPTIONS, in_report_order, led_by
-        from kernelopt_bot.final_bench import empty_pack_need_s
 
+        searched = empty_pack_need is None
         self.went_first, self.lead = True, first.lead
         after_s = after_search_s(self.compile_s, self.reserve, False, None, final_s=final_s) if searched else 0.0
         keep, floor = search_keep_s(first.headroom, self.budget.wall_s_left(), self.gamma, self.candidate_s(True),
@@ -354,12 +356,10 @@ class OptionSteps:
         lead = next((f"; {o.label} first" for o in COMPILE_OPTIONS if o.label == first.lead
                      and users.with_option(o.mode, o.config) != users), "")  # not where it is the baseline
         self.log(f"measuring the compiler's own options (before the search: {first.why}{lead}; {spare})")
-        empty_final = None if searched else functools.partial(
-            empty_pack_need_s, self.model_ms, self.rounds, self.reserve, self.target.train)
         measured = recommend_in_time(
             self.model_arms, self.target, self.gamma, self.rounds, self.budget, self.candidate_s(False),
             keep_s=keep, model_ms=self.model_ms, compile_s=self.option_compile_s, template_s=self.template_s,
-            floor_s=floor, reserve_s=0.0 if searched else self.reserve, final_need_s=empty_final,
+            floor_s=floor, reserve_s=0.0 if searched else self.reserve, final_need_s=empty_pack_need,
             options=led_by(first.lead))
         measured = in_report_order(measured)
         if searched:

@@ -867,8 +867,7 @@ def test_the_run_measures_after_the_search_the_options_that_could_not_start_befo
     said: list[str] = []
     steps = OptionSteps(arena, SimpleNamespace(train=False), budget, 1.03, 3, 20.0, compile_s=19.0,
                         template_s=8.0, model_ms=None, candidate_s=lambda trusted: 10.0, log=said.append)
-    before = steps.before_search(OptionsFirst("library calls take 64% of the model's time", 0.096), searched=True,
-                                 final_s=10.0)
+    before = steps.before_search(OptionsFirst("library calls take 64% of the model's time", 0.096), 10.0)
     assert arena.labels == [] and all(r.detail.startswith(compile_options.PASSED_OVER) for r in before)
     assert steps.later == [o.label for o in COMPILE_OPTIONS] and steps.after_pending
     assert said[-1] == "    none started: 3 measured after the search instead"
@@ -888,8 +887,8 @@ def test_the_run_measures_after_the_search_the_options_that_could_not_start_befo
     steps = OptionSteps(_LabelArena(now, 0.0), SimpleNamespace(train=False), Budget(max_wall_s=20.0, clock=lambda: now[0]),
                         1.03, 3, 20.0, compile_s=19.0, template_s=8.0, model_ms=None,
                         candidate_s=lambda trusted: 10.0, log=said.append)
-    steps.before_search(OptionsFirst("library calls take 64% of the model's time", 0.0), searched=False,
-                        final_s=10.0)
+    steps.before_search(OptionsFirst("library calls take 64% of the model's time", 0.0), 10.0,
+                        lambda: 20.0)
     assert steps.later == [] and not steps.after_pending and steps.search_holdback_s(10.0) == 0.0
 
 
@@ -903,8 +902,7 @@ def test_the_search_leaves_a_waiting_max_autotune_its_template_tuning(monkeypatc
     steps = OptionSteps(arena, SimpleNamespace(train=False), Budget(max_wall_s=70.0, clock=lambda: now[0]), 1.03, 3,
                         20.0, compile_s=19.0, template_s=8.0, model_ms=None, candidate_s=lambda trusted: 10.0,
                         log=lambda _m: None)
-    recs = steps.before_search(OptionsFirst("library calls take 64% of the model's time", 0.096), searched=True,
-                                 final_s=10.0)
+    recs = steps.before_search(OptionsFirst("library calls take 64% of the model's time", 0.096), 10.0)
     assert recs[0].detail.startswith(compile_options.PASSED_OVER)
     assert all(r.detail.startswith(compile_options.ALREADY) for r in recs[1:])
     assert steps.later == ["mode=max-autotune-no-cudagraphs"] and steps.later_need_s == 46.5
@@ -925,8 +923,7 @@ def test_on_a_launch_bound_model_cuda_graphs_is_measured_first(monkeypatch: pyte
                            candidate_s=lambda trusted: 10.0, log=said.append)
 
     why = "100% of the Triton kernels' time is in launch-bound kernels"
-    recs = steps(arena).before_search(OptionsFirst(why, 0.0, compile_options.CUDA_GRAPHS), searched=False,
-                                      final_s=10.0)
+    recs = steps(arena).before_search(OptionsFirst(why, 0.0, compile_options.CUDA_GRAPHS), 10.0, lambda: 20.0)
     # 30 s compile + 10 s check: one fits in 42 s (max-autotune, with its template tuning, none)
     assert arena.labels == [compile_options.CUDA_GRAPHS] and len(checked) == 1
     assert [r.option for r in recs] == [o.label for o in COMPILE_OPTIONS]
@@ -935,10 +932,10 @@ def test_on_a_launch_bound_model_cuda_graphs_is_measured_first(monkeypatch: pyte
     assert compile_options.led_by(None) == COMPILE_OPTIONS
     now[0] = 0.0
     arena = _LabelArena(now, 0.0)  # in the usual order, coordinate descent would have taken that time
-    steps(arena).before_search(OptionsFirst(why, 0.0), searched=False, final_s=10.0)
+    steps(arena).before_search(OptionsFirst(why, 0.0), 10.0, lambda: 20.0)
     assert arena.labels == ["coordinate_descent_tuning=True"]
     now[0] = 0.0
     arena = _LabelArena(now, 0.0)
     arena.mode = "reduce-overhead"  # the model already runs under CUDA graphs: nothing leads
-    steps(arena).before_search(OptionsFirst(why, 0.0, compile_options.CUDA_GRAPHS), searched=False, final_s=10.0)
+    steps(arena).before_search(OptionsFirst(why, 0.0, compile_options.CUDA_GRAPHS), 10.0, lambda: 20.0)
     assert " first" not in said[-1] and compile_options.CUDA_GRAPHS not in arena.labels
