@@ -32,6 +32,11 @@ class CompileOption:
     config: dict[str, Any] | None = None
     pack: KernelPack | None = None  # installed in the option's arm too (measure_with_pack)
 
+    def is_part_of(self, settings: CompileSettings) -> bool:
+        """Whether a model compiled with ``settings`` already runs with this option: its baseline
+        then is the option, which is not measured against itself."""
+        return settings.with_option(self.mode, self.config) == settings
+
 
 # max-autotune first: it is also the reference the suite compares against.
 COMPILE_OPTIONS = (
@@ -143,7 +148,7 @@ def recommend(model_arms: ModelArms, target: Target, *, gamma: float, rounds: in
             return no_baselines(exc)
     users = CompileSettings(model_arms.mode, model_arms.config)
     for option in options:  # an option the model is already compiled with is its baseline
-        if users.with_option(option.mode, option.config) == users:
+        if option.is_part_of(users):
             done[option.label] = Recommendation(option.label, None, False,
                                                 f"{ALREADY} {users.label}")
     pending = [o for o in options if o.label not in done]

@@ -63,7 +63,7 @@ def empty_pack_need_s(model_ms: float | None, rounds: int, reserve: float, train
 
 @contextlib.contextmanager
 def final_pack_arm(model_arms: Any, tgt: Any, pack: KernelPack, result: RunResult, budget: Any,
-               reserve: float) -> Iterator[Any]:
+                   reserve: float) -> Iterator[Any]:
     """The final benchmark's arm (``install(pack)`` then a fresh compile), started now without
     waiting, or None where the final benchmark needs none (no GPU, an empty pack, or gate 4's
     fresh-process numbers for exactly this pack) or where the GPU would not hold it beside a
@@ -96,7 +96,7 @@ def baselines_started(model_arms: Any) -> bool:
 
 
 def benchmark_pack(cascade: Any, tgt: Any, pack: KernelPack, result: RunResult, rounds: int,
-                 started: Any = None) -> KernelPack:
+                   started: Any = None) -> KernelPack:
     """Measure the combined pack end to end; if the combination misbehaves, keep the best single
     entry. An arm of ours that fails (its compile outlived the wall budget, say) is no verdict on
     the pack: the combination, never checked together, is cut to its best entry, which every gate

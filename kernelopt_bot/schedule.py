@@ -353,8 +353,8 @@ class OptionSteps:
         spare = (f"none starts with less than {keep:.0f} s to spare for the search" if searched
                  else "no kernel takes enough of the model's time for a search")
         users = CompileSettings(self.model_arms.mode, self.model_arms.config)
-        lead = next((f"; {o.label} first" for o in COMPILE_OPTIONS if o.label == first.lead
-                     and users.with_option(o.mode, o.config) != users), "")  # not where it is the baseline
+        lead = next((f"; {o.label} first" for o in COMPILE_OPTIONS
+                     if o.label == first.lead and not o.is_part_of(users)), "")
         self.log(f"measuring the compiler's own options (before the search: {first.why}{lead}; {spare})")
         measured = recommend_in_time(
             self.model_arms, self.target, self.gamma, self.rounds, self.budget, self.candidate_s(False),
