@@ -12,7 +12,7 @@ import threading
 
 import pytest
 
-from kernelopt_bot.harness.cpu_pin import pin_process, timing_core
+from kernelopt_bot.harness.cpu_pin import pin_process, this_thread_on, timing_core
 
 needs_affinity = pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or not os.path.isdir("/proc/self/task"),
                                     reason="needs Linux's CPU affinity")
@@ -76,3 +76,33 @@ def test_time_on_one_core_also_cuts_torchs_cpu_threads_to_one() -> None:
     core, threads, cores = json.loads(proc.stdout.strip().splitlines()[-1])
     assert core == max(os.sched_getaffinity(0))
     assert threads == 1 and cores == [core]
+
+
+@needs_affinity
+def test_the_comparing_thread_times_on_the_arms_core_and_gets_its_cores_back() -> None:
+    """The parent that asks the arms in turn runs on their timing core while it compares them
+    (as under ``taskset``), and only its calling thread: a thread started before keeps its cores."""
+    cores = os.sched_getaffinity(0)
+    core = timing_core()
+    seen: dict[str, set[int]] = {}
+    started, stop = threading.Event(), threading.Event()
+
+    def other() -> None:
+        started.set()
+        stop.wait()
+        seen["other"] = os.sched_getaffinity(0)
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    started.wait()
+    with this_thread_on(core) as moved:
+        seen["inside"] = os.sched_getaffinity(0)
+        stop.set()
+        thread.join()
+    assert moved and seen["inside"] == {core}
+    assert seen["other"] == cores and os.sched_getaffinity(0) == cores
+
+
+def test_no_core_leaves_the_thread_where_it_was() -> None:
+    with this_thread_on(None) as moved:
+        assert moved is False

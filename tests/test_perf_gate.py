@@ -13,10 +13,10 @@ from kernelopt_bot.verify.perf import check_performance, judge, physically_possi
 
 
 def _result(base: list[float], packed: list[float], repeat: list[float], *, applied: tuple[str, ...] = ("k",),
-            after: float = 0.0) -> BenchResult:
+            after: float = 0.0, scale: float | None = None, dtype: str = "fp32") -> BenchResult:
     rounds = [RoundResult(1000 + i, b, p, r) for i, (b, p, r) in enumerate(zip(base, packed, repeat))]
-    result = BenchResult("t", "cuda", "fp32", None, None, None, None, rounds=rounds, applied=list(applied),
-                         max_abs_diff=0.0, max_abs_diff_after_timing=after)
+    result = BenchResult("t", "cuda", dtype, None, None, None, None, rounds=rounds, applied=list(applied),
+                         max_abs_diff=0.0, max_abs_diff_after_timing=after, output_scale_after_timing=scale)
     from kernelopt_bot.harness.bench import _summarize
 
     _summarize(result)
@@ -38,6 +38,25 @@ def test_a_clear_win_passes() -> None:
 def test_rules_reject(result: BenchResult, reason: str) -> None:
     verdict = judge(result, "k", 1.03, {})
     assert verdict.passed is False and reason in verdict.reason
+
+
+def test_run_to_run_rounding_after_timing_is_not_state() -> None:
+    """On the H200 max-autotune's small CNN (bf16) matched the baseline bit for bit before timing
+    and by one bf16 unit on the timed input (0.000977 on outputs up to about 0.4): rounding that
+    differs from run to run, not a result left behind by timing."""
+    verdict = judge(_result([1.0] * 5, [0.8] * 5, [1.0] * 5, after=0.000977, scale=0.4, dtype="bf16"), None, 1.03, {})
+    assert verdict.passed is True, verdict.reason
+
+
+@pytest.mark.parametrize(("after", "scale", "dtype"), [
+    (0.3, 0.4, "bf16"),  # a stale result: about the outputs' own size
+    (0.02, 0.4, "bf16"),  # beyond bf16's tight model tolerance (1.7% of the largest value)
+    (1e-4, 1.0, "fp32"),  # fp32's tight tolerance is 1.1e-5 of the largest value
+    (0.000977, None, "bf16"),  # no scale recorded: only ten times the difference before counts
+], ids=["stale-bf16", "beyond-bf16-tolerance", "beyond-fp32-tolerance", "no-scale"])
+def test_state_after_timing_beyond_rounding_is_rejected(after: float, scale: float | None, dtype: str) -> None:
+    verdict = judge(_result([1.0] * 5, [0.8] * 5, [1.0] * 5, after=after, scale=scale, dtype=dtype), None, 1.03, {})
+    assert verdict.passed is False and "depends on state" in verdict.reason
 
 
 def test_faster_than_physics_is_skipped_work() -> None:

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from kernelopt_bot.harness.arm_process import Arm, ArmProcess, ArmSpec
+from kernelopt_bot.harness.cpu_pin import this_thread_on, timing_core
 from kernelopt_bot.harness.model_arms import ModelArms
 from kernelopt_bot.harness.timing import time_request_calls
 from kernelopt_bot.pack.format import KernelPack
@@ -97,6 +98,9 @@ class BenchResult:
     skipped: list[str] = field(default_factory=list)
     max_abs_diff: float | None = None
     max_abs_diff_after_timing: float | None = None
+    # The largest finite |value| of the baseline's outputs on that timed input: what gate 4's
+    # allowance for run-to-run rounding (atomics, split reductions) is relative to.
+    output_scale_after_timing: float | None = None
     reason: str = ""
     noise_from: str = "two baseline processes"
     warmup_passes: int = 0  # the passes of every arm before the first round (:func:`_warm_up`)
@@ -152,6 +156,19 @@ def _max_abs_diff(a: list[Any], b: list[Any], device: str = "cpu") -> float:
     finally:
         if device == "cuda":
             free_memory(device)  # the float64 temporaries' memory back to the arms
+
+
+def _max_abs(outputs: list[Any]) -> float:
+    """The largest finite |value| over floating-point ``outputs`` (0.0 where there is none)."""
+    import torch
+
+    worst = 0.0
+    for x in outputs:
+        if x.numel() and x.is_floating_point():
+            finite = x[torch.isfinite(x)]
+            if finite.numel():
+                worst = max(worst, float(finite.abs().max()))
+    return worst
 
 
 def _pair_diff(x: Any, y: Any, device: str = "cpu") -> float:
@@ -228,6 +245,22 @@ def compare_arms(base: Arm, packed: Arm, repeat: Arm | None, *, target: str,
     turns = [(base, "baseline"), (packed, "packed"), (repeat or base, "baseline-repeat")]
     if repeat is None:
         result.noise_from = "the one baseline process, timed twice a round (a large model)"
+    with this_thread_on(timing_core()):  # where the arms time: harness.cpu_pin
+        _time_rounds(result, base, packed, repeat, turns, rounds=rounds, reps=reps, timeout_s=timeout_s,
+                     split_step=split_step, end_by=end_by)
+    # Re-check on inputs that were timed: a result cached or left behind by timing shows here.
+    last = SEED_BASE + len(result.rounds) - 1
+    base_after = base.request("outputs", last, timeout_s=timeout_s)
+    result.max_abs_diff_after_timing = _max_abs_diff(base_after, packed.request("outputs", last, timeout_s=timeout_s),
+                                                     device)
+    result.output_scale_after_timing = _max_abs(base_after)
+    _summarize(result)
+    return result
+
+
+def _time_rounds(result: BenchResult, base: Arm, packed: Arm, repeat: Arm | None, turns: list[tuple[Arm, str]],
+                 *, rounds: int, reps: int, timeout_s: float, split_step: bool, end_by: float | None) -> None:
+    """:func:`compare_arms`'s warm-up and rounds, appended to ``result.rounds``."""
     pass_reps = _pass_reps(reps)
     result.warmup_passes = _warm_up([base, packed, repeat], pass_reps, timeout_s)
     result.rounds_planned = rounds
@@ -260,12 +293,6 @@ def compare_arms(base: Arm, packed: Arm, repeat: Arm | None, *, target: str,
             baseline_step_device_ms=_median_of(halves[("baseline", "step")]),
             packed_step_device_ms=_median_of(halves[("packed", "step")])))
         round_s = time.monotonic() - began
-    # Re-check on inputs that were timed: a result cached or left behind by timing shows here.
-    last = SEED_BASE + len(result.rounds) - 1
-    result.max_abs_diff_after_timing = _max_abs_diff(base.request("outputs", last, timeout_s=timeout_s),
-                                                     packed.request("outputs", last, timeout_s=timeout_s), device)
-    _summarize(result)
-    return result
 
 
 def compare_seconds(model_ms: float, rounds: int, reps: int, split_step: bool = False) -> float:
