@@ -246,8 +246,8 @@ class _CountingArm(_Arm):
     """Counts the model calls its "time" requests would make in an arm: the pass's timed calls,
     ``time_model``'s two warm-up calls and as many host-latency calls as timed ones."""
 
-    def __init__(self) -> None:
-        super().__init__(1.0, 1.0)
+    def __init__(self, call_ms: float = 1.0) -> None:
+        super().__init__(call_ms, call_ms)
         self.model_calls = 0
 
     def request(self, op: str, *args: Any, **kwargs: Any) -> Any:
@@ -264,7 +264,7 @@ def test_the_planned_time_of_a_comparison_counts_the_calls_it_makes() -> None:
     calls = sum(a.model_calls for a in arms)
     warm_up = sum(2 * bench._pass_reps(20) + 2 for _ in range(3)) * 2  # two steady warm-up passes an arm
     per_ms = (bench.compare_seconds(1.0, 10, 20) - bench.compare_seconds(0.0, 10, 20)) * 1000.0
-    assert per_ms == calls - warm_up  # the rounds' calls; warm-up is WARMUP_MAX_S at most
+    assert per_ms == pytest.approx(calls - warm_up)  # the rounds' calls; warm-up is WARMUP_MAX_S at most
     # a 20 ms call (an fp32 GEMM-bound model) takes half a minute to compare, not 10 s
     assert 25.0 < bench.compare_seconds(20.0, 10, 20) < 35.0
 
@@ -329,3 +329,18 @@ def test_a_comparison_stops_before_a_round_that_would_end_past_its_deadline(monk
     result = compare_arms(*(_ClockedArm(now, 0.1, 1.0) for _ in range(3)), target="t", device="cuda",
                           dtype="fp32", rounds=10, end_by=None)
     assert len(result.rounds) == result.rounds_planned == 10
+
+
+@pytest.mark.parametrize(("call_ms", "pass_reps"), [(0.5, 24), (1.0, 12), (4.0, 5), (None, 5)])
+def test_a_fast_models_passes_make_more_calls(call_ms: float | None, pass_reps: int) -> None:
+    """A pass lasts at least MIN_PASS_MS where calls are cheap (a launch-bound network's 5-call
+    passes jittered by 4% on the H200), up to MAX_PASS_REPS; a slow model keeps its share of
+    ``reps``. The comparison takes the count from the warm-up's time a call, and plans by it."""
+    assert bench._pass_reps(20, call_ms) == pass_reps
+    if call_ms is not None:
+        arms = [_CountingArm(call_ms) for _ in range(3)]
+        result = compare_arms(*arms, target="t", device="cuda", dtype="fp32", rounds=3, reps=20)
+        assert result.pass_reps == pass_reps and result.to_json()["pass_reps"] == pass_reps
+        warm_up = 3 * result.warmup_passes * (2 * bench._pass_reps(20) + 2)
+        per_call = (bench.compare_seconds(call_ms, 3, 20) - bench.compare_seconds(0.0, 3, 20)) * 1000.0 / call_ms
+        assert per_call == pytest.approx(sum(a.model_calls for a in arms) - warm_up)

@@ -17,6 +17,7 @@ but no time is reported.
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
@@ -34,6 +35,12 @@ SEED_BASE = 1000
 # compare_arms), each pass at least MIN_PASS_REPS calls.
 PASSES_PER_ROUND = 4
 MIN_PASS_REPS = 3
+# A pass of a fast model makes at least MIN_PASS_MS of calls (at most MAX_PASS_REPS): a round's
+# median then rests on more calls where they are cheap. On the H200 a launch-bound network
+# (0.54 ms a call, the host queueing its kernels) jittered by +-4% from one 5-call pass to the
+# next, and the baseline against itself measured a noise floor of 3.9-12.7%.
+MIN_PASS_MS = 12.0
+MAX_PASS_REPS = 24
 # Before the first round every arm is timed in turn until each pass is within STEADY_WITHIN of
 # that arm's previous one (at most WARMUP_MAX_S): on the H200 a launch-bound network's first three
 # rounds once took 1.0-1.6 ms a call and the next seven 0.8 ms, in every arm alike.
@@ -104,6 +111,7 @@ class BenchResult:
     reason: str = ""
     noise_from: str = "two baseline processes"
     warmup_passes: int = 0  # the passes of every arm before the first round (:func:`_warm_up`)
+    pass_reps: int = 0  # the calls of each timed pass (:func:`_pass_reps`, from the warm-up's time a call)
     rounds_planned: int = 0  # more than len(rounds) where the comparison's deadline cut it short
     # A training step's time split (ms of device time, medians over rounds): {"forward": {"baseline",
     # "optimized"}, "backward": {...}}; the backward is the step less its forward, timed in the same round.
@@ -261,8 +269,8 @@ def compare_arms(base: Arm, packed: Arm, repeat: Arm | None, *, target: str,
 def _time_rounds(result: BenchResult, base: Arm, packed: Arm, repeat: Arm | None, turns: list[tuple[Arm, str]],
                  *, rounds: int, reps: int, timeout_s: float, split_step: bool, end_by: float | None) -> None:
     """:func:`compare_arms`'s warm-up and rounds, appended to ``result.rounds``."""
-    pass_reps = _pass_reps(reps)
-    result.warmup_passes = _warm_up([base, packed, repeat], pass_reps, timeout_s)
+    result.warmup_passes, call_ms = _warm_up([base, packed, repeat], _pass_reps(reps), timeout_s)
+    pass_reps = result.pass_reps = _pass_reps(reps, call_ms)
     result.rounds_planned = rounds
     round_s = 0.0  # the last round's seconds: the next is expected to take as long
     for r in range(rounds):
@@ -305,7 +313,7 @@ def compare_seconds(model_ms: float, rounds: int, reps: int, split_step: bool = 
     # split_step: the baseline and packed arms' forward half and whole step, timed again each
     # pass (counted as whole calls: a forward half is shorter, so this errs long)
     requests = rounds * PASSES_PER_ROUND * (3 + (4 if split_step else 0))
-    calls = requests * time_request_calls(_pass_reps(reps))
+    calls = requests * time_request_calls(_pass_reps(reps, model_ms))
     return WARMUP_MAX_S + requests * REQUEST_OVERHEAD_S + calls * max(0.0, model_ms) / 1000.0
 
 
@@ -325,16 +333,22 @@ def rounds_within(model_ms: float | None, rounds: int, reps: int = 20, seconds: 
     return fitted
 
 
-def _pass_reps(reps: int) -> int:
-    """The calls of one pass: a round's ``reps`` split over its PASSES_PER_ROUND passes."""
-    return max(MIN_PASS_REPS, -(-reps // PASSES_PER_ROUND))
+def _pass_reps(reps: int, call_ms: float | None = None) -> int:
+    """The calls of one pass: a round's ``reps`` split over its PASSES_PER_ROUND passes, and on a
+    model of ``call_ms`` a call (None: not known) as many as make MIN_PASS_MS, up to MAX_PASS_REPS."""
+    split = max(MIN_PASS_REPS, -(-reps // PASSES_PER_ROUND))
+    if not call_ms or call_ms <= 0:
+        return split
+    return max(split, min(MAX_PASS_REPS, math.ceil(MIN_PASS_MS / call_ms)))
 
 
-def _warm_up(arms: list[Arm | None], pass_reps: int, timeout_s: float) -> int:
+def _warm_up(arms: list[Arm | None], pass_reps: int, timeout_s: float) -> tuple[int, float | None]:
     """Time every arm in turn, a pass each, until each arm's pass is within STEADY_WITHIN of its
-    previous one (at most WARMUP_MAX_S), on the inputs of no round; the passes it took. Without
-    times (no CUDA) one pass, which still warms the arms up."""
+    previous one (at most WARMUP_MAX_S), on the inputs of no round. Returns the passes it took and
+    the first arm's last time a call (None without times: no CUDA, where one pass still warms the
+    arms up)."""
     unique = {id(a): a for a in arms if a is not None}
+    first = next(iter(unique), None)
     last: dict[int, float] = {}
     started, passes = time.monotonic(), 0
     while True:
@@ -346,7 +360,7 @@ def _warm_up(arms: list[Arm | None], pass_reps: int, timeout_s: float) -> int:
         passes += 1
         steady = all(key in last and abs(ms / last[key] - 1.0) <= STEADY_WITHIN for key, ms in now.items())
         if not now or steady or time.monotonic() - started > WARMUP_MAX_S:
-            return passes
+            return passes, now.get(first) if first is not None else None
         last = now
 
 
