@@ -22,7 +22,7 @@ from kernelopt_bot.pack.format import KernelPack, LaunchConfig, PackError
 from kernelopt_bot.result import ALREADY, NO_ROOM, PASSED_OVER, RAN_OUT, WITH_PACK, Recommendation
 from kernelopt_bot.targets import Target
 from kernelopt_bot.verify.model import check_model
-from kernelopt_bot.verify.perf import judge
+from kernelopt_bot.verify.perf import agree_after_timing, judge
 
 
 @dataclass(frozen=True)
@@ -355,7 +355,7 @@ def _measure(option: CompileOption, arm: Arm | ArmError, target: Target, baselin
             if not model.passed:
                 return Recommendation(option.label, None, False, f"outputs differ: {model.reason}")
             result = compare_arms(baseline, arm, repeat, target=target.spec, device=device, dtype=dtype,
-                                  rounds=rounds, reps=reps, end_by=end_by)
+                                  rounds=rounds, reps=reps, end_by=end_by, outputs_agree=agree_after_timing)
             verdict = judge(result, None, gamma, {})
             cut = (f" ({len(result.rounds)} of {result.rounds_planned} rounds: the wall-time budget ran out)"
                    if len(result.rounds) < result.rounds_planned else "")

@@ -38,8 +38,9 @@ from kernelopt_bot.launchers import (
 from kernelopt_bot.result import KernelOutcome, RunResult
 from kernelopt_bot.search.tuner import MIN_KERNEL_GAIN
 from kernelopt_bot.source_patch import DEFAULT_OPTIONS, PatchError, SourceEdit, launch_keywords, unified_diff
+from kernelopt_bot.targets import dtype_name
 from kernelopt_bot.verify.launcher import InfrastructureFailure, check_config_outputs, check_config_static
-from kernelopt_bot.verify.perf import judge
+from kernelopt_bot.verify.perf import agree_after_timing, judge
 from kernelopt_bot.verify.verdict import UNTIMED, GateResult, Verdict
 
 PATCH_FILE = "patch.diff"
@@ -288,7 +289,8 @@ def _compare(target: KernelTarget, original: dict[str, dict[str, Any]], forced: 
     with ``original`` (the noise floor), interleaved (:func:`compare_arms`)."""
     return compare_arms(LauncherArm(target, original, "baseline"), LauncherArm(target, forced, label),
                         LauncherArm(target, original, "baseline-repeat"), target=target.spec,
-                        device=target.device, dtype=str(target.dtype), rounds=rounds)
+                        device=target.device, dtype=dtype_name(target.dtype), rounds=rounds,
+                        outputs_agree=agree_after_timing)
 
 
 def measure_together(target: KernelTarget, configs: dict[str, tuple[dict[str, Any], dict[str, Any]]],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -331,16 +332,45 @@ def test_a_comparison_stops_before_a_round_that_would_end_past_its_deadline(monk
     assert len(result.rounds) == result.rounds_planned == 10
 
 
-@pytest.mark.parametrize(("call_ms", "pass_reps"), [(0.5, 24), (1.0, 12), (4.0, 5), (None, 5)])
+@pytest.mark.parametrize(("call_ms", "pass_reps"), [(0.5, 24), (1.0, 12), (4.0, 5), (None, 5), (float("nan"), 5)])
 def test_a_fast_models_passes_make_more_calls(call_ms: float | None, pass_reps: int) -> None:
     """A pass lasts at least MIN_PASS_MS where calls are cheap (a launch-bound network's 5-call
     passes jittered by 4% on the H200), up to MAX_PASS_REPS; a slow model keeps its share of
     ``reps``. The comparison takes the count from the warm-up's time a call, and plans by it."""
     assert bench._pass_reps(20, call_ms) == pass_reps
-    if call_ms is not None:
+    if call_ms is not None and call_ms == call_ms:
         arms = [_CountingArm(call_ms) for _ in range(3)]
         result = compare_arms(*arms, target="t", device="cuda", dtype="fp32", rounds=3, reps=20)
         assert result.pass_reps == pass_reps and result.to_json()["pass_reps"] == pass_reps
         warm_up = 3 * result.warmup_passes * (2 * bench._pass_reps(20) + 2)
         per_call = (bench.compare_seconds(call_ms, 3, 20) - bench.compare_seconds(0.0, 3, 20)) * 1000.0 / call_ms
         assert per_call == pytest.approx(sum(a.model_calls for a in arms) - warm_up)
+
+
+class _WhereArm(_Arm):
+    """Records the cores the asking thread may run on while it is asked to time."""
+
+    def __init__(self, where: str) -> None:
+        super().__init__(1.0, 1.0)
+        self.where = where
+        self.cores: list[set[int]] = []
+
+    def request(self, op: str, *args: Any, **kwargs: Any) -> Any:
+        if op == "time":
+            self.cores.append(os.sched_getaffinity(0))
+        return super().request(op, *args, **kwargs)
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="needs Linux's CPU affinity")
+@pytest.mark.parametrize("where", ["process", "engine"])
+def test_the_asking_thread_times_on_the_arms_core_only_for_process_arms(where: str) -> None:
+    """Arms in processes time on one core (harness.cpu_pin), and the thread asking them runs there
+    while it compares them, then gets its cores back; an arm in this process is not pinned (its
+    work, and any thread pool it starts, would keep that one core)."""
+    from kernelopt_bot.harness.cpu_pin import timing_core
+
+    cores = os.sched_getaffinity(0)
+    arms = [_WhereArm(where) for _ in range(3)]
+    compare_arms(*arms, target="t", device="cuda", dtype="fp32", rounds=3)
+    expected = {timing_core()} if where == "process" else cores
+    assert all(seen == expected for arm in arms for seen in arm.cores) and os.sched_getaffinity(0) == cores
