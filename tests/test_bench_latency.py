@@ -374,3 +374,43 @@ def test_the_asking_thread_times_on_the_arms_core_only_for_process_arms(where: s
     compare_arms(*arms, target="t", device="cuda", dtype="fp32", rounds=3)
     expected = {timing_core()} if where == "process" else cores
     assert all(seen == expected for arm in arms for seen in arm.cores) and os.sched_getaffinity(0) == cores
+
+
+def test_the_memory_sampler_waits_while_arms_are_timed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing of ours runs while arms are timed (issue 12): the engine's device-memory sampler,
+    which asks the driver five times a second, skips its turns during a comparison's rounds and
+    samples again after them. The comparison marks exactly its timed rounds."""
+    import threading
+    import time
+
+    from kernelopt_bot.harness import quiet
+    from kernelopt_bot.harness.device_watch import DeviceMemoryWatch
+
+    samples: list[bool] = []
+    sampled = threading.Event()
+
+    def sample(_self: DeviceMemoryWatch) -> None:
+        samples.append(quiet.timing_now())
+        sampled.set()
+
+    monkeypatch.setattr(DeviceMemoryWatch, "sample", sample)
+
+    class _SlowArm(_Arm):
+        def __init__(self) -> None:
+            super().__init__(1.0, 1.0)
+            self.timing: list[bool] = []
+
+        def request(self, op: str, *args: Any, **kwargs: Any) -> Any:
+            self.timing.append(quiet.timing_now())
+            if op == "time":
+                time.sleep(0.01)  # long enough for the sampler to have had turns
+            return super().request(op, *args, **kwargs)
+
+    arms = [_SlowArm() for _ in range(3)]
+    with DeviceMemoryWatch("cuda", interval_s=0.005):
+        compare_arms(*arms, target="t", device="cuda", dtype="fp32", rounds=3)
+        sampled.clear()
+        assert sampled.wait(5.0)  # sampling again after the rounds
+    assert not any(samples)  # never a sample while timing
+    assert all(arms[0].timing[1:-1]) and not arms[0].timing[0] and not arms[0].timing[-1]  # outputs before, after
+    assert not quiet.timing_now()

@@ -27,6 +27,7 @@ from typing import Any
 from kernelopt_bot.harness.arm_process import Arm, ArmProcess, ArmSpec
 from kernelopt_bot.harness.cpu_pin import this_thread_on, timing_core
 from kernelopt_bot.harness.model_arms import ModelArms
+from kernelopt_bot.harness.quiet import arms_timing
 from kernelopt_bot.harness.timing import time_request_calls
 from kernelopt_bot.pack.format import KernelPack
 from kernelopt_bot.stats import noise_floor
@@ -263,7 +264,7 @@ def compare_arms(base: Arm, packed: Arm, repeat: Arm | None, *, target: str,
     # this process: its work would run there too, and a thread pool it first starts would keep
     # that one core for good.
     in_processes = all(getattr(a, "where", "process") == "process" for a in (base, packed, repeat) if a is not None)
-    with this_thread_on(timing_core() if in_processes else None):
+    with this_thread_on(timing_core() if in_processes else None), arms_timing():
         _time_rounds(result, base, packed, repeat, turns, rounds=rounds, reps=reps, timeout_s=timeout_s,
                      split_step=split_step, end_by=end_by)
     # Re-check on inputs that were timed: a result cached or left behind by timing shows here.

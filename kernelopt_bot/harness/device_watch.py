@@ -3,7 +3,7 @@
 Each model arm, sandbox and the engine hold their own memory; ``torch.cuda.max_memory_allocated``
 in one process sees only its own share. The issue that matters (do the run's processes together
 fit beside each other?) needs the device's view: a thread samples ``cudaMemGetInfo`` (used =
-total - free) and keeps the peak.
+total - free) and keeps the peak, except while arms are timed (``harness.quiet``).
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from types import TracebackType
+
+from kernelopt_bot.harness.quiet import sampling
 
 
 class DeviceMemoryWatch:
@@ -52,7 +54,9 @@ class DeviceMemoryWatch:
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
-            self.sample()
+            with sampling() as may:  # nothing of ours runs while arms are timed (harness.quiet)
+                if may:
+                    self.sample()
 
     def __enter__(self) -> DeviceMemoryWatch:
         if self.device == "cuda":
