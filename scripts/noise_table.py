@@ -54,21 +54,21 @@ def row(path: Path) -> str:
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
-        return f"| {name} | unreadable: {exc} | | | | | | | |"
+        return f"| {name} | unreadable: {exc} | | | | | | | | |"
     if not data.get("measured"):
-        return f"| {name} | {data.get('reason') or data.get('error') or 'not measured'} | | | | | | | |"
+        return f"| {name} | {data.get('reason') or data.get('error') or 'not measured'} | | | | | | | | |"
     empty_vs_base = None if not data.get("speedup") else abs(data["speedup"] - 1.0)
     return (f"| {name} | {ms(data.get('baseline_ms'))} | {ms(data.get('baseline_host_ms'))} | "
             f"{pct(data.get('noise_floor'))} | {pct(paired_floor(data.get('rounds') or []))} | "
             f"{pct(estimator_gap(data.get('rounds') or []))} | "
             f"{pct(data.get('host_noise_floor'))} | {pct(empty_vs_base)} | "
-            f"{len(data.get('rounds') or [])} |")
+            f"{len(data.get('rounds') or [])} | {data.get('pass_reps') or '-'} |")
 
 
 def main(paths: list[str]) -> int:
     print("| problem | GPU ms | host ms | noise floor (GPU) | paired by pass (GPU) | A/A of the medians (GPU) | "
-          "noise floor (host) | empty pack vs baseline | rounds |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "noise floor (host) | empty pack vs baseline | rounds | calls a pass |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for path in paths:
         print(row(Path(path)))
     return 0

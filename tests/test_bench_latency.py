@@ -241,6 +241,7 @@ def test_each_rounds_passes_are_kept_for_the_noise_table(tmp_path: Path) -> None
     assert cells[3] == "0.00%"  # the medians: mirrored passes cancel a linear drift exactly
     assert cells[4].endswith("%") and float(cells[4][:-1]) < 0.1  # paired: to second order
     assert cells[5] == "0.00%"  # the A/A of the speedup's own estimator (medians over rounds)
+    assert cells[9] == str(result.pass_reps)  # the calls each pass made
 
 
 class _CountingArm(_Arm):
