@@ -18,6 +18,28 @@ needs_affinity = pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or not 
                                     reason="needs Linux's CPU affinity")
 
 
+class _WaitingThread:
+    """A thread started now that waits until :meth:`cores` asks where it may run then."""
+
+    def __init__(self) -> None:
+        self._started, self._stop = threading.Event(), threading.Event()
+        self._cores: set[int] = set()
+        self._thread = threading.Thread(target=self._run)
+        self._thread.start()
+        self._started.wait()
+
+    def _run(self) -> None:
+        self._started.set()
+        self._stop.wait()
+        self._cores = os.sched_getaffinity(0)
+
+    def cores(self) -> set[int]:
+        """The cores the thread may run on as it ends (it ends here)."""
+        self._stop.set()
+        self._thread.join()
+        return self._cores
+
+
 @needs_affinity
 def test_every_thread_of_the_process_moves_to_the_timing_core() -> None:
     """In a child process (the test's own process keeps its cores): threads already running move
@@ -26,22 +48,10 @@ def test_every_thread_of_the_process_moves_to_the_timing_core() -> None:
     pid = os.fork()
     if pid == 0:  # the child: start a thread, pin, report both threads' cores
         try:
-            started, stop = threading.Event(), threading.Event()
-            seen: dict[str, set[int]] = {}
-
-            def other() -> None:
-                started.set()
-                stop.wait()
-                seen["other"] = os.sched_getaffinity(0)
-
-            thread = threading.Thread(target=other)
-            thread.start()
-            started.wait()
+            other = _WaitingThread()
             core = timing_core()
             ok = pin_process(core)
-            stop.set()
-            thread.join()
-            os.write(write, json.dumps([core, ok, sorted(os.sched_getaffinity(0)), sorted(seen["other"])]).encode())
+            os.write(write, json.dumps([core, ok, sorted(os.sched_getaffinity(0)), sorted(other.cores())]).encode())
         finally:
             os._exit(0)
     os.close(write)
@@ -84,23 +94,12 @@ def test_the_comparing_thread_times_on_the_arms_core_and_gets_its_cores_back() -
     (as under ``taskset``), and only its calling thread: a thread started before keeps its cores."""
     cores = os.sched_getaffinity(0)
     core = timing_core()
-    seen: dict[str, set[int]] = {}
-    started, stop = threading.Event(), threading.Event()
-
-    def other() -> None:
-        started.set()
-        stop.wait()
-        seen["other"] = os.sched_getaffinity(0)
-
-    thread = threading.Thread(target=other)
-    thread.start()
-    started.wait()
+    other = _WaitingThread()
     with this_thread_on(core) as moved:
-        seen["inside"] = os.sched_getaffinity(0)
-        stop.set()
-        thread.join()
-    assert moved and seen["inside"] == {core}
-    assert seen["other"] == cores and os.sched_getaffinity(0) == cores
+        inside = os.sched_getaffinity(0)
+        other_cores = other.cores()
+    assert moved and inside == {core}
+    assert other_cores == cores and os.sched_getaffinity(0) == cores
 
 
 def test_no_core_leaves_the_thread_where_it_was() -> None:
