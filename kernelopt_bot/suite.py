@@ -5,8 +5,11 @@ problem that crashes or hangs costs only itself; :mod:`kernelopt_bot.fleet` runs
 another or, with ``--gpus``, on several GPUs at once, into the same report. Results are reported
 per problem and as per-level geometric means of the end-to-end speedup over ``torch.compile``
 default and over ``max-autotune-no-cudagraphs`` (from the run's own measurement of that mode, else
-a ``kernelopt modes`` run on the problem's GPU after it); a problem where nothing was verified, or
-that failed, counts as 1.0 (the compiler's code stays).
+a ``kernelopt modes`` run on the problem's GPU after it), and of the run's pack installed on top of
+``max-autotune-no-cudagraphs`` over that mode alone (the run's own measurement, else a ``kernelopt
+bench --mode max-autotune-no-cudagraphs`` run after it): what the pack adds for a user who already
+compiles with max-autotune. A problem where nothing was verified, or that failed, counts as 1.0
+(the compiler's code stays).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from kernelopt_bot.capture.settings import CompileSettings
 from kernelopt_bot.errors import BadInputError
 from kernelopt_bot.fleet import Fleet, FleetJob, FleetResult, OnSlot
 from kernelopt_bot.job_process import run_alone
-from kernelopt_bot.result import RunResult
+from kernelopt_bot.result import WITH_PACK, RunResult
 from kernelopt_bot.search.llm.config import KEY_ENV_VARS
 from kernelopt_bot.shards import ALL, Shard
 from kernelopt_bot.stats import geomean, upper_median
@@ -70,6 +73,9 @@ class ProblemResult:
     # the pack's speedup, the best compiler option's and that option's with the pack on top
     # (RunResult.best_verified_speedup). None: not known (a shard written before it was kept).
     speedup_best: float | None = None
+    # The run's pack installed on a max-autotune-no-cudagraphs compile, over that compile alone
+    # (1.0 where the run verified nothing: there is nothing to put on top). None: not measured.
+    speedup_pack_on_mant: float | None = None
 
     @property
     def counted(self) -> float:
@@ -115,6 +121,9 @@ class SuiteResult:
             vs_mant = [p.speedup_vs_mant for p in measured if p.speedup_vs_mant is not None]
             # Where a shard did not keep it, the pack's own figure stands in: a lower bound.
             best = [max(p.counted, p.speedup_best or 1.0) for p in rows] if self.device == "cuda" else []
+            # A failed run's pack is none (1.0); a verified pack not measured on top stays out.
+            on_top = [1.0 if p.status != "ok" else p.speedup_pack_on_mant for p in rows]
+            on_top_known = [v for v in on_top if v is not None] if self.device == "cuda" else []
             out[rows[0].problem.group] = {
                 "problems": len(rows),
                 "measured": len(measured),
@@ -122,6 +131,8 @@ class SuiteResult:
                 "geomean_vs_default": geomean(vs_default),
                 "geomean_vs_max_autotune_no_cudagraphs": geomean(vs_mant),
                 "geomean_best_verified": geomean(best),
+                "geomean_pack_on_max_autotune_no_cudagraphs": geomean(on_top_known),
+                "pack_on_max_autotune_measured": len(on_top_known),
                 "slowest": min(vs_default) if vs_default else None,
                 "optimize_seconds_median": upper_median(p.seconds for p in rows),
             }
@@ -212,19 +223,57 @@ def _mant_of(run: RunResult, settings: CompileSettings) -> float | None:
     return next((r.speedup for r in run.recommendations if r.option == MANT), None)
 
 
-def _reference_step(reference: bool, settings: CompileSettings,
-                    timeout_s: float) -> Callable[[FleetJob, RunResult, OnSlot], float | None]:
-    """The fleet's ``after`` step: measure max-autotune-no-cudagraphs on the problem's GPU, outside
-    the optimize time, when optimize's budget left it unmeasured and there is a speedup to compare."""
+def _pack_on_mant_of(run: RunResult, settings: CompileSettings) -> float | None:
+    """The run's pack on top of max-autotune-no-cudagraphs, over that mode alone, from the run
+    itself (None: unknown, measured after it where the run has a pack).
 
-    def step(job: FleetJob, run: RunResult, on_slot: OnSlot) -> float | None:
-        # (`kernelopt modes` compiles for inference: a training step's reference is optimize's own
-        # measurement of the options, or none)
+    Compiled with max-autotune-no-cudagraphs, the run's own speedup is that figure; a run that
+    verified nothing has no pack to put on top (1.0); a default run that measured the mode with
+    its pack on top (the best verified option's ``+ pack``) gives the ratio of the two."""
+    if run.status != "ok":
+        return None
+    if settings == CompileSettings("max-autotune-no-cudagraphs"):
+        return run.speedup if run.speedup is not None else (1.0 if run.device == "cuda" else None)
+    if not settings.is_default:
+        return None
+    if not run.verified_kernels:
+        return 1.0 if run.device == "cuda" else None
+    alone = next((r.speedup for r in run.recommendations if r.option == MANT), None)
+    with_pack = next((r.speedup for r in run.recommendations if r.option == MANT + WITH_PACK), None)
+    return with_pack / alone if alone and with_pack else None
+
+
+@dataclass(frozen=True)
+class Reference:
+    """What the suite measures on a problem's GPU after its optimize run, outside its budget."""
+
+    mant: float | None = None  # max-autotune-no-cudagraphs over the default compile
+    pack_on_mant: float | None = None  # the run's pack on that mode, over the mode alone
+
+
+def _reference_step(reference: bool, settings: CompileSettings,
+                    timeout_s: float) -> Callable[[FleetJob, RunResult, OnSlot], Reference]:
+    """The fleet's ``after`` step: measure max-autotune-no-cudagraphs, and the run's pack on top
+    of it, on the problem's GPU, outside the optimize time, where optimize's budget left them
+    unmeasured and there is a speedup to compare."""
+
+    def step(job: FleetJob, run: RunResult, on_slot: OnSlot) -> Reference:
+        # (`kernelopt modes` and `bench` compile for inference: a training step's reference is
+        # optimize's own measurement of the options, or none)
         if not (reference and run.device == "cuda" and run.speedup is not None and settings.is_default
-                and not run.train and _mant_of(run, settings) is None):
-            return None
-        return reference_speedup(Path(job.target), job.dtype, run.device, log_dir=job.out, run=on_slot,
-                                 timeout_s=max(60.0, timeout_s - (run.seconds or 0.0)))
+                and not run.train):
+            return Reference()
+        left = max(60.0, timeout_s - (run.seconds or 0.0))
+        mant = None
+        if _mant_of(run, settings) is None:
+            mant = reference_speedup(Path(job.target), job.dtype, run.device, log_dir=job.out, run=on_slot,
+                                     timeout_s=left)
+        on_top = None
+        pack = job.out / "pack.json"
+        if _pack_on_mant_of(run, settings) is None and pack.is_file():
+            on_top = pack_on_mant_speedup(Path(job.target), job.dtype, run.device, pack, log_dir=job.out,
+                                          run=on_slot, timeout_s=left)
+        return Reference(mant, on_top)
 
     return step
 
@@ -233,12 +282,15 @@ def _problem_result(problem: Problem, ran: FleetResult, settings: CompileSetting
     """A problem's row from its run. ``seconds`` is the run's own time where it reports one (not
     the CLI's start), else the time its processes ran."""
     run = ran.result
-    mant = ran.after if ran.after is not None else _mant_of(run, settings)
+    measured = ran.after if isinstance(ran.after, Reference) else Reference()
+    mant = measured.mant if measured.mant is not None else _mant_of(run, settings)
     vs_mant = run.speedup / mant if run.speedup is not None and mant else None
+    on_top = measured.pack_on_mant if measured.pack_on_mant is not None else _pack_on_mant_of(run, settings)
     seconds = run.seconds if run.seconds is not None else ran.seconds
     return ProblemResult(problem, run.status, run.speedup, vs_mant, run.baseline_ms, run.optimized_ms,
                          run.verified_kernels, seconds, run.error, gpu=ran.gpu, noise_floor=run.noise_floor,
-                         accepted=sorted(run.accepted_kernels), speedup_best=run.best_verified_speedup)
+                         accepted=sorted(run.accepted_kernels), speedup_best=run.best_verified_speedup,
+                         speedup_pack_on_mant=on_top)
 
 
 def reference_speedup(path: Path, dtype: str, device: str, *, timeout_s: float, log_dir: Path,
@@ -248,16 +300,39 @@ def reference_speedup(path: Path, dtype: str, device: str, *, timeout_s: float, 
     (``reference.log`` says why)."""
     cmd = [sys.executable, "-m", "kernelopt_bot.cli", "modes", str(path), "--dtype", dtype, "--device", device,
            "--option", MANT, "--json"]
-    log = log_dir / "reference.log"
+    found = _last_json(cmd, log_dir / "reference.log", timeout_s, run, "[")
+    value = found[0].get("speedup") if isinstance(found, list) and found and isinstance(found[0], dict) else None
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def pack_on_mant_speedup(path: Path, dtype: str, device: str, pack: Path, *, timeout_s: float, log_dir: Path,
+                         run: OnSlot = run_alone) -> float | None:
+    """``pack`` installed on a max-autotune-no-cudagraphs compile against that compile alone, end to
+    end (``kernelopt bench --mode``, in its own process, through ``run``). 1.0 where none of the
+    pack's kernels occurs in that compile (it leaves the build as it is); None when it could not
+    be measured (``pack_on_max_autotune.log`` says why)."""
+    cmd = [sys.executable, "-m", "kernelopt_bot.cli", "bench", str(path), "--pack", str(pack), "--dtype", dtype,
+           "--device", device, "--mode", "max-autotune-no-cudagraphs", "--json"]
+    found = _last_json(cmd, log_dir / "pack_on_max_autotune.log", timeout_s, run, "{")
+    if not isinstance(found, dict):
+        return None
+    if not found.get("applied"):
+        return 1.0
+    value = found.get("speedup")
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def _last_json(cmd: list[str], log: Path, timeout_s: float, run: OnSlot, opener: str) -> Any:
+    """The JSON a ``--json`` command printed last (a line starting with ``opener``), from its log;
+    None where it timed out or printed none."""
     if run(cmd, log, timeout_s).timed_out:
         return None
     for line in reversed(log.read_text(errors="replace").splitlines()):
-        if line.startswith("["):  # the JSON list ``modes --json`` prints last
+        if line.startswith(opener):
             try:
-                value = json.loads(line)[0].get("speedup")
-            except (IndexError, ValueError, AttributeError, TypeError):
+                return json.loads(line)
+            except ValueError:
                 return None
-            return float(value) if isinstance(value, (int, float)) else None
     return None
 
 
@@ -372,15 +447,21 @@ def _fmt(value: float | None, spec: str = ".3f") -> str:
 
 
 def markdown(suite: SuiteResult) -> str:
-    lines = [f"# kernelopt suite ({suite.device})", "", f"Speedups are over `{suite.baseline_label}`.", "",
+    lines = [f"# kernelopt suite ({suite.device})", "", f"Speedups are over `{suite.baseline_label}`; the pack on "
+             "max-autotune-nc is over max-autotune-no-cudagraphs alone (problems without a verified pack count "
+             "1.0; where not every pack was measured on it, the count says how many were).", "",
              f"| level | problems | measured | failed | geomean vs {suite.baseline_label} | "
-             "geomean vs max-autotune-no-cudagraphs | geomean, best verified (option, pack or both) | slowest | "
-             "median optimize s |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "geomean vs max-autotune-no-cudagraphs | geomean, pack on max-autotune-nc | "
+             "geomean, best verified (option, pack or both) | slowest | median optimize s |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for level, row in suite.levels().items():
+        on_top = _fmt(row["geomean_pack_on_max_autotune_no_cudagraphs"])
+        if row["geomean_pack_on_max_autotune_no_cudagraphs"] is not None and \
+                row["pack_on_max_autotune_measured"] < row["problems"]:
+            on_top += f" ({row['pack_on_max_autotune_measured']} of {row['problems']})"
         lines.append(f"| {level} | {row['problems']} | {row['measured']} | {row['failed']} | "
                      f"{_fmt(row['geomean_vs_default'])} | {_fmt(row['geomean_vs_max_autotune_no_cudagraphs'])} | "
-                     f"{_fmt(row['geomean_best_verified'])} | "
+                     f"{on_top} | {_fmt(row['geomean_best_verified'])} | "
                      f"{_fmt(row['slowest'])} | {_fmt(row['optimize_seconds_median'], '.0f')} |")
     measured = [p for p in suite.problems if p.speedup is not None]
     if measured:
@@ -390,13 +471,13 @@ def markdown(suite: SuiteResult) -> str:
         lines += ["", "```mermaid", "xychart-beta", f'    title "End-to-end speedup over {suite.baseline_label}"',
                   f"    x-axis [{names}]", f'    y-axis "speedup" 0 --> {top:.2f}', f"    bar [{values}]", "```"]
     lines += ["", "| problem | dtype | status | baseline ms | optimized ms | speedup | vs max-autotune-nc | "
-                  "best verified | verified kernels | optimize s |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
+                  "pack on max-autotune-nc | best verified | verified kernels | optimize s |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for p in suite.problems:
         status = p.status if not p.error else f"{p.status}: {p.error[:80]}"
         lines.append(f"| {p.problem.path}{' (training step)' if p.problem.train else ''} | {p.problem.dtype} | {status.replace('|', '/')} | {_fmt(p.baseline_ms, '.4f')} | "
                      f"{_fmt(p.optimized_ms, '.4f')} | {_fmt(p.speedup)} | {_fmt(p.speedup_vs_mant)} | "
-                     f"{_fmt(p.speedup_best)} | {p.verified_kernels} | {p.seconds:.0f} |")
+                     f"{_fmt(p.speedup_pack_on_mant)} | {_fmt(p.speedup_best)} | {p.verified_kernels} | {p.seconds:.0f} |")
     return "\n".join(lines) + "\n"
 
 

@@ -18,6 +18,8 @@
 #                                        copy, and the PR flow on a kernel file (KERNEL_TARGETS, KERNEL_DTYPE, KERNEL_PR)
 #   bash scripts/gpu_check.sh train      training steps: `optimize --train` on TRAIN_PROBLEMS ("level/x.py:dtype ..."),
 #                                        step speedup split into forward and backward
+#   bash scripts/gpu_check.sh ontop      each verified pack of a committed suite (ONTOP_SUITE) on max-autotune-no-cudagraphs,
+#                                        over that mode alone (issue 13's third figure; ONTOP_ARGS="--only PATTERN ...")
 #   bash scripts/gpu_check.sh honest prdry suite      several parts in one call
 # Limits per part in seconds: LIMIT_<PART>=N (default 540). Carried wheels in .whl/ are installed first.
 set -uo pipefail
@@ -110,6 +112,14 @@ part_suite() {
   python3 -m kernelopt_bot.cli suite benchmarks --out "$R/suite" --shard "${SUITE_SHARD:-1/1}" ${SUITE_ARGS:-} \
     > "$R/suite.log" 2>&1; local rc=$?
   grep -vi warn "$R/suite.log" | tail -20
+  return $rc
+}
+
+part_ontop() {  # scripts/pack_on_mant.py: the packs of ONTOP_SUITE's runs, from benchmarks/results/
+  # shellcheck disable=SC2086
+  python3 scripts/pack_on_mant.py "${ONTOP_SUITE:-benchmarks/results/h200-2026-12-05/merged}" \
+    --runs benchmarks/results --out "$R/ontop" ${ONTOP_ARGS:-} > "$R/ontop.log" 2>&1; local rc=$?
+  tail -40 "$R/ontop.log"
   return $rc
 }
 
@@ -207,10 +217,10 @@ part_kernels() {  # kernel targets (issue 14): optimize each of KERNEL_TARGETS (
 }
 
 export R summary GPU_ONLY_CASES
-export -f run_tests timed_suite part_tests part_engine part_redteam part_isolation part_honest part_speedup part_optimize part_prdry part_suite part_gpus part_noise part_kernels part_train
+export -f run_tests timed_suite part_tests part_engine part_redteam part_isolation part_honest part_speedup part_optimize part_prdry part_suite part_ontop part_gpus part_noise part_kernels part_train
 for part in "${@:-engine}"; do
   case "$part" in
-    engine|tests|redteam|isolation|honest|speedup|optimize|prdry|suite|gpus|noise|kernels|train) limited "$part" ;;
+    engine|tests|redteam|isolation|honest|speedup|optimize|prdry|suite|ontop|gpus|noise|kernels|train) limited "$part" ;;
     *) echo "unknown part $part" >&2; status=2 ;;
   esac
 done
@@ -223,7 +233,7 @@ for f in "$R"/kpr/dry/pr_body.md "$R"/kpr/dry/publish.json; do
   [ -f "$f" ] && cp "$f" "$OUT/kprdry_$(basename "$f")"
 done
 rm -rf "$R"/kpr/dry/files  # the proposal's files: a vendored third-party kernel stays out of what comes back
-for d in suite one_gpu all_gpus; do
+for d in suite one_gpu all_gpus ontop; do
   [ -f "$R/$d/suite.md" ] && { echo "--- $d"; cat "$R/$d/suite.md"; python3 scripts/phase_table.py "$R/$d"; } >> "$summary"
 done
 find "$R" -name .gitignore -delete  # output folders ignore themselves for users; these results are kept

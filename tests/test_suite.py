@@ -293,3 +293,72 @@ def test_a_sweep_goes_on_where_the_last_one_stopped(tmp_path: Path) -> None:
                     "--skip-measured", str(first))
     assert other.returncode == 2 and "nothing it measured is measured here" in other.stderr  # another baseline
     assert not any((tmp_path / name).exists() for name in ("third", "fourth", "fifth"))
+
+
+def test_the_pack_on_max_autotune_figure_counts_problems_without_a_pack_as_one_and_says_how_many_were_measured() -> None:
+    """Issue 13 item 4's third figure: each verified pack on max-autotune-no-cudagraphs, over that
+    mode alone; a problem without a pack (or failed) has nothing on top (1.0), a pack never
+    measured on top stays out of the geomean and the table says how many were."""
+    def row(path: str, status: str, verified: int, on_top: float | None) -> ProblemResult:
+        return ProblemResult(Problem(path, 1, "fp32"), status, 1.2 if verified else 1.0, None, 1.0, 1.0, verified,
+                             10.0, speedup_pack_on_mant=on_top)
+
+    suite = SuiteResult([row("a.py", "ok", 1, 1.10), row("b.py", "ok", 0, 1.0), row("c.py", "ok", 1, None),
+                         row("d.py", "failed", 0, None)], device="cuda")
+    level = suite.levels()["1"]
+    assert level["geomean_pack_on_max_autotune_no_cudagraphs"] == pytest.approx(geomean([1.10, 1.0, 1.0]))
+    assert level["pack_on_max_autotune_measured"] == 3
+    assert "| 1.032 (3 of 4) |" in markdown(suite)
+    again = ProblemResult.from_json(dict(suite.to_json()["problems"][0]))
+    assert again.speedup_pack_on_mant == 1.10  # kept in suite.json, so merged shards keep it
+
+
+def test_the_pack_on_max_autotune_comes_from_the_run_where_it_measured_it() -> None:
+    from kernelopt_bot.result import KernelOutcome, Recommendation, RunResult
+    from kernelopt_bot.suite import _pack_on_mant_of
+
+    default, mant = CompileSettings(), CompileSettings("max-autotune-no-cudagraphs")
+    run = RunResult(target="m.py", name="m", device="cuda", dtype="fp32", status="ok", speedup=1.2,
+                    kernels=[KernelOutcome("k0", "reduction", status="accepted")])
+    assert _pack_on_mant_of(run, default) is None  # a pack, not measured on top: the suite measures it
+    run.recommendations = [Recommendation("mode=max-autotune-no-cudagraphs", 1.25, True),
+                           Recommendation("mode=max-autotune-no-cudagraphs + pack", 1.5, True)]
+    assert _pack_on_mant_of(run, default) == pytest.approx(1.2)  # 1.5 / 1.25
+    assert _pack_on_mant_of(run, mant) == 1.2  # compiled with the mode: the run's speedup is the figure
+    assert _pack_on_mant_of(run, CompileSettings("default", {"coordinate_descent_tuning": True})) is None
+    run.kernels, run.recommendations = [], []
+    assert _pack_on_mant_of(run, default) == 1.0  # no pack: nothing on top
+
+
+def test_the_pack_on_max_autotune_is_read_from_bench_and_a_pack_that_applies_nowhere_changes_nothing(
+        tmp_path: Path) -> None:
+    from kernelopt_bot.job_process import Exit
+    from kernelopt_bot.suite import pack_on_mant_speedup
+
+    def bench_printing(line: str, timed_out: bool = False) -> Any:
+        def run(cmd: Any, log: Path, timeout_s: float) -> Exit:
+            assert "--mode" in cmd and "max-autotune-no-cudagraphs" in cmd and "--pack" in cmd
+            log.write_text(f"compiling\n{line}\n")
+            return Exit(0, 1.0, timed_out=timed_out)
+        return run
+
+    def measure(line: str, timed_out: bool = False) -> float | None:
+        return pack_on_mant_speedup(Path("m.py"), "bf16", "cuda", tmp_path / "pack.json", timeout_s=60,
+                                    log_dir=tmp_path, run=bench_printing(line, timed_out))
+
+    assert measure(json.dumps({"applied": ["k0"], "speedup": 1.07})) == 1.07
+    assert measure(json.dumps({"applied": [], "speedup": 0.98})) == 1.0  # none of its kernels in that build
+    assert measure(json.dumps({"applied": ["k0"], "speedup": None})) is None
+    assert measure("Error: the packed arm crashed") is None
+    assert measure(json.dumps({"applied": ["k0"], "speedup": 1.07}), timed_out=True) is None
+
+
+def test_a_pack_on_max_autotune_that_cannot_run_is_unmeasured_and_logged(tmp_path: Path) -> None:
+    from kernelopt_bot.suite import pack_on_mant_speedup
+
+    broken = tmp_path / "broken.py"
+    broken.write_text("raise RuntimeError('no model here')\n")
+    pack = tmp_path / "pack.json"
+    pack.write_text(json.dumps({"format": "kernelopt-pack", "version": 1, "entries": []}))
+    assert pack_on_mant_speedup(broken, "fp32", "cpu", pack, timeout_s=120, log_dir=tmp_path) is None
+    assert "no model here" in (tmp_path / "pack_on_max_autotune.log").read_text()
