@@ -20,6 +20,8 @@
 #                                        step speedup split into forward and backward
 #   bash scripts/gpu_check.sh ontop      each verified pack of a committed suite (ONTOP_SUITE) on max-autotune-no-cudagraphs,
 #                                        over that mode alone (issue 13's third figure; ONTOP_ARGS="--only PATTERN ...")
+#   bash scripts/gpu_check.sh offsets    identical processes of one model timed side by side (OFFSETS_PROBLEMS="level3/x.py:bf16 ...",
+#                                        OFFSETS_ARMS): is a launch-bound network's noise between processes or within one
 #   bash scripts/gpu_check.sh honest prdry suite      several parts in one call
 # Limits per part in seconds: LIMIT_<PART>=N (default 540). Carried wheels in .whl/ are installed first.
 set -uo pipefail
@@ -112,6 +114,17 @@ part_suite() {
   python3 -m kernelopt_bot.cli suite benchmarks --out "$R/suite" --shard "${SUITE_SHARD:-1/1}" ${SUITE_ARGS:-} \
     > "$R/suite.log" 2>&1; local rc=$?
   grep -vi warn "$R/suite.log" | tail -20
+  return $rc
+}
+
+part_offsets() {  # scripts/process_offsets.py on each of OFFSETS_PROBLEMS ("level/file.py:dtype")
+  local rc=0 spec file dtype slug
+  for spec in ${OFFSETS_PROBLEMS:-level3/tiny_vit.py:bf16 level3/tiny_vit.py:fp32}; do
+    file="${spec%%:*}" dtype="${spec##*:}" slug="$(basename "$file" .py)_$dtype"
+    python3 scripts/process_offsets.py "benchmarks/$file" --dtype "$dtype" --arms "${OFFSETS_ARMS:-6}" \
+      --json "$R/offsets_$slug.json" > "$R/offsets_$slug.log" 2>&1 || rc=1
+    grep -v -i warn "$R/offsets_$slug.log" | tail -8 | tee -a "$summary"
+  done
   return $rc
 }
 
@@ -217,10 +230,10 @@ part_kernels() {  # kernel targets (issue 14): optimize each of KERNEL_TARGETS (
 }
 
 export R summary GPU_ONLY_CASES
-export -f run_tests timed_suite part_tests part_engine part_redteam part_isolation part_honest part_speedup part_optimize part_prdry part_suite part_ontop part_gpus part_noise part_kernels part_train
+export -f run_tests timed_suite part_tests part_engine part_redteam part_isolation part_honest part_speedup part_optimize part_prdry part_suite part_ontop part_offsets part_gpus part_noise part_kernels part_train
 for part in "${@:-engine}"; do
   case "$part" in
-    engine|tests|redteam|isolation|honest|speedup|optimize|prdry|suite|ontop|gpus|noise|kernels|train) limited "$part" ;;
+    engine|tests|redteam|isolation|honest|speedup|optimize|prdry|suite|ontop|offsets|gpus|noise|kernels|train) limited "$part" ;;
     *) echo "unknown part $part" >&2; status=2 ;;
   esac
 done

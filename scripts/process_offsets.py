@@ -1,0 +1,84 @@
+"""How far identical model processes sit from each other: N arm processes of one target (half of
+them with an empty pack installed, which changes no kernel), timed in interleaved rounds exactly
+as ``compare_arms`` times its three arms (the asking thread on the arms' timing core, mirrored
+pass orders, the same pass length). Each arm's median over rounds against the median of all
+arms says whether a launch-bound network's noise is within a process (rounds scatter) or between
+processes (each process keeps its own offset, round after round): gate 4's noise floor compares
+two baseline processes, so an offset between processes that exceeds it passes a candidate that
+changes nothing.
+
+Usage: python scripts/process_offsets.py TARGET --dtype bf16 [--arms 6] [--rounds 10] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from kernelopt_bot.harness.arm_process import ArmProcess, ArmSpec
+from kernelopt_bot.harness.bench import SEED_BASE, _pass_reps, _warm_up, pass_orders
+from kernelopt_bot.harness.cpu_pin import this_thread_on, timing_core
+
+EMPTY_PACK = {"format": "kernelopt-pack", "version": 1, "entries": []}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("target")
+    parser.add_argument("--dtype", default="fp32")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--arms", type=int, default=6)
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args(argv)
+    specs = [ArmSpec(f"{'empty-pack' if i % 2 else 'baseline'}-{i}", args.target, args.device, args.dtype,
+                     pack=EMPTY_PACK if i % 2 else None) for i in range(args.arms)]
+    arms = [ArmProcess(spec) for spec in specs]
+    try:
+        for arm in arms:
+            arm.wait_ready()
+        with this_thread_on(timing_core()):
+            _, call_ms = _warm_up(list(arms), _pass_reps(20), 600.0)
+            reps = _pass_reps(20, call_ms)
+            per_arm: list[list[float]] = [[] for _ in arms]
+            turns = list(range(len(arms)))
+            for r in range(args.rounds):
+                got: list[list[float]] = [[] for _ in arms]
+                for order in pass_orders(turns, r):
+                    for i in order:
+                        reply = arms[i].request("time", SEED_BASE + r, reps, timeout_s=600.0)
+                        if not reply:
+                            print("nothing timed: no CUDA device", file=sys.stderr)
+                            return 2
+                        got[i].append(float(reply[0]))
+                for i, passes in enumerate(got):
+                    per_arm[i].append(statistics.median(passes))
+    finally:
+        for arm in arms:
+            arm.close()
+    medians = [statistics.median(times) for times in per_arm]
+    middle = statistics.median(medians)
+    rows = []
+    for spec, times, med in zip(specs, per_arm, medians):
+        # rounds in which this arm is on the same side of the middle as its median: a process offset
+        same_side = sum(1 for t in times if (t - middle) * (med - middle) > 0)
+        rows.append({"arm": spec.label, "median_ms": med, "offset": med / middle - 1.0,
+                     "rounds_on_its_side": same_side, "rounds_ms": times})
+        print(f"{spec.label:14} {med:.4f} ms  offset {med / middle - 1.0:+.2%}  "
+              f"same side in {same_side}/{len(times)} rounds", flush=True)
+    spread = max(medians) / min(medians) - 1.0
+    print(f"{args.target} {args.dtype}: {len(arms)} processes, {reps} calls a pass, spread of the "
+          f"process medians {spread:.2%}", flush=True)
+    if args.json is not None:
+        args.json.write_text(json.dumps({"target": args.target, "dtype": args.dtype, "pass_reps": reps,
+                                         "spread": spread, "arms": rows}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
