@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kernelopt_bot.suite import merge, pack_on_mant_speedup, write_report
+from kernelopt_bot.suite import ProblemResult, merge, pack_on_mant_speedup, write_report
 
 
 def find_pack(runs: Path, slug: str, speedup: float) -> Path | None:
@@ -40,13 +40,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("suite_dir", type=Path)
     parser.add_argument("--runs", type=Path, required=True, help="folder holding the runs' problems/ folders")
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--only", action="append", default=[], help="slug patterns (fnmatch)")
+    parser.add_argument("--only", action="append", default=[],
+                        help="slug patterns (fnmatch), measured in the order given")
     parser.add_argument("--suite-root", type=Path, default=Path("benchmarks"))
     parser.add_argument("--timeout", type=float, default=240.0, help="seconds per measurement")
     args = parser.parse_args(argv)
     start = args.out if (args.out / "suite.json").is_file() else args.suite_dir  # a later call goes on
     suite = merge([start])
-    for res in suite.problems:
+    def order(res: ProblemResult) -> int:  # the first --only pattern a problem matches goes first
+        return next((i for i, pattern in enumerate(args.only) if fnmatch.fnmatch(res.problem.slug, pattern)), 0)
+
+    for res in sorted(suite.problems, key=order):
         slug = res.problem.slug
         if res.speedup_pack_on_mant is not None or res.problem.train or res.status != "ok":
             continue
