@@ -1,7 +1,10 @@
 """How far identical model processes sit from each other: N arm processes of one target (half of
 them with an empty pack installed, which changes no kernel), timed in interleaved rounds exactly
 as ``compare_arms`` times its three arms (the asking thread on the arms' timing core, mirrored
-pass orders, the same pass length). Each arm's median over rounds against the median of all
+pass orders, the same pass length). They start in waves, each compiling once the last is ready, as
+a run's baselines compile together and its candidate arms after them (from the compiler's cache
+the first wave filled): an offset that follows the wave is the compile path's, one that follows
+the empty pack is the pack hook's. Each arm's median over rounds against the median of all
 arms says whether a launch-bound network's noise is within a process (rounds scatter) or between
 processes (each process keeps its own offset, round after round): gate 4's noise floor compares
 two baseline processes, so an offset between processes that exceeds it passes a candidate that
@@ -34,14 +37,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--arms", type=int, default=6)
     parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--waves", type=int, default=2)
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
-    specs = [ArmSpec(f"{'empty-pack' if i % 2 else 'baseline'}-{i}", args.target, args.device, args.dtype,
-                     pack=EMPTY_PACK if i % 2 else None) for i in range(args.arms)]
-    arms = [ArmProcess(spec) for spec in specs]
+    per_wave = -(-args.arms // max(1, args.waves))
+    specs = [ArmSpec(f"{'empty-pack' if i % 2 else 'baseline'}-w{i // per_wave + 1}-{i}", args.target, args.device,
+                     args.dtype, pack=EMPTY_PACK if i % 2 else None) for i in range(args.arms)]
+    arms: list[ArmProcess] = []
     try:
-        for arm in arms:
-            arm.wait_ready()
+        for first in range(0, len(specs), per_wave):
+            wave = [ArmProcess(spec) for spec in specs[first:first + per_wave]]
+            arms += wave
+            for arm in wave:
+                arm.wait_ready()
         with this_thread_on(timing_core()):
             _, call_ms = _warm_up(list(arms), _pass_reps(20), 600.0)
             reps = _pass_reps(20, call_ms)
@@ -69,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         same_side = sum(1 for t in times if (t - middle) * (med - middle) > 0)
         rows.append({"arm": spec.label, "median_ms": med, "offset": med / middle - 1.0,
                      "rounds_on_its_side": same_side, "rounds_ms": times})
-        print(f"{spec.label:14} {med:.4f} ms  offset {med / middle - 1.0:+.2%}  "
+        print(f"{spec.label:18} {med:.4f} ms  offset {med / middle - 1.0:+.2%}  "
               f"same side in {same_side}/{len(times)} rounds", flush=True)
     spread = max(medians) / min(medians) - 1.0
     print(f"{args.target} {args.dtype}: {len(arms)} processes, {reps} calls a pass, spread of the "
