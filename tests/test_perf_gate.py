@@ -199,3 +199,54 @@ def test_two_hiccups_in_ten_rounds_do_not_set_the_noise_floor() -> None:
     assert noise_floor([1.0, 1.01, 0.136]) == pytest.approx(0.01)
     assert noise_floor([1.0, 0.995, 1.01, 0.136]) == pytest.approx(0.01)
     assert noise_floor([1.0, 1.02]) == pytest.approx(0.02)  # of two, no round can be left out
+
+
+# tiny_vit bf16 on the H200 (benchmarks/results/h200-2026-12-05b/call1, `kernelopt bench` with an
+# empty pack): the rounds' medians of the baseline, the empty-pack arm and the baseline again.
+EMPTY_PACK_ROUNDS = (
+    [0.8854, 0.8541, 0.8828, 0.8891, 0.8963, 0.8639, 0.8724, 0.8967, 0.8741, 0.8658],
+    [0.8210, 0.7847, 0.8041, 0.7926, 0.8239, 0.7937, 0.8005, 0.8453, 0.8085, 0.7998],
+    [0.8400, 0.8363, 0.8369, 0.8483, 0.9044, 0.8568, 0.8419, 0.8588, 0.8606, 0.8548],
+)
+
+
+def test_a_gain_the_kernel_does_not_explain_is_the_processes_not_the_kernel() -> None:
+    """On a launch-bound network an arm that changes no kernel measured 1.095x, beyond its noise
+    floor and faster in every round: every other rule passes it. What the replaced kernel saves
+    by itself (nothing, here) cannot become a tenth of the model's time."""
+    result = _result(*EMPTY_PACK_ROUNDS)
+    assert result.speedup > 1.09 and result.noise_floor < 0.05
+    assert judge(result, "k", 1.03, {}).passed is True  # the hole this rule closes
+    verdict = judge(result, "k", 1.03, {}, kernel_saving=0.0)
+    assert verdict.passed is False and "not the kernel" in verdict.reason
+
+
+@pytest.mark.parametrize(("saving", "passed"), [(0.08, True), (0.05, True), (0.01, False), (-0.02, False)])
+def test_a_real_gain_is_one_the_kernels_own_saving_explains(saving: float, passed: bool) -> None:
+    """The model saved 0.1 ms a call: a kernel that saves 0.05 ms or more by itself explains it
+    (slack 2 for its neighbours' cache effects), one that saves 0.01 ms does not."""
+    verdict = judge(_result([1.0] * 5, [0.9] * 5, [1.001] * 5), "k", 1.03, {}, kernel_saving=saving)
+    assert verdict.passed is passed, verdict.reason
+
+
+def test_gate_4_asks_for_the_explanation_only_of_arms_in_separate_processes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Arms in processes: the kernel's saving a call is its launches times what each saved (gate 2's
+    timing); in-engine arms share one process's host work, and are not asked."""
+    from kernelopt_bot.harness import bench
+
+    real = bench._max_abs_diff
+    monkeypatch.setattr(bench, "_max_abs_diff", lambda a, b, _device="cpu": real(a, b, "cpu"))  # no CUDA here
+    timing = {"candidate_ms": 0.010, "original_ms": 0.012}  # 2 us a launch, 3 launches: 0.006 ms a call
+
+    class _EngineArm(_SeededArm):
+        where = "engine"
+
+    def gate(arm: type[_SeededArm]) -> Any:
+        return check_performance(arm(), arm(lambda t, _s: t), arm(), "k", target="t.py", device="cuda",
+                                 dtype="bf16", rounds=3, kernel_timing=timing, launches=3)
+
+    in_processes = gate(_SeededArm)  # the arms time 1.0 and 0.8 ms: 0.2 ms saved, 0.006 explained
+    assert in_processes.passed is False and "not the kernel" in in_processes.reason
+    assert in_processes.numbers["kernel_saving_ms"] == pytest.approx(0.006)
+    in_engine = gate(_EngineArm)
+    assert in_engine.passed is True and "kernel_saving_ms" not in in_engine.numbers

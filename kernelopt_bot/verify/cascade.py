@@ -354,13 +354,18 @@ class Cascade:
         perf = check_performance(
             baseline, arm, repeat, kernel.name, target=target.spec, device=self.device,
             dtype=dtype_name(target.dtype), gamma=opts.gamma, rounds=opts.rounds, reps=opts.reps,
-            kernel_timing=job, copy_gbps=self._roofline_gbps(),
+            kernel_timing=job, copy_gbps=self._roofline_gbps(), launches=self._launches(kernel),
             # The forward/backward split doubles a training step's timing; only gate 4 on fresh
             # process arms may become the run's reported numbers (final_bench.measured_in_this_run)
             split_step=target.train and arm.where == "process",
         )
         clock.done("performance")
         return [model, perf]
+
+    def _launches(self, kernel: TritonKernel) -> int:
+        """The kernel's launches a model call, in every graph that runs it (a pack replaces it
+        wherever its source appears): what its own saving is multiplied by in a call."""
+        return sum(rec.calls for (_, name), rec in self.capture.recordings.items() if name == kernel.name)
 
     def time_variants(self, kernel: TritonKernel, candidates: list[Candidate], *, reps: int = 50
                       ) -> tuple[float | None, list[float | str | None]]:

@@ -8,7 +8,12 @@ rounds, fresh inputs per round, L2 flushed, median. A win counts only if
 * the packed model is faster in every round;
 * outputs still match after timing (nothing cached or left behind by the timed runs);
 * the candidate kernel alone is not faster than physics allows (bytes it must move over the
-  measured copy bandwidth, with slack for kernels that beat a plain copy): below that it skipped work.
+  measured copy bandwidth, with slack for kernels that beat a plain copy): below that it skipped work;
+* the model's saving is one the kernel's own saving explains (:func:`unexplained_saving`): a
+  replaced kernel cannot save a call more than it saves itself, and on a launch-bound network two
+  processes of one model differ by more than the baseline against itself shows (on the H200 an
+  arm with an empty pack, which changes no kernel, measured 1.095x over the baseline, noise floor
+  4.8%, faster in every round).
 
 Without a GPU the gate reports "not measured" and never passes.
 """
@@ -28,6 +33,9 @@ from kernelopt_bot.verify.verdict import GateResult
 # Kernels can beat a plain device copy a little (we saw 106% on an H200); 1.3x the copy roofline is
 # beyond the memory's datasheet peak, so only skipped work gets there.
 PHYSICS_SLACK = 1.3
+# How much more a model call may save than its replaced kernel saves alone (each launch timed on
+# its own, L2 flushed): in the model the kernel's neighbours see its cache effects too.
+SAVING_SLACK = 2.0
 
 
 def physically_possible(bytes_moved: int, kernel_ms: float, copy_gbps: float,
@@ -35,6 +43,31 @@ def physically_possible(bytes_moved: int, kernel_ms: float, copy_gbps: float,
     """Is ``kernel_ms`` achievable for ``bytes_moved``? Returns the verdict and the floor in ms."""
     floor_ms = bytes_moved / (copy_gbps * 1e9 * slack) * 1e3
     return kernel_ms >= floor_ms, floor_ms
+
+
+def kernel_saving_ms(timing: dict[str, Any], launches: int | None) -> float | None:
+    """What the replaced kernel saves a model call by itself: its launches a call times the time
+    each launch saved, from gate 2's kernel-level timing (None: not timed, or launches unknown)."""
+    original, candidate = timing.get("original_ms"), timing.get("candidate_ms")
+    if not launches or original is None or candidate is None:
+        return None
+    return launches * (float(original) - float(candidate))
+
+
+def unexplained_saving(result: Any, saving_ms: float | None) -> str | None:
+    """Why the end-to-end saving is not the kernel's, or None where the kernel explains it: the
+    model saved more a call than SAVING_SLACK times the kernel's own saving, plus the noise floor's
+    share of the baseline's time. Such a gain belongs to the arms' processes (host work that
+    differs from one process to the next), not to the kernel."""
+    if saving_ms is None or result.baseline_ms is None or result.packed_ms is None:
+        return None
+    saved = result.baseline_ms - result.packed_ms
+    allowed = SAVING_SLACK * max(0.0, saving_ms) + (result.noise_floor or 0.0) * result.baseline_ms
+    if saved <= allowed:
+        return None
+    return (f"the model saved {saved:.4f} ms a call, more than the kernel's own saving explains "
+            f"({saving_ms:.4f} ms a call; at most {allowed:.4f} ms with slack and the noise floor): "
+            "a difference between the arms' processes, not the kernel")
 
 
 def agree_after_timing(packed: list[Any], baseline: list[Any]) -> bool:
@@ -54,12 +87,14 @@ def check_performance(baseline: Arm, candidate: Arm, repeat: Arm | None,
                       kernel_name: str, *, target: str, device: str, dtype: str,
                       gamma: float = DEFAULT_GAMMA, rounds: int = 10, reps: int = 20,
                       kernel_timing: dict[str, Any] | None = None, copy_gbps: float | None = None,
-                      timeout_s: float = 600.0, split_step: bool = False) -> GateResult:
+                      timeout_s: float = 600.0, split_step: bool = False, launches: int | None = None
+                      ) -> GateResult:
     """Gate 4 on compiled arms (``candidate`` has the pack installed, ``repeat`` is a second baseline,
     or ``None`` for a model too large for two: the baseline is then timed twice a round).
     ``numbers["arms"]`` records where the arms ran ("process" or "engine"). ``split_step``: training
     steps, whose forward and backward are timed apart too (one accepted candidate's numbers may
-    become the run's result)."""
+    become the run's result). ``launches``: the kernel's launches a model call, with
+    ``kernel_timing`` what it saves a call by itself (:func:`unexplained_saving`)."""
     if device != "cuda":
         return GateResult.not_run("performance", NOT_MEASURED)
     numbers: dict[str, Any] = {"gamma": gamma}
@@ -89,12 +124,18 @@ def check_performance(baseline: Arm, candidate: Arm, repeat: Arm | None,
                    baseline_host_ms=result.baseline_host_ms, packed_host_ms=result.packed_host_ms,
                    host_noise_floor=result.host_noise_floor,
                    round_speedups=[r.speedup for r in result.rounds], step_split_ms=result.step_split_ms)
-    return judge(result, kernel_name, gamma, numbers)
+    # Only arms in separate processes differ that way; in-engine arms share one process's host work.
+    saving = kernel_saving_ms(timing, launches) if candidate.where == "process" else None
+    if saving is not None:
+        numbers.update(kernel_saving_ms=saving, launches=launches)
+    return judge(result, kernel_name, gamma, numbers, kernel_saving=saving)
 
 
-def judge(result: Any, kernel_name: str | None, gamma: float, numbers: dict[str, Any]) -> GateResult:
+def judge(result: Any, kernel_name: str | None, gamma: float, numbers: dict[str, Any],
+          kernel_saving: float | None = None) -> GateResult:
     """Apply the gate's rules to a :class:`~kernelopt_bot.harness.bench.BenchResult` (``kernel_name`` None:
-    a whole-model variant, nothing to have applied)."""
+    a whole-model variant, nothing to have applied; ``kernel_saving``: what the replaced kernel
+    saves a call by itself, None where unknown)."""
     if kernel_name is not None and kernel_name not in result.applied:
         return GateResult.fail("performance", f"the pack did not apply to {kernel_name}", **numbers)
     if result.speedup is None:
@@ -110,6 +151,9 @@ def judge(result: Any, kernel_name: str | None, gamma: float, numbers: dict[str,
     if result.speedup - 1.0 <= noise:
         return GateResult.fail("performance", f"speedup {result.speedup:.3f}x is within the noise floor "
                                               f"{noise:.3%}", **numbers)
+    unexplained = unexplained_saving(result, kernel_saving)
+    if unexplained:
+        return GateResult.fail("performance", unexplained, **numbers)
     slow_rounds = [i for i, r in enumerate(result.rounds) if r.speedup is None or r.speedup <= 1.0]
     if slow_rounds:
         return GateResult.fail("performance", f"not faster in every round (rounds {slow_rounds} were not)",
