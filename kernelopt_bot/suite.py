@@ -17,6 +17,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -121,9 +122,13 @@ class SuiteResult:
             vs_mant = [p.speedup_vs_mant for p in measured if p.speedup_vs_mant is not None]
             # Where a shard did not keep it, the pack's own figure stands in: a lower bound.
             best = [max(p.counted, p.speedup_best or 1.0) for p in rows] if self.device == "cuda" else []
-            # A failed run's pack is none (1.0); a verified pack not measured on top stays out.
-            on_top = [1.0 if p.status != "ok" else p.speedup_pack_on_mant for p in rows]
-            on_top_known = [v for v in on_top if v is not None] if self.device == "cuda" else []
+            # Without a pack (nothing verified, or the run failed) nothing goes on top: 1.0. A level
+            # whose packs were none of them measured on top has no figure (not one of 1.0s).
+            packs = [p for p in rows if p.status == "ok" and p.verified_kernels]
+            packs_on_top = [p for p in packs if p.speedup_pack_on_mant is not None]
+            on_top = [1.0 if p not in packs else p.speedup_pack_on_mant for p in rows]
+            on_top_known = ([v for v in on_top if v is not None]
+                            if self.device == "cuda" and (packs_on_top or not packs) else [])
             out[rows[0].problem.group] = {
                 "problems": len(rows),
                 "measured": len(measured),
@@ -132,7 +137,8 @@ class SuiteResult:
                 "geomean_vs_max_autotune_no_cudagraphs": geomean(vs_mant),
                 "geomean_best_verified": geomean(best),
                 "geomean_pack_on_max_autotune_no_cudagraphs": geomean(on_top_known),
-                "pack_on_max_autotune_measured": len(on_top_known),
+                "packs": len(packs),
+                "packs_on_max_autotune": len(packs_on_top),
                 "slowest": min(vs_default) if vs_default else None,
                 "optimize_seconds_median": upper_median(p.seconds for p in rows),
             }
@@ -233,7 +239,9 @@ def _pack_on_mant_of(run: RunResult, settings: CompileSettings) -> float | None:
     if run.status != "ok":
         return None
     if settings == CompileSettings("max-autotune-no-cudagraphs"):
-        return run.speedup if run.speedup is not None else (1.0 if run.device == "cuda" else None)
+        if run.speedup is not None:
+            return run.speedup
+        return 1.0 if run.device == "cuda" and not run.verified_kernels else None
     if not settings.is_default:
         return None
     if not run.verified_kernels:
@@ -263,16 +271,17 @@ def _reference_step(reference: bool, settings: CompileSettings,
         if not (reference and run.device == "cuda" and run.speedup is not None and settings.is_default
                 and not run.train):
             return Reference()
-        left = max(60.0, timeout_s - (run.seconds or 0.0))
+        # Both measurements share what the problem's deadline left (at least a minute each).
+        end = time.monotonic() + max(60.0, timeout_s - (run.seconds or 0.0))
         mant = None
         if _mant_of(run, settings) is None:
             mant = reference_speedup(Path(job.target), job.dtype, run.device, log_dir=job.out, run=on_slot,
-                                     timeout_s=left)
+                                     timeout_s=max(60.0, end - time.monotonic()))
         on_top = None
         pack = job.out / "pack.json"
         if _pack_on_mant_of(run, settings) is None and pack.is_file():
             on_top = pack_on_mant_speedup(Path(job.target), job.dtype, run.device, pack, log_dir=job.out,
-                                          run=on_slot, timeout_s=left)
+                                          run=on_slot, timeout_s=max(60.0, end - time.monotonic()))
         return Reference(mant, on_top)
 
     return step
@@ -309,8 +318,9 @@ def pack_on_mant_speedup(path: Path, dtype: str, device: str, pack: Path, *, tim
                          run: OnSlot = run_alone) -> float | None:
     """``pack`` installed on a max-autotune-no-cudagraphs compile against that compile alone, end to
     end (``kernelopt bench --mode``, in its own process, through ``run``). 1.0 where none of the
-    pack's kernels occurs in that compile (it leaves the build as it is); None when it could not
-    be measured (``pack_on_max_autotune.log`` says why)."""
+    pack's kernels occurs in that compile (it leaves the build as it is) or where the difference is
+    within the comparison's noise floor; None when it could not be measured
+    (``pack_on_max_autotune.log`` says why)."""
     cmd = [sys.executable, "-m", "kernelopt_bot.cli", "bench", str(path), "--pack", str(pack), "--dtype", dtype,
            "--device", device, "--mode", "max-autotune-no-cudagraphs", "--json"]
     found = _last_json(cmd, log_dir / "pack_on_max_autotune.log", timeout_s, run, "{")
@@ -318,8 +328,11 @@ def pack_on_mant_speedup(path: Path, dtype: str, device: str, pack: Path, *, tim
         return None
     if not found.get("applied"):
         return 1.0
-    value = found.get("speedup")
-    return float(value) if isinstance(value, (int, float)) else None
+    value, floor = found.get("speedup"), found.get("noise_floor")
+    if not isinstance(value, (int, float)):
+        return None
+    # A difference the baselines also show between themselves is no measured effect of the pack.
+    return 1.0 if isinstance(floor, (int, float)) and abs(value - 1.0) <= floor else float(value)
 
 
 def _last_json(cmd: list[str], log: Path, timeout_s: float, run: OnSlot, opener: str) -> Any:
@@ -442,6 +455,14 @@ def agreement(first: SuiteResult, second: SuiteResult, min_floor: float = 0.005)
     return rows
 
 
+def packs_note(row: dict[str, Any]) -> str:
+    """`` (k of n packs)`` after a level's pack-on-max-autotune figure where not every verified
+    pack of the level was measured on it (:meth:`SuiteResult.levels`' row)."""
+    if row["geomean_pack_on_max_autotune_no_cudagraphs"] is None or row["packs_on_max_autotune"] >= row["packs"]:
+        return ""
+    return f" ({row['packs_on_max_autotune']} of {row['packs']} packs)"
+
+
 def _fmt(value: float | None, spec: str = ".3f") -> str:
     return "-" if value is None else format(value, spec)
 
@@ -449,16 +470,14 @@ def _fmt(value: float | None, spec: str = ".3f") -> str:
 def markdown(suite: SuiteResult) -> str:
     lines = [f"# kernelopt suite ({suite.device})", "", f"Speedups are over `{suite.baseline_label}`; the pack on "
              "max-autotune-nc is over max-autotune-no-cudagraphs alone (problems without a verified pack count "
-             "1.0; where not every pack was measured on it, the count says how many were).", "",
+             "1.0; where not every pack was measured on it, the count says how many were, and a gain within "
+             "its noise floor counts 1.0).", "",
              f"| level | problems | measured | failed | geomean vs {suite.baseline_label} | "
              "geomean vs max-autotune-no-cudagraphs | geomean, pack on max-autotune-nc | "
              "geomean, best verified (option, pack or both) | slowest | median optimize s |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for level, row in suite.levels().items():
-        on_top = _fmt(row["geomean_pack_on_max_autotune_no_cudagraphs"])
-        if row["geomean_pack_on_max_autotune_no_cudagraphs"] is not None and \
-                row["pack_on_max_autotune_measured"] < row["problems"]:
-            on_top += f" ({row['pack_on_max_autotune_measured']} of {row['problems']})"
+        on_top = _fmt(row["geomean_pack_on_max_autotune_no_cudagraphs"]) + packs_note(row)
         lines.append(f"| {level} | {row['problems']} | {row['measured']} | {row['failed']} | "
                      f"{_fmt(row['geomean_vs_default'])} | {_fmt(row['geomean_vs_max_autotune_no_cudagraphs'])} | "
                      f"{on_top} | {_fmt(row['geomean_best_verified'])} | "

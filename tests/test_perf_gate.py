@@ -250,3 +250,35 @@ def test_gate_4_asks_for_the_explanation_only_of_arms_in_separate_processes(monk
     assert in_processes.numbers["kernel_saving_ms"] == pytest.approx(0.006)
     in_engine = gate(_EngineArm)
     assert in_engine.passed is True and "kernel_saving_ms" not in in_engine.numbers
+
+
+def test_a_kernels_launches_are_counted_by_its_pack_key_not_its_name() -> None:
+    """Inductor's kernel names restart in each graph: graph 1's ``..._0`` is another kernel than
+    graph 0's. The pack replaces a kernel wherever its key appears, in any graph."""
+    from types import SimpleNamespace
+
+    from kernelopt_bot.verify.perf import launches_a_call
+
+    def kernel(graph: int, name: str, key: str) -> Any:
+        return SimpleNamespace(graph=graph, name=name, key=key)
+
+    kernels = [kernel(0, "triton_poi_fused_mul_0", "A"), kernel(1, "triton_poi_fused_mul_0", "B"),
+               kernel(2, "triton_poi_fused_add_3", "A"), kernel(3, "triton_poi_fused_mul_0", "A")]
+    recordings = {(0, "triton_poi_fused_mul_0"): SimpleNamespace(calls=2),
+                  (1, "triton_poi_fused_mul_0"): SimpleNamespace(calls=5),
+                  (2, "triton_poi_fused_add_3"): SimpleNamespace(calls=1)}  # graph 3's never launched
+    assert launches_a_call(kernels, recordings, "A") == 3
+    assert launches_a_call(kernels, recordings, "B") == 5
+    assert launches_a_call(kernels, recordings, "C") == 0
+
+
+def test_the_kernels_saving_compares_fastest_calls_where_both_are_known() -> None:
+    """The candidate is timed while its arm compiles beside it: its median understates the saving
+    (here it would be none), its fastest call does not."""
+    from kernelopt_bot.verify.perf import kernel_saving_ms
+
+    contended = {"candidate_ms": 0.0125, "candidate_min_ms": 0.0080, "original_ms": 0.0120, "original_min_ms": 0.0118}
+    assert kernel_saving_ms(contended, 2) == pytest.approx(2 * 0.0038)
+    assert kernel_saving_ms({"candidate_ms": 0.010, "original_ms": 0.012}, 3) == pytest.approx(0.006)
+    assert kernel_saving_ms({"candidate_ms": 0.010, "original_ms": 0.012}, 0) is None
+    assert kernel_saving_ms({"candidate_ms": 0.010}, 3) is None

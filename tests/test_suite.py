@@ -303,14 +303,17 @@ def test_the_pack_on_max_autotune_figure_counts_problems_without_a_pack_as_one_a
         return ProblemResult(Problem(path, 1, "fp32"), status, 1.2 if verified else 1.0, None, 1.0, 1.0, verified,
                              10.0, speedup_pack_on_mant=on_top)
 
-    suite = SuiteResult([row("a.py", "ok", 1, 1.10), row("b.py", "ok", 0, 1.0), row("c.py", "ok", 1, None),
+    suite = SuiteResult([row("a.py", "ok", 1, 1.10), row("b.py", "ok", 0, None), row("c.py", "ok", 1, None),
                          row("d.py", "failed", 0, None)], device="cuda")
     level = suite.levels()["1"]
     assert level["geomean_pack_on_max_autotune_no_cudagraphs"] == pytest.approx(geomean([1.10, 1.0, 1.0]))
-    assert level["pack_on_max_autotune_measured"] == 3
-    assert "| 1.032 (3 of 4) |" in markdown(suite)
+    assert (level["packs"], level["packs_on_max_autotune"]) == (2, 1)
+    assert "| 1.032 (1 of 2 packs) |" in markdown(suite)
     again = ProblemResult.from_json(dict(suite.to_json()["problems"][0]))
     assert again.speedup_pack_on_mant == 1.10  # kept in suite.json, so merged shards keep it
+    # an old shard's level, its packs never measured on top: no figure, not the failures' 1.0
+    old = SuiteResult([row("c.py", "ok", 1, None), row("d.py", "failed", 0, None)], device="cuda")
+    assert old.levels()["1"]["geomean_pack_on_max_autotune_no_cudagraphs"] is None
 
 
 def test_the_pack_on_max_autotune_comes_from_the_run_where_it_measured_it() -> None:
@@ -326,6 +329,8 @@ def test_the_pack_on_max_autotune_comes_from_the_run_where_it_measured_it() -> N
     assert _pack_on_mant_of(run, default) == pytest.approx(1.2)  # 1.5 / 1.25
     assert _pack_on_mant_of(run, mant) == 1.2  # compiled with the mode: the run's speedup is the figure
     assert _pack_on_mant_of(run, CompileSettings("default", {"coordinate_descent_tuning": True})) is None
+    run.speedup = None
+    assert _pack_on_mant_of(run, mant) is None  # a pack the run did not measure: unknown, not 1.0
     run.kernels, run.recommendations = [], []
     assert _pack_on_mant_of(run, default) == 1.0  # no pack: nothing on top
 
@@ -346,7 +351,9 @@ def test_the_pack_on_max_autotune_is_read_from_bench_and_a_pack_that_applies_now
         return pack_on_mant_speedup(Path("m.py"), "bf16", "cuda", tmp_path / "pack.json", timeout_s=60,
                                     log_dir=tmp_path, run=bench_printing(line, timed_out))
 
-    assert measure(json.dumps({"applied": ["k0"], "speedup": 1.07})) == 1.07
+    assert measure(json.dumps({"applied": ["k0"], "speedup": 1.07, "noise_floor": 0.01})) == 1.07
+    assert measure(json.dumps({"applied": ["k0"], "speedup": 0.93, "noise_floor": 0.01})) == 0.93
+    assert measure(json.dumps({"applied": ["k0"], "speedup": 1.03, "noise_floor": 0.04})) == 1.0  # within noise
     assert measure(json.dumps({"applied": [], "speedup": 0.98})) == 1.0  # none of its kernels in that build
     assert measure(json.dumps({"applied": ["k0"], "speedup": None})) is None
     assert measure("Error: the packed arm crashed") is None
@@ -362,3 +369,41 @@ def test_a_pack_on_max_autotune_that_cannot_run_is_unmeasured_and_logged(tmp_pat
     pack.write_text(json.dumps({"format": "kernelopt-pack", "version": 1, "entries": []}))
     assert pack_on_mant_speedup(broken, "fp32", "cpu", pack, timeout_s=120, log_dir=tmp_path) is None
     assert "no model here" in (tmp_path / "pack_on_max_autotune.log").read_text()
+
+
+def test_the_reference_step_measures_what_the_run_did_not_and_shares_the_problems_deadline(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a default run with a pack: max-autotune alone (``modes``), then the pack on it
+    (``bench --mode``), the second given what the first left of the deadline; a row takes both."""
+    from kernelopt_bot import suite as suite_module
+    from kernelopt_bot.fleet import FleetJob, FleetResult
+    from kernelopt_bot.job_process import Exit
+    from kernelopt_bot.result import KernelOutcome, RunResult
+
+    clock = [1000.0]
+    monkeypatch.setattr(suite_module.time, "monotonic", lambda: clock[0])
+    asked: list[tuple[str, float]] = []
+
+    def on_slot(cmd: Any, log: Path, timeout_s: float) -> Exit:
+        what = cmd[cmd.index("kernelopt_bot.cli") + 1]
+        asked.append((what, timeout_s))
+        clock[0] += 70.0
+        log.write_text(json.dumps([{"speedup": 1.25}]) if what == "modes"
+                       else json.dumps({"applied": ["k0"], "speedup": 1.1, "noise_floor": 0.01}))
+        return Exit(0, 70.0)
+
+    out = tmp_path / "problems" / "l1_m_fp32"
+    out.mkdir(parents=True)
+    (out / "pack.json").write_text("{}")
+    job = FleetJob(name="m", target=str(tmp_path / "m.py"), dtype="fp32", out=out, timeout_s=300, device=None)
+    run = RunResult(target="m.py", name="m", device="cuda", dtype="fp32", status="ok", speedup=1.2, seconds=100.0,
+                    kernels=[KernelOutcome("k0", "reduction", status="accepted")])
+    step = suite_module._reference_step(True, CompileSettings(), 300.0)
+    measured = step(job, run, on_slot)
+    assert asked == [("modes", 200.0), ("bench", 130.0)]  # 300 s less the run's 100, then less the first's 70
+    assert measured == suite_module.Reference(1.25, 1.1)
+    row = suite_module._problem_result(Problem("level1/m.py", 1, "fp32"),
+                                       FleetResult(0, job, run, None, 1, 170.0, after=measured), CompileSettings())
+    assert row.speedup_vs_mant == pytest.approx(1.2 / 1.25) and row.speedup_pack_on_mant == 1.1
+    assert step(job, RunResult(target="m.py", name="m", device="cuda", dtype="fp32", status="ok", speedup=1.0,
+                               train=True), on_slot) == suite_module.Reference()  # a training step: none

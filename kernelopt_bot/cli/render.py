@@ -218,11 +218,15 @@ def _recommendation(console: Console, rec: Recommendation) -> None:
 
 def suite_levels(result: SuiteResult, out_dir: str) -> None:
     """Each level's geometric-mean speedups, and where the report went."""
+    from kernelopt_bot.suite import packs_note
+
     console = _console()
     for level, row in result.levels().items():
         console.print(f"level {level}: {row['problems']} problems, geomean vs default "
                       f"{_fmt(row['geomean_vs_default'], '.3f', 'not measured')}, vs max-autotune-no-cudagraphs "
-                      f"{_fmt(row['geomean_vs_max_autotune_no_cudagraphs'], '.3f', 'not measured')}, best verified "
+                      f"{_fmt(row['geomean_vs_max_autotune_no_cudagraphs'], '.3f', 'not measured')}, the pack on "
+                      f"max-autotune-nc {_fmt(row['geomean_pack_on_max_autotune_no_cudagraphs'], '.3f', 'not measured')}"
+                      f"{packs_note(row)}, best verified "
                       f"(option, pack or both) {_fmt(row['geomean_best_verified'], '.3f', 'not measured')}")
     console.print(escape(f"wrote {out_dir}/suite.md and suite.json"))
 

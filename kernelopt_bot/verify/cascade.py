@@ -41,7 +41,7 @@ from kernelopt_bot.targets import dtype_name
 from kernelopt_bot.verify.correctness import DEFAULT_SEEDS, DISTRIBUTIONS
 from kernelopt_bot.verify.kernel_gate import judge_in_engine
 from kernelopt_bot.verify.model import DEFAULT_MODEL_SEEDS, check_model
-from kernelopt_bot.verify.perf import check_performance
+from kernelopt_bot.verify.perf import check_performance, launches_a_call
 from kernelopt_bot.verify.sandbox import SandboxLimits, SandboxOutcome, run_sandboxed
 from kernelopt_bot.verify.static import check_config, check_source
 from kernelopt_bot.verify.verdict import GATE_ORDER, GateResult, Verdict
@@ -363,9 +363,8 @@ class Cascade:
         return [model, perf]
 
     def _launches(self, kernel: TritonKernel) -> int:
-        """The kernel's launches a model call, in every graph that runs it (a pack replaces it
-        wherever its source appears): what its own saving is multiplied by in a call."""
-        return sum(rec.calls for (_, name), rec in self.capture.recordings.items() if name == kernel.name)
+        """The kernel's launches a model call (:func:`~kernelopt_bot.verify.perf.launches_a_call`)."""
+        return launches_a_call(self.capture.artifact.kernels, self.capture.recordings, kernel.key)
 
     def time_variants(self, kernel: TritonKernel, candidates: list[Candidate], *, reps: int = 50
                       ) -> tuple[float | None, list[float | str | None]]:

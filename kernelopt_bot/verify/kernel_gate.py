@@ -33,7 +33,7 @@ def judge_kernel(bench: KernelBench, source: str | None, config: LaunchConfig | 
     """Compile the candidate, run gate 2 against the compiler's kernel, and (``time_it``, on
     CUDA, after gate 2 passed) time candidate and original alone. The result is plain data:
     ``compiled``, ``reason`` (when it did not), ``correctness`` (GateResult JSON), ``bytes``,
-    ``candidate_ms``, ``candidate_min_ms``, ``original_ms``, ``seconds``.
+    ``candidate_ms``, ``candidate_min_ms``, ``original_ms``, ``original_min_ms``, ``seconds``.
 
     Raises :class:`InfrastructureFailure` when the candidate was still compiling at
     ``compile_deadline_s`` (ours, not the candidate's); exceptions of the runs propagate."""
@@ -62,7 +62,9 @@ def judge_kernel(bench: KernelBench, source: str | None, config: LaunchConfig | 
         # model arm compiles and warms up meanwhile) can only slow calls down, so the minimum is
         # the check that contention cannot loosen.
         result["candidate_min_ms"] = min(timing.samples_ms) if timing.samples_ms else None
-        result["original_ms"] = harness.time_kernel(reference, reps=reps).median_ms
+        original = harness.time_kernel(reference, reps=reps)
+        result["original_ms"] = original.median_ms
+        result["original_min_ms"] = min(original.samples_ms) if original.samples_ms else None  # gate 4's saving
         steps.done("timing")
     result["seconds"] = steps.seconds
     return result
