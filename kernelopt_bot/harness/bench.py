@@ -203,11 +203,16 @@ def bench(target: str, pack: KernelPack, *, device: str, dtype: str = "fp32", ro
     ``mode`` and ``config`` (Inductor config settings) apply to every arm alike; ``train``: each
     timed call is a whole training step.
     """
-    with ModelArms(target, device, dtype, timeout_s=timeout_s, mode=mode, config=config, train=train) as model_arms:
+    # The packed arm compiles beside the baselines, not after them: on the H200 arms compiled once
+    # others were ready (from the compiler's cache those filled) ran tiny_vit bf16 5% faster than
+    # the arms compiled together before them, in every round (scripts/process_offsets.py, results
+    # h200-2026-12-05b), and a packed arm compiled after its baselines measured an empty pack at 1.095x.
+    with ModelArms(target, device, dtype, timeout_s=timeout_s, mode=mode, config=config, train=train) as model_arms, \
+            model_arms.candidate(pack, label="packed", wait=False) as packed:
         base, repeat = model_arms.baselines()
-        with model_arms.candidate(pack, label="packed") as packed:
-            return compare_arms(base, packed, repeat, target=target, device=device, dtype=dtype,
-                                rounds=rounds, reps=reps, timeout_s=timeout_s, split_step=train)
+        packed.wait_ready()
+        return compare_arms(base, packed, repeat, target=target, device=device, dtype=dtype,
+                            rounds=rounds, reps=reps, timeout_s=timeout_s, split_step=train)
 
 
 def bench_patch(original: str, patched: str, *, device: str, dtype: str = "fp32", rounds: int = 10,
