@@ -79,6 +79,11 @@ class ProblemResult:
     speedup_pack_on_mant: float | None = None
 
     @property
+    def has_pack(self) -> bool:
+        """The run ended and verified a kernel: there is a pack to put on another compile."""
+        return self.status == "ok" and bool(self.verified_kernels)
+
+    @property
     def counted(self) -> float:
         """The pack's speedup as a level's geomean counts it: 1.0 where nothing was verified or the
         run failed (the compiler's code stays)."""
@@ -124,9 +129,9 @@ class SuiteResult:
             best = [max(p.counted, p.speedup_best or 1.0) for p in rows] if self.device == "cuda" else []
             # Without a pack (nothing verified, or the run failed) nothing goes on top: 1.0. A level
             # whose packs were none of them measured on top has no figure (not one of 1.0s).
-            packs = [p for p in rows if p.status == "ok" and p.verified_kernels]
+            packs = [p for p in rows if p.has_pack]
             packs_on_top = [p for p in packs if p.speedup_pack_on_mant is not None]
-            on_top = [1.0 if p not in packs else p.speedup_pack_on_mant for p in rows]
+            on_top = [p.speedup_pack_on_mant if p.has_pack else 1.0 for p in rows]
             on_top_known = ([v for v in on_top if v is not None]
                             if self.device == "cuda" and (packs_on_top or not packs) else [])
             out[rows[0].problem.group] = {
@@ -246,7 +251,7 @@ def _pack_on_mant_of(run: RunResult, settings: CompileSettings) -> float | None:
         return None
     if not run.verified_kernels:
         return 1.0 if run.device == "cuda" else None
-    alone = next((r.speedup for r in run.recommendations if r.option == MANT), None)
+    alone = _mant_of(run, settings)
     with_pack = next((r.speedup for r in run.recommendations if r.option == MANT + WITH_PACK), None)
     return with_pack / alone if alone and with_pack else None
 

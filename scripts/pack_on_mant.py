@@ -47,21 +47,21 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     start = args.out if (args.out / "suite.json").is_file() else args.suite_dir  # a later call goes on
     suite = merge([start])
-    def order(res: ProblemResult) -> int:  # the first --only pattern a problem matches goes first
-        return next((i for i, pattern in enumerate(args.only) if fnmatch.fnmatch(res.problem.slug, pattern)), 0)
+
+    def order(res: ProblemResult) -> int | None:  # the first --only pattern it matches (None: none)
+        if not args.only:
+            return 0
+        return next((i for i, pattern in enumerate(args.only) if fnmatch.fnmatch(res.problem.slug, pattern)), None)
 
     waiting = [res for res in suite.problems
                if res.speedup_pack_on_mant is None and not res.problem.train and res.status == "ok"]
     for res in waiting:
-        if not res.verified_kernels:
+        if not res.has_pack:
             res.speedup_pack_on_mant = 1.0  # no pack: nothing to put on top
     write_report(suite, args.out)
-    for res in sorted(waiting, key=order):
+    chosen = [res for res in waiting if res.speedup_pack_on_mant is None and order(res) is not None]
+    for res in sorted(chosen, key=lambda r: order(r) or 0):
         slug = res.problem.slug
-        if res.speedup_pack_on_mant is not None:
-            continue
-        if args.only and not any(fnmatch.fnmatch(slug, pattern) for pattern in args.only):
-            continue
         pack = find_pack(args.runs, slug, res.speedup or 0.0)
         if pack is None:
             print(f"{slug}: no committed pack with speedup {res.speedup}", flush=True)
@@ -73,7 +73,6 @@ def main(argv: list[str] | None = None) -> int:
                                                         log_dir=log_dir)
         print(f"{slug}: pack ({pack}) on max-autotune-nc: {res.speedup_pack_on_mant}", flush=True)
         write_report(suite, args.out)
-    write_report(suite, args.out)
     return 0
 
 
