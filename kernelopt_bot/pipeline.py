@@ -39,6 +39,7 @@ from kernelopt_bot.schedule import (
     arms_end_by,
     final_reserve_s,
     held_back,
+    launch_bound,
     options_first,
 )
 from kernelopt_bot.target_kinds import target_kind
@@ -498,6 +499,10 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
                 # tuner times variants instead of after it, where the GPU holds them beside this
                 # process (an arm needs about what this process needed to compile the model).
                 cascade.model_arms.arm_mb_hint = _arm_mb_hint()
+                cascade.model_arms.warm_load = launch_bound(prof)
+                if cascade.model_arms.warm_load:
+                    log("    launch-bound: a model arm that compiled cold is replaced by one that loads "
+                        "the compiled model from the cache, as the others do")
                 if cascade.model_arms.one_baseline:
                     log(f"    a large model (~{cascade.model_arms.arm_mb_hint / 1024:.0f} GiB an arm): one baseline arm, "
                         "timed twice a round for the noise floor, and at most two model arms at once")

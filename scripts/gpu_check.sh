@@ -21,7 +21,8 @@
 #   bash scripts/gpu_check.sh ontop      each verified pack of a committed suite (ONTOP_SUITE) on max-autotune-no-cudagraphs,
 #                                        over that mode alone (issue 13's third figure; ONTOP_ARGS="--only PATTERN ...")
 #   bash scripts/gpu_check.sh offsets    identical processes of one model timed side by side (OFFSETS_PROBLEMS="level3/x.py:bf16 ...",
-#                                        OFFSETS_ARMS): is a launch-bound network's noise between processes or within one
+#                                        OFFSETS_ARMS, OFFSETS_ARGS="--warm-load", OFFSETS_TAG=_warm: a suffix for its files):
+#                                        is a launch-bound network's noise between processes or within one
 #   bash scripts/gpu_check.sh honest prdry suite      several parts in one call
 # Limits per part in seconds: LIMIT_<PART>=N (default 540). Carried wheels in .whl/ are installed first.
 set -uo pipefail
@@ -121,9 +122,10 @@ part_offsets() {  # scripts/process_offsets.py on each of OFFSETS_PROBLEMS ("lev
   local rc=0 spec file dtype slug
   for spec in ${OFFSETS_PROBLEMS:-level3/tiny_vit.py:bf16 level3/tiny_vit.py:fp32}; do
     file="${spec%%:*}" dtype="${spec##*:}" slug="$(basename "$file" .py)_$dtype"
-    python3 scripts/process_offsets.py "benchmarks/$file" --dtype "$dtype" --arms "${OFFSETS_ARMS:-6}" \
-      --json "$R/offsets_$slug.json" > "$R/offsets_$slug.log" 2>&1 || rc=1
-    grep -v -i warn "$R/offsets_$slug.log" | tail -8 | tee -a "$summary"
+    # shellcheck disable=SC2086
+    python3 scripts/process_offsets.py "benchmarks/$file" --dtype "$dtype" --arms "${OFFSETS_ARMS:-6}" ${OFFSETS_ARGS:-} \
+      --json "$R/offsets_$slug${OFFSETS_TAG:-}.json" > "$R/offsets_$slug${OFFSETS_TAG:-}.log" 2>&1 || rc=1
+    grep -v -i warn "$R/offsets_$slug${OFFSETS_TAG:-}.log" | tail -8 | tee -a "$summary"
   done
   return $rc
 }

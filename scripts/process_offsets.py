@@ -10,15 +10,21 @@ processes (each process keeps its own offset, round after round): gate 4's noise
 two baseline processes, so an offset between processes that exceeds it passes a candidate that
 changes nothing.
 
-Usage: python scripts/process_offsets.py TARGET --dtype bf16 [--arms 6] [--rounds 10] [--json OUT]
+``--warm-load``: every arm that compiled cold is replaced by one that loads from the cache
+(``ArmProcess``'s ``warm_load``, as the run's model arms on a launch-bound model, and ``kernelopt
+bench``, do): with it, no offset should follow the wave.
+
+Usage: python scripts/process_offsets.py TARGET --dtype bf16 [--arms 6] [--rounds 10] [--warm-load] [--json OUT]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
+import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -38,16 +44,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--arms", type=int, default=6)
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--waves", type=int, default=2)
+    parser.add_argument("--warm-load", action="store_true",
+                        help="replace each arm that compiled cold by one that loads from the cache")
+    parser.add_argument("--cache-dir", type=Path, default=None,
+                        help="the compiler's cache the arms share (default: a new, empty one, so the first wave compiles)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
+    # The first wave must compile, as a mode's first arms in a run do: a cache that earlier work
+    # filled would make every wave a cache load.
+    cache = args.cache_dir or Path(tempfile.mkdtemp(prefix="kernelopt-offsets-cache-"))
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache)
     per_wave = -(-args.arms // max(1, args.waves))
     specs = [ArmSpec(f"{'empty-pack' if i % 2 else 'baseline'}-w{i // per_wave + 1}-{i}", args.target, args.device,
                      args.dtype, pack=EMPTY_PACK if i % 2 else None) for i in range(args.arms)]
     arms: list[ArmProcess] = []
     try:
         for first in range(0, len(specs), per_wave):
-            wave = [ArmProcess(spec) for spec in specs[first:first + per_wave]]
+            wave = [ArmProcess(spec, warm_load=args.warm_load) for spec in specs[first:first + per_wave]]
             arms += wave
+            for arm in wave:  # first starts, then their replacements, each side by side
+                arm.wait_compiled()
             for arm in wave:
                 arm.wait_ready()
         with this_thread_on(timing_core()):
@@ -72,11 +88,12 @@ def main(argv: list[str] | None = None) -> int:
     medians = [statistics.median(times) for times in per_arm]
     middle = statistics.median(medians)
     rows = []
-    for spec, times, med in zip(specs, per_arm, medians):
+    for spec, arm, times, med in zip(specs, arms, per_arm, medians):
         # rounds in which this arm is on the same side of the middle as its median: a process offset
         same_side = sum(1 for t in times if (t - middle) * (med - middle) > 0)
         rows.append({"arm": spec.label, "median_ms": med, "offset": med / middle - 1.0,
-                     "rounds_on_its_side": same_side, "rounds_ms": times})
+                     "rounds_on_its_side": same_side, "rounds_ms": times,
+                     "cache": arm.info.get("cache"), "warm_load": arm.info.get("warm_load")})
         print(f"{spec.label:18} {med:.4f} ms  offset {med / middle - 1.0:+.2%}  "
               f"same side in {same_side}/{len(times)} rounds", flush=True)
     spread = max(medians) / min(medians) - 1.0
@@ -84,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
           f"process medians {spread:.2%}", flush=True)
     if args.json is not None:
         args.json.write_text(json.dumps({"target": args.target, "dtype": args.dtype, "pass_reps": reps,
+                                         "warm_load": args.warm_load,
                                          "spread": spread, "arms": rows}, indent=2))
     return 0
 

@@ -140,6 +140,9 @@ def test_the_packed_arm_compiles_beside_the_baselines_not_after_them(monkeypatch
             self.label, self.info = spec.label, {"applied": [], "skipped": []}
             events.append(f"start {self.label}")
 
+        def wait_compiled(self) -> None:
+            events.append(f"wait {self.label}")
+
         def wait_ready(self) -> dict[str, Any]:
             events.append(f"wait {self.label}")
             self.ready, self.compiling = True, False

@@ -206,3 +206,132 @@ def test_an_arm_stopped_at_the_phases_deadline_says_the_budget_stopped_it(tmp_pa
         with pytest.raises(ArmTimeout, match="no answer to start within 2 s") as killed:
             arm.wait_ready()
         assert not killed.value.budget
+
+
+# --- warm loads: every arm of a comparison starts alike (from the compiler's cache) ---
+
+_COUNTING_TARGET = """import os
+import torch
+# Each load of this file leaves a mark in the compiler's cache folder (writable in every arm):
+# FAIL_AFTER loads, it raises, as a target that broke between two starts would.
+marks = os.path.join(os.environ["TORCHINDUCTOR_CACHE_DIR"], "loads")
+loads = len(os.listdir(marks)) if os.path.isdir(marks) else 0
+os.makedirs(marks, exist_ok=True)
+open(os.path.join(marks, str(loads)), "w").close()
+if loads >= FAIL_AFTER:
+    raise RuntimeError("the target broke after its first start")
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return torch.nn.functional.gelu(x * 2.0 + 1.0).sum(dim=-1)
+def get_inputs():
+    return [torch.randn(4, 32)]
+def get_init_inputs():
+    return []
+"""
+
+
+def _counting_target(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fail_after: int = 99) -> tuple[Path, Path]:
+    """A small model, a compiler cache of its own (cold at first), and the folder counting its loads."""
+    cache = tmp_path / "inductor-cache"
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(cache))
+    target = tmp_path / "counted.py"
+    target.write_text(_COUNTING_TARGET.replace("FAIL_AFTER", str(fail_after)))
+    return target, cache / "loads"
+
+
+def test_an_arm_that_compiled_cold_is_replaced_by_one_that_loads_from_the_cache(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cold compile fills the cache; its replacement loads from it (what every other arm of the
+    comparison does), answers for the arm, and its start counts both starts."""
+    from kernelopt_bot.harness.arm_process import ArmProcess, ArmSpec, compiled_cold
+
+    target, loads = _counting_target(tmp_path, monkeypatch)
+    with ArmProcess(ArmSpec("baseline", str(target), "cpu", "fp32"), warm_load=True) as arm:
+        info = arm.wait_ready()
+        assert len(list(loads.iterdir())) == 2  # the cold start and its replacement
+        replaced = info["warm_load"]
+        assert replaced["cold_cache"]["miss"] >= 1
+        assert info["cache"]["miss"] == 0 and info["cache"]["hit"] >= 1 and not compiled_cold(info)
+        assert info["compile_s"] == pytest.approx(replaced["cold_compile_s"] + replaced["load_s"], abs=0.02)
+        assert len(arm.request("outputs", 0)) == 1  # the replacement serves
+    assert not arm.alive
+    # A later arm of the same model loads from the cache at once: not replaced.
+    with ArmProcess(ArmSpec("candidate", str(target), "cpu", "fp32"), warm_load=True) as again:
+        assert "warm_load" not in again.wait_ready() and again.info["cache"]["hit"] >= 1
+    assert len(list(loads.iterdir())) == 3
+
+
+def test_without_warm_loads_a_cold_arm_answers_as_it_compiled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kernelopt_bot.harness.arm_process import ArmProcess, ArmSpec, compiled_cold
+
+    target, loads = _counting_target(tmp_path, monkeypatch)
+    with ArmProcess(ArmSpec("baseline", str(target), "cpu", "fp32")) as arm:
+        assert compiled_cold(arm.wait_ready()) and "warm_load" not in arm.info
+    assert len(list(loads.iterdir())) == 1
+
+
+def test_a_replacement_that_fails_leaves_the_cold_arm_answering_and_says_so(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The replacement is ours, not the model's: its failure is no verdict on anything, and the
+    arm it was to replace still serves (measured as it started, which its info says)."""
+    from kernelopt_bot.harness.arm_process import ArmProcess, ArmSpec
+
+    target, _ = _counting_target(tmp_path, monkeypatch, fail_after=1)
+    with ArmProcess(ArmSpec("option", str(target), "cpu", "fp32"), warm_load=True) as arm:
+        info = arm.wait_ready()
+        assert info["warm_load"].startswith("not replaced: its warm start failed") and "broke" in info["warm_load"]
+        assert info["cache"]["miss"] >= 1 and arm.alive and len(arm.request("outputs", 0)) == 1
+
+
+def test_no_replacement_starts_without_time_for_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kernelopt_bot.harness import arm_process
+
+    target, loads = _counting_target(tmp_path, monkeypatch)
+    monkeypatch.setattr(arm_process, "WARM_LOAD_MIN_S", 10_000.0)  # more than the start's limit
+    with arm_process.ArmProcess(arm_process.ArmSpec("option", str(target), "cpu", "fp32"), start_timeout_s=600,
+                                warm_load=True) as arm:
+        assert arm.wait_ready()["warm_load"].startswith("not replaced:") and "s of its start's limit left" in arm.info["warm_load"]
+    assert len(list(loads.iterdir())) == 1
+
+
+def test_settle_lets_the_cold_arms_replacements_load_together(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two arms that compiled cold side by side are both replaced, their replacements started
+    before either is waited for, and each serves; what a replacement adds is then planned from
+    the baseline's own load."""
+    target, loads = _counting_target(tmp_path, monkeypatch)
+    with ModelArms(str(target), "cpu", "fp32", warm_load=True) as model_arms:
+        # Two settings, two cache entries: both compile cold however their starts interleave.
+        arms = [model_arms.candidate(None, label="arm0", wait=False),
+                model_arms.candidate(None, label="arm1", config={"max_fusion_size": 63}, wait=False)]
+        for arm in arms:
+            arm.wait_compiled()
+        assert all(arm._cold is not None and arm.compiling for arm in arms)  # both replacements loading
+        model_arms.settle()
+        assert all(arm.ready and isinstance(arm.info["warm_load"], dict) for arm in arms)
+        assert len(list(loads.iterdir())) == 4
+        assert model_arms.warm_load_s() == 10.0  # no baseline yet: the default
+        baseline, _ = model_arms.baselines()  # loads from the cache the arms filled: not replaced
+        assert "warm_load" not in baseline.info
+        assert model_arms.warm_load_s() == pytest.approx(baseline.info["compile_s"])
+    assert ModelArms(str(target), "cpu", "fp32").warm_load is False  # nothing is timed on the CPU
+    assert ModelArms(str(target), "cpu", "fp32", warm_load=False).warm_load_s() == 0.0
+
+
+def test_where_the_gpu_holds_no_second_copy_the_cold_arm_is_stopped_and_a_failed_replacement_is_ours(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A large model's cold arm is not kept beside its replacement; should the replacement fail,
+    nothing answers, and the failure is ours (an infrastructure failure, never a verdict)."""
+    from kernelopt_bot.harness.arm_process import ArmOursFailed, ArmProcess, ArmSpec, failed_on_our_side
+
+    target, loads = _counting_target(tmp_path, monkeypatch, fail_after=1)
+    arm = ArmProcess(ArmSpec("option", str(target), "cpu", "fp32"), warm_load=True, keep_cold=lambda: False)
+    with arm:
+        arm.wait_compiled()
+        assert arm._cold is not None and arm._cold[0] is None  # stopped while its replacement loads
+        with pytest.raises(ArmOursFailed, match="compiled, then its warm replacement failed") as failed:
+            arm.wait_ready()
+        assert failed_on_our_side(failed.value) and "broke" in str(failed.value)
+        with pytest.raises(ArmOursFailed):  # asked again: the same answer, no third start
+            arm.wait_ready()
+        assert not arm.compiling
+    assert len(list(loads.iterdir())) == 2

@@ -26,6 +26,7 @@ from kernelopt_bot.schedule import (
     after_search_s,
     arms_end_by,
     held_back,
+    launch_bound,
     options_first,
     options_later,
     options_need_s,
@@ -112,6 +113,11 @@ class _Arena:
     def settle(self) -> None:
         pass
 
+    reload_s = 0.0  # what a cold arm's warm replacement adds to its start (ModelArms.warm_load_s)
+
+    def warm_load_s(self) -> float:
+        return self.reload_s
+
 
 def test_compiler_options_past_the_deadline_are_reported_not_measured() -> None:
     recs = recommend(_Arena(), None, gamma=1.03, time_left=lambda: 20.0)  # type: ignore[arg-type]
@@ -192,6 +198,13 @@ def test_each_option_reports_how_long_its_arm_compiled(capsys: pytest.CaptureFix
     assert [r.compile_estimate_s for r in recs] == [36.5, 41.3, 28.5]
     recommendations(recs[:1])
     assert "(compiled in 42 s of an estimated 36 s" in capsys.readouterr().out.replace("\n", " ")
+    # Where a cold arm is replaced by a cache load (a launch-bound model), that load is planned too
+    reloading = _SayingArena(41.6)
+    reloading.reload_s = 6.0
+    left = itertools.chain([120.0], itertools.repeat(MIN_BENCH_S - 1))
+    recs = recommend(reloading, None, gamma=1.03, time_left=lambda: 120.0,  # type: ignore[arg-type]
+                     bench_left=lambda: next(left), compile_s=28.5, template_s=8.0)
+    assert [r.compile_estimate_s for r in recs] == [42.5, 47.3, 34.5]
 
     class _Unstartable(_ReadyArena):
         def candidate(self, *_a: Any, **_k: Any) -> Any:
@@ -663,6 +676,16 @@ def test_options_go_first_where_the_search_can_move_the_model_little() -> None:
     assert _first(Profile("t", "cpu", None, None, None, [])) is None  # nothing measured
     over = _first(_profile(1.0, 1.2, [(0.1, "memory")]))  # the profiler's busy time past the median
     assert over is not None and over[0] == "library calls take 92% of the model's time"  # of 1.3 ms busy
+
+
+def test_a_launch_bound_model_is_one_whose_triton_time_is_mostly_launches() -> None:
+    """Where the model arms' starts matter (cold ones replaced by cache loads): the rule that sends
+    CUDA graphs first, as one function."""
+    assert launch_bound(_profile(0.1, 0.0, [(0.008, "launch")] * 10 + [(0.02, "memory")]))
+    assert not launch_bound(_profile(0.1, 0.0, [(0.008, "launch")] * 2))  # too few kernels
+    assert not launch_bound(_profile(1.0, 0.0, [(0.008, "launch")] * 10 + [(0.5, "memory")]))
+    assert not launch_bound(_profile(1.0, 0.9, []))  # library calls only
+    assert not launch_bound(Profile("t", "cpu", None, None, None, []))  # nothing measured
 
 
 def test_options_go_first_where_the_triton_kernels_run_at_the_copy_roofline() -> None:

@@ -56,6 +56,26 @@ def compile_fresh(model: torch.nn.Module, *, mode: str | None = None,
     return torch.compile(fresh, **kwargs)
 
 
+CACHE_OUTCOMES = ("hit", "miss", "bypass")
+
+
+@contextmanager
+def counting_cache_use() -> Iterator[dict[str, int]]:
+    """How the graphs compiled while the block runs came out of Inductor's FX-graph cache: loaded
+    (``hit``), compiled anew and stored (``miss``), or compiled anew because the cache cannot hold
+    them (``bypass``). Filled in when the block ends; from Inductor's own counters, so a torch
+    that counts none of them reports zeros."""
+    from torch._dynamo.utils import counters
+
+    before = {o: int(counters["inductor"].get(f"fxgraph_cache_{o}", 0)) for o in CACHE_OUTCOMES}
+    use = dict.fromkeys(CACHE_OUTCOMES, 0)
+    try:
+        yield use
+    finally:
+        for outcome in CACHE_OUTCOMES:
+            use[outcome] = int(counters["inductor"].get(f"fxgraph_cache_{outcome}", 0)) - before[outcome]
+
+
 @dataclass
 class LoadedGraph:
     """An output module as loaded in this process."""

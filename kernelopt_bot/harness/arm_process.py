@@ -16,6 +16,7 @@ import functools
 import math
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -120,7 +121,7 @@ def _serve(spec: ArmSpec, conn: Channel) -> None:
     import torch
 
     from kernelopt_bot.capture.chosen_configs import seeing_kernels
-    from kernelopt_bot.capture.recorder import compile_fresh
+    from kernelopt_bot.capture.recorder import compile_fresh, counting_cache_use
     from kernelopt_bot.capture.settings import target_settings
     from kernelopt_bot.device import prepare_device
     from kernelopt_bot.harness.cpu_pin import time_on_one_core
@@ -148,7 +149,7 @@ def _serve(spec: ArmSpec, conn: Channel) -> None:
         torch._inductor.config.patch(config).__enter__()  # this process only, for its lifetime
     if spec.pack is not None:
         runtime.install(KernelPack.from_json(spec.pack))
-    with seeing_kernels() as seen:
+    with seeing_kernels() as seen, counting_cache_use() as cache:
         compiled = compile_fresh(target.model, mode=mode)
         target.run(compiled, target.make_inputs(0))
     if target.device == "cuda":  # compiled (with every core): its timing keeps to one (harness.cpu_pin)
@@ -161,6 +162,7 @@ def _serve(spec: ArmSpec, conn: Channel) -> None:
         # included): the target's model arms size how many arms may compile at once from it.
         "gpu_mb": torch.cuda.max_memory_reserved() / 2**20 if target.device == "cuda" else None,
         "compile_s": round(time.monotonic() - started, 2),  # torch's import, the target's load, the compile
+        "cache": dict(cache),  # the compiler's cache: graphs loaded from it, compiled anew, or not cacheable
     }))
     while True:
         op, *args = conn.recv()
@@ -235,51 +237,146 @@ def compile_seconds(info: dict[str, Any] | None) -> float | None:
     return float(value)
 
 
+# A warm replacement is not started with less of the start's limit left: it imports torch, loads
+# the target and the compiled model again (a few seconds on the H200; a cold arm answers otherwise).
+WARM_LOAD_MIN_S = 10.0
+
+
+def compiled_cold(info: dict[str, Any] | None) -> bool:
+    """Whether an arm compiled some graph anew instead of loading it from the compiler's cache,
+    as its ready message (``info``) says (``cache``: :func:`~kernelopt_bot.capture.recorder.counting_cache_use`).
+    A graph the cache cannot hold ("bypass") is compiled anew by every arm alike: not cold."""
+    cache = (info or {}).get("cache")
+    misses = cache.get("miss") if isinstance(cache, dict) else None
+    return isinstance(misses, int) and not isinstance(misses, bool) and misses > 0
+
+
 def arm_process_name(label: str) -> str:
     """The name an arm's process is started (and counted) under."""
     return f"kernelopt-{label}"
 
 
 class ArmProcess:
-    """Parent-side handle of one arm."""
+    """Parent-side handle of one arm.
+
+    ``warm_load``: an arm whose compile missed the compiler's cache (:func:`compiled_cold`) is
+    replaced, once, by a fresh process that loads what the first one stored; the first is kept
+    until the second is ready and answers instead of it where the second fails or runs out of
+    time (``info["warm_load"]`` says which), where ``keep_cold()`` says the GPU holds both; else
+    it is stopped first, and a replacement that fails is our failure, not the arm's
+    (:class:`ArmOursFailed`). Why: on the H200, processes of a launch-bound bf16
+    network that loaded the model from the cache ran 3-7% faster, round after round, than
+    processes that had compiled it, pack or no pack (``scripts/process_offsets.py``, 12-05b),
+    while processes started alike agreed within 1.5-2%. Arms that compare must start alike, and
+    the one start every arm can have is a cache load."""
 
     where = "process"
 
-    def __init__(self, spec: ArmSpec, *, start_timeout_s: float = 900.0, budget_limited: bool = False) -> None:
+    def __init__(self, spec: ArmSpec, *, start_timeout_s: float = 900.0, budget_limited: bool = False,
+                 warm_load: bool = False, keep_cold: Callable[[], bool] | None = None) -> None:
         self.spec = spec
         self.start_timeout_s = start_timeout_s
         self.budget_limited = budget_limited  # start_timeout_s is what the wall budget left, not its own limit
+        self.warm_load, self.keep_cold = warm_load, keep_cold
         # The compile must end within start_timeout_s of the start, however many waits come
         # between: measured from each wait, a model's option arm waited for after its baselines
         # had been waited for got both waits (on the H200 an option phase given 41 s took 58 s
         # and pushed the run's end 25 s past its wall budget: a training step, 12-04).
         self._start_deadline = time.monotonic() + start_timeout_s
-        try:
-            self._proc = spawn_isolated("kernelopt_bot.harness.arm_process.worker_main", spec,
-                                        name=arm_process_name(spec.label))
-        except OSError as exc:
-            raise ArmNotStarted(f"{spec.label}: could not be started ({exc})") from exc
+        self._proc = self._spawn()
         self._conn = self._proc.conn
+        # While replaced: the cold first start (None where stopped to make room) and its ready message.
+        self._cold: tuple[Any | None, dict[str, Any]] | None = None
         self.info: dict[str, Any] = {}
         self.ready = False  # compiled and answering (after wait_ready)
         self.start_error: ArmError | None = None  # why it failed to start, once waited for
         self.closed = False
 
+    def _spawn(self) -> Any:
+        try:
+            return spawn_isolated("kernelopt_bot.harness.arm_process.worker_main", self.spec,
+                                  name=arm_process_name(self.spec.label))
+        except OSError as exc:
+            raise ArmNotStarted(f"{self.spec.label}: could not be started ({exc})") from exc
+
+    def _start_left_s(self) -> float:
+        return max(0.0, self._start_deadline - time.monotonic())
+
+    def _await_start(self) -> dict[str, Any]:
+        """The current process's ready message, within what is left of the start's limit."""
+        kind, payload = self._receive(self._start_left_s(), "start", limit_s=self.start_timeout_s,
+                                      budget=self.budget_limited)
+        if kind != "ready":
+            raise ArmError(f"{self.spec.label}: unexpected reply {kind!r} while starting")
+        return payload
+
+    def wait_compiled(self) -> None:
+        """Wait for the first start's compile. Where it compiled cold and ``warm_load`` is on, start
+        its replacement and return without waiting for it (:meth:`wait_ready` does): the model
+        arms let several arms' replacements load at once."""
+        if self.ready or self.start_error is not None or self._cold is not None:
+            return
+        try:
+            payload = self._await_start()
+        except ArmError as exc:
+            self.start_error = exc
+            raise
+        if self.warm_load and compiled_cold(payload):
+            left = self._start_left_s()
+            if left < WARM_LOAD_MIN_S:
+                payload["warm_load"] = f"not replaced: {left:.0f} s of its start's limit left"
+            else:
+                # Kept beside its replacement only where the GPU holds both (a large model's is not).
+                keep = self.keep_cold is None or self.keep_cold()
+                try:
+                    replacement = self._spawn()
+                except ArmNotStarted as exc:
+                    payload["warm_load"] = f"not replaced: {exc}"
+                else:
+                    cold: Any | None = self._proc
+                    if not keep:
+                        self._stop(self._proc)
+                        cold = None
+                    self._cold = (cold, payload)
+                    self._proc, self._conn = replacement, replacement.conn
+                    return
+        self._become_ready(payload)
+
     def wait_ready(self) -> dict[str, Any]:
-        """Wait for the arm's compile; a second call after a failed start raises the same error
-        (the model arms may have waited for it first, to keep the machine quiet while others time)."""
+        """Wait for the arm's compile (and its warm replacement's load); a second call after a
+        failed start raises the same error (the model arms may have waited for it first, to keep
+        the machine quiet while others time)."""
         if self.ready:
             return self.info
         if self.start_error is not None:
             raise self.start_error
+        self.wait_compiled()
+        if self.ready:
+            return self.info
+        assert self._cold is not None  # compiled cold; its replacement loads
+        cold_proc, cold_payload = self._cold
+        self._cold = None
         try:
-            kind, payload = self._receive(max(0.0, self._start_deadline - time.monotonic()), "start",
-                                          limit_s=self.start_timeout_s, budget=self.budget_limited)
-            if kind != "ready":
-                raise ArmError(f"{self.spec.label}: unexpected reply {kind!r} while starting")
+            payload = self._await_start()
         except ArmError as exc:
-            self.start_error = exc
-            raise
+            self._stop(self._proc)
+            if cold_proc is None:  # stopped to make room: nothing answers, for a reason of ours
+                self.start_error = exc if isinstance(exc, ArmOursFailed) else ArmOursFailed(
+                    f"{self.spec.label}: compiled, then its warm replacement failed ({exc})")
+                raise self.start_error from exc
+            # The cold arm answers: measured as it started, which its info says.
+            self._proc, self._conn = cold_proc, cold_proc.conn
+            return self._become_ready({**cold_payload, "warm_load": f"not replaced: its warm start failed ({exc})"})
+        if cold_proc is not None:
+            self._stop(cold_proc)
+        cold_s, load_s = compile_seconds(cold_payload), compile_seconds(payload)
+        payload = {**payload, "warm_load": {"cold_compile_s": cold_s, "load_s": load_s,
+                                            "cold_cache": cold_payload.get("cache")}}
+        if cold_s is not None and load_s is not None:  # what the arm's start cost: both starts
+            payload["compile_s"] = round(cold_s + load_s, 2)
+        return self._become_ready(payload)
+
+    def _become_ready(self, payload: dict[str, Any]) -> dict[str, Any]:
         self.info = payload
         self.ready = True
         return payload
@@ -305,7 +402,7 @@ class ArmProcess:
         the error names; default: ``timeout_s``), else the arm is killed (:class:`ArmTimeout`;
         ``budget``: the limit was what the wall budget left)."""
         if not self._conn.poll(timeout_s):
-            self.kill()
+            self._proc.kill()
             limit = timeout_s if limit_s is None else limit_s
             if budget:
                 raise ArmTimeout(f"{self.spec.label}: still compiling when the {limit:.0f} s the wall budget "
@@ -325,19 +422,30 @@ class ArmProcess:
         return self._proc.alive()
 
     def kill(self) -> None:
-        """Kill the arm's whole process group."""
+        """Kill the arm's whole process group (and a cold first start still kept)."""
         self._proc.kill()
+        if self._cold is not None and self._cold[0] is not None:
+            self._cold[0].kill()
+
+    @staticmethod
+    def _stop(proc: Any, ready: bool = True) -> None:
+        """Ask a ready process to quit (one still compiling reads its pipe only once ready, so
+        asking would only wait out the join: it is killed) and release it."""
+        if proc.alive() and ready:
+            with contextlib.suppress(OSError, ValueError):
+                proc.conn.send(("quit",))
+            proc.wait(10)
+        proc.close()
 
     def close(self) -> None:
-        """Ask a ready arm to quit; kill one still compiling (it reads its pipe only once ready,
-        so asking would only wait out the join). Closing twice is harmless."""
+        """Ask a ready arm to quit; kill one still compiling. Closing twice is harmless."""
         if self.closed:
             return
-        if self._proc.alive() and self.ready:
-            with contextlib.suppress(OSError, ValueError):
-                self._conn.send(("quit",))
-            self._proc.wait(10)
-        self._proc.close()
+        if self._cold is not None:
+            if self._cold[0] is not None:
+                self._stop(self._cold[0])
+            self._cold = None
+        self._stop(self._proc, self.ready)
         self.closed = True
 
     def __enter__(self) -> ArmProcess:

@@ -9,6 +9,10 @@ Arms that are not needed one after the other (the compiler's options, the final 
 compile at once, as many as the GPU's free memory holds (:meth:`ModelArms.room_for`), and nothing
 is timed while any of them still compiles (:meth:`ModelArms.settle`): a compile beside a timed arm
 takes the CPU its launches need, which on a launch-bound model is the whole measurement.
+
+Every arm of a comparison starts alike (``warm_load``): one that compiled cold is replaced by a
+process that loads the compiled model from the cache, as the arms started after the engine's
+capture do; :meth:`settle` and :meth:`baselines` let the replacements load side by side.
 """
 
 from __future__ import annotations
@@ -17,7 +21,14 @@ import contextlib
 import time
 from typing import Any
 
-from kernelopt_bot.harness.arm_process import ArmError, ArmProcess, ArmSpec
+from kernelopt_bot.harness.arm_process import (
+    WARM_LOAD_MIN_S,
+    ArmError,
+    ArmProcess,
+    ArmSpec,
+    compile_seconds,
+    compiled_cold,
+)
 from kernelopt_bot.harness.failures import is_out_of_memory
 from kernelopt_bot.pack.format import KernelPack
 
@@ -39,9 +50,15 @@ class ModelArms:
     a compile mode or Inductor config), the baselines started on first use, all closed together."""
 
     def __init__(self, target: str, device: str, dtype: str, *, timeout_s: float = 600.0,
-                 mode: str | None = None, config: dict[str, Any] | None = None, train: bool = False) -> None:
+                 mode: str | None = None, config: dict[str, Any] | None = None, train: bool = False,
+                 warm_load: bool | None = None) -> None:
         self.target, self.device, self.dtype, self.train = target, device, dtype, train
         self.timeout_s = timeout_s
+        # Arms started from now on that compiled cold are replaced by a cache load
+        # (:class:`~kernelopt_bot.harness.arm_process.ArmProcess`'s ``warm_load``): so every arm of a
+        # comparison starts alike. Default: on a GPU (the CPU times nothing). A run may turn it off
+        # where the host's speed does not set the model's (:func:`kernelopt_bot.schedule.launch_bound`).
+        self.warm_load = device == "cuda" if warm_load is None else warm_load
         # Option and pack arms must also be compiled by then (time.monotonic(); None: no deadline):
         # set by the run for a phase that must end on time; baseline arms keep their own limit.
         self.end_by: float | None = None
@@ -100,7 +117,8 @@ class ModelArms:
         for label in self._baseline_labels():
             worker = self._baselines.get(label)
             if worker is None or not worker.alive:
-                self._baselines[label] = ArmProcess(self._spec(label), start_timeout_s=self.timeout_s)
+                self._baselines[label] = ArmProcess(self._spec(label), start_timeout_s=self.timeout_s,
+                                                    warm_load=self.warm_load, keep_cold=self._room_for_one)
 
     def baselines(self) -> tuple[ArmProcess, ArmProcess | None]:
         """The baseline and, on a GPU, the repeat baseline (started together, compiled in parallel;
@@ -112,6 +130,9 @@ class ModelArms:
         if len(self._baseline_failures) >= BASELINE_STARTS:
             raise self._baseline_failures[-1]
         self._start_baselines()
+        for label in self._baseline_labels():  # each first start, so warm replacements load together
+            with contextlib.suppress(ArmError):  # raised again by wait_ready below
+                self._baselines[label].wait_compiled()
         for label in self._baseline_labels():
             worker = self._baselines[label]
             if not worker.ready:
@@ -139,7 +160,8 @@ class ModelArms:
             overrides["config"] = {**self.config, **config}
         limit = self.candidate_limit_s()
         worker = ArmProcess(self._spec(label, **overrides), start_timeout_s=limit,
-                            budget_limited=limit < self.timeout_s)
+                            budget_limited=limit < self.timeout_s, warm_load=self.warm_load,
+                            keep_cold=self._room_for_one)
         self._started = [w for w in self._started if not w.closed] + [worker]
         if not wait:
             return worker
@@ -170,9 +192,29 @@ class ModelArms:
     def settle(self) -> None:
         """Wait until no arm compiles any more (each is ready or has failed; a failure stays with
         the arm, for its owner's ``wait_ready``): call before timing anything."""
-        for worker in self.compiling():
-            with contextlib.suppress(ArmError):
-                worker.wait_ready()
+        for wait in ("wait_compiled", "wait_ready"):  # first starts, then warm replacements, each together
+            for worker in self.compiling():
+                with contextlib.suppress(ArmError):
+                    getattr(worker, wait)()
+
+    def _room_for_one(self) -> bool:
+        """Whether one more arm fits beside those up now (:meth:`room_for`): a cold arm is kept
+        while its warm replacement loads only then (a large model's is stopped first)."""
+        return self.room_for(1) >= 1
+
+    def warm_load_s(self) -> float:
+        """Seconds a cold arm's warm replacement is expected to add to its start (0 where arms are
+        not replaced): the ready baseline's start where it loaded from the cache (a start of the
+        same model from the same cache), else :data:`~kernelopt_bot.harness.arm_process.WARM_LOAD_MIN_S`."""
+        if not self.warm_load:
+            return 0.0
+        info = self.baseline_info()
+        replaced = info.get("warm_load")
+        if isinstance(replaced, dict):
+            loaded = compile_seconds({"compile_s": replaced.get("load_s")})
+        else:
+            loaded = compile_seconds(info) if info and not compiled_cold(info) else None
+        return loaded if loaded is not None else WARM_LOAD_MIN_S
 
     def room_for(self, wanted: int) -> int:
         """How many of ``wanted`` new arms may start compiling now. On a GPU, each needs about what
