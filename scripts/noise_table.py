@@ -49,26 +49,40 @@ def estimator_gap(rounds: list[dict[str, Any]]) -> float | None:
     return abs(statistics.median(a for a, _ in pairs) / statistics.median(b for _, b in pairs) - 1.0)
 
 
+def arm_starts(starts: dict[str, Any]) -> str:
+    """How the baseline, packed and repeat arms started: loaded from the compiler's cache,
+    "replaced" (compiled cold, then replaced by a cache load), or "compiled" (cold, not replaced)."""
+    def one(start: dict[str, Any] | None) -> str:
+        if not start:
+            return "-"
+        if isinstance(start.get("warm_load"), dict):
+            return "replaced"
+        misses = (start.get("cache") or {}).get("miss")
+        return "-" if misses is None else ("compiled" if misses else "loaded")
+    return " / ".join(one(starts.get(label)) for label in ("baseline", "packed", "baseline-repeat"))
+
+
 def row(path: Path) -> str:
     name = path.stem.removeprefix("noise_")
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
-        return f"| {name} | unreadable: {exc} | | | | | | | | |"
+        return f"| {name} | unreadable: {exc} | | | | | | | | | |"
     if not data.get("measured"):
-        return f"| {name} | {data.get('reason') or data.get('error') or 'not measured'} | | | | | | | | |"
+        return f"| {name} | {data.get('reason') or data.get('error') or 'not measured'} | | | | | | | | | |"
     empty_vs_base = None if not data.get("speedup") else abs(data["speedup"] - 1.0)
     return (f"| {name} | {ms(data.get('baseline_ms'))} | {ms(data.get('baseline_host_ms'))} | "
             f"{pct(data.get('noise_floor'))} | {pct(paired_floor(data.get('rounds') or []))} | "
             f"{pct(estimator_gap(data.get('rounds') or []))} | "
             f"{pct(data.get('host_noise_floor'))} | {pct(empty_vs_base)} | "
-            f"{len(data.get('rounds') or [])} | {data.get('pass_reps') or '-'} |")
+            f"{len(data.get('rounds') or [])} | {data.get('pass_reps') or '-'} | "
+            f"{arm_starts(data.get('arm_starts') or {})} |")
 
 
 def main(paths: list[str]) -> int:
     print("| problem | GPU ms | host ms | noise floor (GPU) | paired by pass (GPU) | A/A of the medians (GPU) | "
-          "noise floor (host) | empty pack vs baseline | rounds | calls a pass |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "noise floor (host) | empty pack vs baseline | rounds | calls a pass | arms started (base / packed / repeat) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for path in paths:
         print(row(Path(path)))
     return 0

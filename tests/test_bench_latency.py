@@ -92,8 +92,11 @@ def test_mirrored_passes_cancel_a_drift_of_the_device(monkeypatch: pytest.Monkey
     itself off by 2% a round); in mirrored passes every arm has the same median under it."""
     monkeypatch.setattr(bench, "PASSES_PER_ROUND", passes)
     device = _DriftingDevice()
-    result = compare_arms(device.arm(), device.arm(), device.arm(), target="t", device="cuda", dtype="fp32",
-                          rounds=3)
+    arms = [device.arm(), device.arm(), device.arm()]
+    arms[0].info["cache"] = {"hit": 1, "miss": 0, "bypass": 0}  # how each started, as a model arm says
+    arms[1].info.update(cache={"hit": 1, "miss": 0, "bypass": 0}, warm_load={"cold_compile_s": 9.0, "load_s": 3.0})
+    arms[2].info["cache"] = {"hit": 0, "miss": 1, "bypass": 0}
+    result = compare_arms(*arms, target="t", device="cuda", dtype="fp32", rounds=3)
     assert device.requests == 3 * result.warmup_passes + 3 * 3 * passes
     if passes == 1:
         assert result.noise_floor is not None and result.noise_floor > 0.005  # about 1% a round
@@ -224,8 +227,11 @@ def test_each_rounds_passes_are_kept_for_the_noise_table(tmp_path: Path) -> None
     """The per-pass times reach the JSON, and scripts/noise_table.py reads the floor paired by pass
     from them beside the harness's own."""
     device = _DriftingDevice()
-    result = compare_arms(device.arm(), device.arm(), device.arm(), target="t", device="cuda", dtype="fp32",
-                          rounds=3)
+    arms = [device.arm(), device.arm(), device.arm()]
+    arms[0].info["cache"] = {"hit": 1, "miss": 0, "bypass": 0}  # how each started, as a model arm says
+    arms[1].info.update(cache={"hit": 1, "miss": 0, "bypass": 0}, warm_load={"cold_compile_s": 9.0, "load_s": 3.0})
+    arms[2].info["cache"] = {"hit": 0, "miss": 1, "bypass": 0}
+    result = compare_arms(*arms, target="t", device="cuda", dtype="fp32", rounds=3)
     rounds = result.to_json()["rounds"]
     assert all(len(r[f"{arm}_passes_ms"]) == bench.PASSES_PER_ROUND
                for r in rounds for arm in ("baseline", "packed", "baseline_repeat"))
@@ -242,6 +248,7 @@ def test_each_rounds_passes_are_kept_for_the_noise_table(tmp_path: Path) -> None
     assert cells[4].endswith("%") and float(cells[4][:-1]) < 0.1  # paired: to second order
     assert cells[5] == "0.00%"  # the A/A of the speedup's own estimator (medians over rounds)
     assert cells[9] == str(result.pass_reps)  # the calls each pass made
+    assert cells[10] == "loaded / replaced / compiled"  # arms that compare must start alike: these did not
 
 
 class _CountingArm(_Arm):

@@ -119,6 +119,10 @@ class BenchResult:
     # A training step's time split (ms of device time, medians over rounds): {"forward": {"baseline",
     # "optimized"}, "backward": {...}}; the backward is the step less its forward, timed in the same round.
     step_split_ms: dict[str, dict[str, float | None]] = field(default_factory=dict)
+    # How each arm started ({"baseline": {"cache": {"hit", "miss", "bypass"}, "warm_load": ...}, ...}):
+    # whether it loaded the model from the compiler's cache, and whether it replaced a cold start
+    # (arms that compare must start alike: ModelArms.warm_load). Empty for arms that do not say.
+    arm_starts: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def measured(self) -> bool:
@@ -258,6 +262,10 @@ def compare_arms(base: Arm, packed: Arm, repeat: Arm | None, *, target: str,
                          applied=list(packed.info.get("applied", [])),
                          skipped=list(packed.info.get("skipped", [])),
                          max_abs_diff=diff)
+    for label, arm in (("baseline", base), ("packed", packed), ("baseline-repeat", repeat)):
+        start = {k: arm.info[k] for k in ("cache", "warm_load") if arm is not None and k in arm.info}
+        if start:
+            result.arm_starts[label] = start
     if device != "cuda":
         result.reason = "not measured: no CUDA device (interpreter mode)"
         return result
