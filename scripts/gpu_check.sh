@@ -21,8 +21,9 @@
 #   bash scripts/gpu_check.sh ontop      each verified pack of a committed suite (ONTOP_SUITE) on max-autotune-no-cudagraphs,
 #                                        over that mode alone (issue 13's third figure; ONTOP_ARGS="--only PATTERN ...")
 #   bash scripts/gpu_check.sh offsets    identical processes of one model timed side by side (OFFSETS_PROBLEMS="level3/x.py:bf16 ...",
-#                                        OFFSETS_ARMS, OFFSETS_ARGS="--warm-load", OFFSETS_TAG=_warm: a suffix for its files):
-#                                        is a launch-bound network's noise between processes or within one
+#                                        OFFSETS_ARMS, OFFSETS_VARIANTS="cold warm": each arm as it started, or a cold
+#                                        start replaced by a cache load): is a launch-bound network's noise between
+#                                        processes or within one, and does a cold start's offset go with the replacement
 #   bash scripts/gpu_check.sh honest prdry suite      several parts in one call
 # Limits per part in seconds: LIMIT_<PART>=N (default 540). Carried wheels in .whl/ are installed first.
 set -uo pipefail
@@ -118,14 +119,20 @@ part_suite() {
   return $rc
 }
 
-part_offsets() {  # scripts/process_offsets.py on each of OFFSETS_PROBLEMS ("level/file.py:dtype")
-  local rc=0 spec file dtype slug
+part_offsets() {  # scripts/process_offsets.py on each of OFFSETS_PROBLEMS ("level/file.py:dtype"), each variant
+  # of OFFSETS_VARIANTS: "cold" (arms answer as they started) and "warm" (--warm-load: a cold start replaced)
+  local rc=0 spec file dtype slug variant flag
   for spec in ${OFFSETS_PROBLEMS:-level3/tiny_vit.py:bf16 level3/tiny_vit.py:fp32}; do
-    file="${spec%%:*}" dtype="${spec##*:}" slug="$(basename "$file" .py)_$dtype"
-    # shellcheck disable=SC2086
-    python3 scripts/process_offsets.py "benchmarks/$file" --dtype "$dtype" --arms "${OFFSETS_ARMS:-6}" ${OFFSETS_ARGS:-} \
-      --json "$R/offsets_$slug${OFFSETS_TAG:-}.json" > "$R/offsets_$slug${OFFSETS_TAG:-}.log" 2>&1 || rc=1
-    grep -v -i warn "$R/offsets_$slug${OFFSETS_TAG:-}.log" | tail -8 | tee -a "$summary"
+    file="${spec%%:*}" dtype="${spec##*:}"
+    for variant in ${OFFSETS_VARIANTS:-cold warm}; do
+      slug="$(basename "$file" .py)_${dtype}_$variant" flag=""
+      [ "$variant" = warm ] && flag="--warm-load"
+      # shellcheck disable=SC2086
+      python3 scripts/process_offsets.py "benchmarks/$file" --dtype "$dtype" --arms "${OFFSETS_ARMS:-6}" $flag \
+        --json "$R/offsets_$slug.json" > "$R/offsets_$slug.log" 2>&1 || rc=1
+      echo "--- offsets $slug" | tee -a "$summary"
+      grep -v -i warn "$R/offsets_$slug.log" | tail -8 | tee -a "$summary"
+    done
   done
   return $rc
 }
