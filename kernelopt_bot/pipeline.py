@@ -566,7 +566,8 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
             result.pack_entries = len(pack)
             base = cascade.model_arms.baseline_info()
             result.processes["model_gpu_mb"] = None if not base.get("gpu_mb") else round(base["gpu_mb"], 1)
-            # Beside the options' compile_s: a default compile in an arm of its own (the options' estimates' evidence)
+            # Beside the options' compile_s: the baseline arm's start (mostly a load of the engine's compile
+            # from the cache; a cold compile and its replacement's load where it missed: ArmProcess.warm_load)
             result.processes["baseline_compile_s"] = compile_seconds(base)
     finally:
         for search in llm_search:  # one LLM client a run, closed with it

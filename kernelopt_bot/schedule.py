@@ -61,7 +61,7 @@ def arms_end_by(model_arms: Any, seconds: float | None) -> Iterator[None]:
 
 
 def after_search_s(compile_s: float, reserve: float, options_after: bool, left: float | None,
-                   option_s: float | None = None, final_s: float | None = None) -> float:
+                   option_s: float | None = None, final_s: float | None = None, load_s: float = 0.0) -> float:
     """What the search leaves, beyond ``reserve``, for what must run after it, sized by the
     model's compile time (``compile_s``, the capture's): the compiler's options when they come
     after it (their compile and timed rounds; the final benchmark's arm compiles beside theirs),
@@ -71,9 +71,10 @@ def after_search_s(compile_s: float, reserve: float, options_after: bool, left: 
     final benchmark's (default: FINAL_BENCH_TIMING_S; where the options come after, what of it
     outgrows ``reserve`` is held back too: a training step's split rounds, a slow model's). Of ``left``
     (the search's wall time, None: no limit) the search keeps ``MIN_SEARCH_S`` whatever that
-    costs them: a kernel of the model may be what matters most."""
+    costs them: a kernel of the model may be what matters most. ``load_s``: what replacing a cold
+    option arm by a cache load adds to its start (``ModelArms.warm_load_s``)."""
     if options_after:  # the final benchmark's arm compiles beside theirs; its rounds past the reserve come after
-        after = options_need_s(compile_s, option_s) + OPTION_START_SLACK_S + max(0.0, (final_s or 0.0) - reserve)
+        after = options_need_s(compile_s, option_s) + load_s + OPTION_START_SLACK_S + max(0.0, (final_s or 0.0) - reserve)
     else:
         timing = FINAL_BENCH_TIMING_S if final_s is None else max(FINAL_BENCH_TIMING_S, final_s)
         after = max(0.0, compile_s + timing - reserve) if reserve else 0.0
@@ -331,9 +332,15 @@ class OptionSteps:
     measured_after: bool = False
 
     @property
+    def load_s(self) -> float:
+        """What a cold option arm's replacement by a cache load adds to its start (0 where the
+        model arms replace none: ``ModelArms.warm_load``)."""
+        return self.model_arms.warm_load_s()
+
+    @property
     def option_compile_s(self) -> float | None:
-        """An option's compile, estimated (sizes their waves; None: unknown)."""
-        return OPTION_COMPILE_FACTOR * self.compile_s if self.compile_s else None
+        """An option's compile, estimated, with its replacement's load (sizes their waves; None: unknown)."""
+        return OPTION_COMPILE_FACTOR * self.compile_s + self.load_s if self.compile_s else None
 
     @property
     def need_s(self) -> float:
@@ -391,7 +398,8 @@ class OptionSteps:
         (``later_need_s``: max-autotune's template tuning included where it is the one left), and
         the final benchmark's compile beyond its reserve (no option's arm may compile beside it
         where they waited for room). The search keeps ``MIN_SEARCH_S`` whatever that costs."""
-        after = after_search_s(self.compile_s, self.reserve, self.after_pending, None, self.need_s, final_s)
+        after = after_search_s(self.compile_s, self.reserve, self.after_pending, None, self.need_s, final_s,
+                               self.load_s)
         if self.later:
             after = max(after, self.later_need_s + OPTION_START_SLACK_S + max(0.0, final_s - self.reserve),
                         after_search_s(self.compile_s, self.reserve, False, None, final_s=final_s))

@@ -29,11 +29,21 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kernelopt_bot.harness.arm_process import ArmProcess, ArmSpec
+from kernelopt_bot.harness.arm_process import ArmProcess, ArmSpec, compiled_cold
 from kernelopt_bot.harness.bench import SEED_BASE, _pass_reps, _warm_up, pass_orders
 from kernelopt_bot.harness.cpu_pin import this_thread_on, timing_core
 
 EMPTY_PACK = {"format": "kernelopt-pack", "version": 1, "entries": []}
+
+
+def started(info: dict) -> str:
+    """How an arm started: loaded from the compiler's cache, compiled (cold), or replaced (compiled
+    cold, then replaced by a cache load)."""
+    replaced = info.get("warm_load")
+    if isinstance(replaced, dict):
+        return "replaced (compiled cold, then loaded from the cache)"
+    note = f" ({replaced})" if replaced else ""
+    return ("compiled" if compiled_cold(info) else "loaded from the cache") + note
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,10 +72,11 @@ def main(argv: list[str] | None = None) -> int:
         for first in range(0, len(specs), per_wave):
             wave = [ArmProcess(spec, warm_load=args.warm_load) for spec in specs[first:first + per_wave]]
             arms += wave
-            for arm in wave:  # first starts, then their replacements, each side by side
-                arm.wait_compiled()
-            for arm in wave:
-                arm.wait_ready()
+            for step in ("wait_compiled", "start_replacement", "wait_ready"):  # as ModelArms.settle
+                for arm in wave:
+                    getattr(arm, step)()
+        for spec, arm in zip(specs, arms):
+            print(f"{spec.label:18} started: {started(arm.info)}", flush=True)
         with this_thread_on(timing_core()):
             _, call_ms = _warm_up(list(arms), _pass_reps(20), 600.0)
             reps = _pass_reps(20, call_ms)

@@ -23,4 +23,8 @@ def test_the_offsets_script_starts_its_waves_in_a_cold_cache_and_says_nothing_wa
     assert done.returncode == 2, done.stderr[-2000:]
     assert "nothing timed: no CUDA device" in done.stderr
     assert any(cache.iterdir())  # the first wave compiled into the cache it was given
+    starts = [line for line in done.stdout.splitlines() if " started: " in line]
+    assert len(starts) == 2
+    assert "replaced (compiled cold, then loaded from the cache)" in starts[0]  # the first wave: cold, replaced
+    assert starts[1].endswith("started: loaded from the cache")  # the second loads what the first stored
     assert not (tmp_path / "out.json").exists()  # written only with times

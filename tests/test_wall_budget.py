@@ -198,13 +198,6 @@ def test_each_option_reports_how_long_its_arm_compiled(capsys: pytest.CaptureFix
     assert [r.compile_estimate_s for r in recs] == [36.5, 41.3, 28.5]
     recommendations(recs[:1])
     assert "(compiled in 42 s of an estimated 36 s" in capsys.readouterr().out.replace("\n", " ")
-    # Where a cold arm is replaced by a cache load (a launch-bound model), that load is planned too
-    reloading = _SayingArena(41.6)
-    reloading.reload_s = 6.0
-    left = itertools.chain([120.0], itertools.repeat(MIN_BENCH_S - 1))
-    recs = recommend(reloading, None, gamma=1.03, time_left=lambda: 120.0,  # type: ignore[arg-type]
-                     bench_left=lambda: next(left), compile_s=28.5, template_s=8.0)
-    assert [r.compile_estimate_s for r in recs] == [42.5, 47.3, 34.5]
 
     class _Unstartable(_ReadyArena):
         def candidate(self, *_a: Any, **_k: Any) -> Any:
@@ -963,3 +956,21 @@ def test_on_a_launch_bound_model_cuda_graphs_is_measured_first(monkeypatch: pyte
     arena.mode = "reduce-overhead"  # the model already runs under CUDA graphs: nothing leads
     steps(arena).before_search(OptionsFirst(why, 0.0, compile_options.CUDA_GRAPHS), 10.0, lambda: 20.0)
     assert " first" not in said[-1] and compile_options.CUDA_GRAPHS not in arena.labels
+
+
+def test_a_cold_option_arms_replacement_by_a_cache_load_is_planned_into_the_options_time() -> None:
+    """On a launch-bound model every option arm that compiled cold is replaced by a cache load
+    (ModelArms.warm_load): its seconds go into each option's estimate and what the search holds back."""
+    from kernelopt_bot.schedule import OPTION_COMPILE_FACTOR
+
+    def steps(reload_s: float) -> OptionSteps:
+        arena = _Arena()
+        arena.reload_s = reload_s
+        return OptionSteps(arena, SimpleNamespace(train=False), Budget(max_wall_s=200.0), 1.03, 3, 20.0,
+                           compile_s=19.0, template_s=8.0, model_ms=None, candidate_s=lambda trusted: 10.0,
+                           log=lambda _line: None)
+
+    plain, reloading = steps(0.0), steps(6.0)
+    assert plain.option_compile_s == pytest.approx(OPTION_COMPILE_FACTOR * 19.0)
+    assert reloading.option_compile_s == pytest.approx(OPTION_COMPILE_FACTOR * 19.0 + 6.0)
+    assert reloading.search_holdback_s(10.0) == pytest.approx(plain.search_holdback_s(10.0) + 6.0)

@@ -56,24 +56,30 @@ def compile_fresh(model: torch.nn.Module, *, mode: str | None = None,
     return torch.compile(fresh, **kwargs)
 
 
-CACHE_OUTCOMES = ("hit", "miss", "bypass")
+# Inductor's FX-graph cache counters, by what this module calls them: loaded from the cache,
+# compiled anew, not cacheable, and compiled anew but not stored (a pickling or write error).
+CACHE_COUNTERS = {"hit": ("fxgraph_cache_hit",), "miss": ("fxgraph_cache_miss",),
+                  "bypass": ("fxgraph_cache_bypass",),
+                  "unstored": ("fxgraph_cache_pickle_error", "fxgraph_cache_write_error")}
 
 
 @contextmanager
 def counting_cache_use() -> Iterator[dict[str, int]]:
     """How the graphs compiled while the block runs came out of Inductor's FX-graph cache: loaded
-    (``hit``), compiled anew and stored (``miss``), or compiled anew because the cache cannot hold
-    them (``bypass``). Filled in when the block ends; from Inductor's own counters, so a torch
-    that counts none of them reports zeros."""
+    (``hit``), compiled anew (``miss``; ``unstored`` of them could not be stored), or compiled
+    anew because the cache cannot hold them (``bypass``). Filled in when the block ends; from
+    Inductor's own counters, so a torch that counts none of them reports zeros."""
     from torch._dynamo.utils import counters
 
-    before = {o: int(counters["inductor"].get(f"fxgraph_cache_{o}", 0)) for o in CACHE_OUTCOMES}
-    use = dict.fromkeys(CACHE_OUTCOMES, 0)
+    def now() -> dict[str, int]:
+        return {name: sum(int(counters["inductor"].get(c, 0)) for c in keys) for name, keys in CACHE_COUNTERS.items()}
+
+    before = now()
+    use = dict.fromkeys(CACHE_COUNTERS, 0)
     try:
         yield use
     finally:
-        for outcome in CACHE_OUTCOMES:
-            use[outcome] = int(counters["inductor"].get(f"fxgraph_cache_{outcome}", 0)) - before[outcome]
+        use.update({name: count - before[name] for name, count in now().items()})
 
 
 @dataclass

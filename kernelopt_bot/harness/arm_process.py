@@ -16,7 +16,6 @@ import functools
 import math
 import time
 import traceback
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -237,18 +236,25 @@ def compile_seconds(info: dict[str, Any] | None) -> float | None:
     return float(value)
 
 
-# A warm replacement is not started with less of the start's limit left: it imports torch, loads
-# the target and the compiled model again (a few seconds on the H200; a cold arm answers otherwise).
+# A warm replacement is not started with less of the start's limit left than this (or than the
+# load is expected to take): it imports torch, loads the target and the compiled model again (a
+# few seconds on the H200); the cold arm answers instead, and says so.
 WARM_LOAD_MIN_S = 10.0
 
 
 def compiled_cold(info: dict[str, Any] | None) -> bool:
-    """Whether an arm compiled some graph anew instead of loading it from the compiler's cache,
-    as its ready message (``info``) says (``cache``: :func:`~kernelopt_bot.capture.recorder.counting_cache_use`).
-    A graph the cache cannot hold ("bypass") is compiled anew by every arm alike: not cold."""
+    """Whether an arm compiled some graph anew and stored it in the compiler's cache, as its ready
+    message (``info``) says (``cache``: :func:`~kernelopt_bot.capture.recorder.counting_cache_use`):
+    a process started after it would load that graph instead. A graph the cache cannot hold
+    ("bypass") or could not store is compiled anew by every arm alike: not cold."""
     cache = (info or {}).get("cache")
-    misses = cache.get("miss") if isinstance(cache, dict) else None
-    return isinstance(misses, int) and not isinstance(misses, bool) and misses > 0
+    if not isinstance(cache, dict):
+        return False
+    misses, unstored = cache.get("miss"), cache.get("unstored", 0)
+    counts = (misses, unstored)
+    if not all(isinstance(c, int) and not isinstance(c, bool) for c in counts):
+        return False
+    return misses > unstored
 
 
 def arm_process_name(label: str) -> str:
@@ -259,25 +265,29 @@ def arm_process_name(label: str) -> str:
 class ArmProcess:
     """Parent-side handle of one arm.
 
-    ``warm_load``: an arm whose compile missed the compiler's cache (:func:`compiled_cold`) is
-    replaced, once, by a fresh process that loads what the first one stored; the first is kept
-    until the second is ready and answers instead of it where the second fails or runs out of
-    time (``info["warm_load"]`` says which), where ``keep_cold()`` says the GPU holds both; else
-    it is stopped first, and a replacement that fails is our failure, not the arm's
-    (:class:`ArmOursFailed`). Why: on the H200, processes of a launch-bound bf16
-    network that loaded the model from the cache ran 3-7% faster, round after round, than
-    processes that had compiled it, pack or no pack (``scripts/process_offsets.py``, 12-05b),
-    while processes started alike agreed within 1.5-2%. Arms that compare must start alike, and
-    the one start every arm can have is a cache load."""
+    ``warm_load``: an arm whose compile stored a graph in the compiler's cache (:func:`compiled_cold`)
+    is replaced, once, by a fresh process that loads it from there, as every arm started after
+    it does: so the arms of a comparison start alike. The cold process is stopped before its
+    replacement starts (never two copies of one model on the GPU); the replacement's failure is
+    the arm's start failure, as the first start's would be (its own error: the load path raising is
+    the model's or the pack's; a timeout or death is ours). Where less of the start's limit is
+    left than the load needs (``load_s``, at least :data:`WARM_LOAD_MIN_S`), or the replacement
+    cannot be started, the cold arm answers, and ``info["warm_load"]`` says why. Why: on the H200
+    (12-05b, ``scripts/process_offsets.py``) six processes of a launch-bound bf16 network ran 3-7%
+    faster when started once the first three were ready, from the cache those had filled, than
+    those three, pack or no pack, while processes started alike agreed within 1.5-2% (whether
+    the cache load or the wave is the cause is what ``gpu_check.sh offsets`` measures next).
+    :meth:`wait_compiled`, :meth:`start_replacement` and :meth:`wait_ready` are the three steps,
+    so the model arms can let every first start finish before any replacement starts."""
 
     where = "process"
 
     def __init__(self, spec: ArmSpec, *, start_timeout_s: float = 900.0, budget_limited: bool = False,
-                 warm_load: bool = False, keep_cold: Callable[[], bool] | None = None) -> None:
+                 warm_load: bool = False, load_s: float = WARM_LOAD_MIN_S) -> None:
         self.spec = spec
         self.start_timeout_s = start_timeout_s
         self.budget_limited = budget_limited  # start_timeout_s is what the wall budget left, not its own limit
-        self.warm_load, self.keep_cold = warm_load, keep_cold
+        self.warm_load, self.load_s = warm_load, max(WARM_LOAD_MIN_S, load_s)
         # The compile must end within start_timeout_s of the start, however many waits come
         # between: measured from each wait, a model's option arm waited for after its baselines
         # had been waited for got both waits (on the H200 an option phase given 41 s took 58 s
@@ -285,8 +295,8 @@ class ArmProcess:
         self._start_deadline = time.monotonic() + start_timeout_s
         self._proc = self._spawn()
         self._conn = self._proc.conn
-        # While replaced: the cold first start (None where stopped to make room) and its ready message.
-        self._cold: tuple[Any | None, dict[str, Any]] | None = None
+        self._cold: dict[str, Any] | None = None  # the cold start's ready message, while it is replaced
+        self._replacing = False  # the replacement is started (the cold process is stopped)
         self.info: dict[str, Any] = {}
         self.ready = False  # compiled and answering (after wait_ready)
         self.start_error: ArmError | None = None  # why it failed to start, once waited for
@@ -299,53 +309,51 @@ class ArmProcess:
         except OSError as exc:
             raise ArmNotStarted(f"{self.spec.label}: could not be started ({exc})") from exc
 
-    def _start_left_s(self) -> float:
-        return max(0.0, self._start_deadline - time.monotonic())
-
-    def _await_start(self) -> dict[str, Any]:
+    def _await_start(self, doing: str) -> dict[str, Any]:
         """The current process's ready message, within what is left of the start's limit."""
-        kind, payload = self._receive(self._start_left_s(), "start", limit_s=self.start_timeout_s,
-                                      budget=self.budget_limited)
-        if kind != "ready":
-            raise ArmError(f"{self.spec.label}: unexpected reply {kind!r} while starting")
-        return payload
-
-    def wait_compiled(self) -> None:
-        """Wait for the first start's compile. Where it compiled cold and ``warm_load`` is on, start
-        its replacement and return without waiting for it (:meth:`wait_ready` does): the model
-        arms let several arms' replacements load at once."""
-        if self.ready or self.start_error is not None or self._cold is not None:
-            return
         try:
-            payload = self._await_start()
+            kind, payload = self._receive(max(0.0, self._start_deadline - time.monotonic()), "start",
+                                          limit_s=self.start_timeout_s, budget=self.budget_limited, doing=doing)
+            if kind != "ready":
+                raise ArmError(f"{self.spec.label}: unexpected reply {kind!r} while starting")
         except ArmError as exc:
             self.start_error = exc
             raise
-        if self.warm_load and compiled_cold(payload):
-            left = self._start_left_s()
-            if left < WARM_LOAD_MIN_S:
-                payload["warm_load"] = f"not replaced: {left:.0f} s of its start's limit left"
-            else:
-                # Kept beside its replacement only where the GPU holds both (a large model's is not).
-                keep = self.keep_cold is None or self.keep_cold()
-                try:
-                    replacement = self._spawn()
-                except ArmNotStarted as exc:
-                    payload["warm_load"] = f"not replaced: {exc}"
-                else:
-                    cold: Any | None = self._proc
-                    if not keep:
-                        self._stop(self._proc)
-                        cold = None
-                    self._cold = (cold, payload)
-                    self._proc, self._conn = replacement, replacement.conn
-                    return
-        self._become_ready(payload)
+        return payload
+
+    def wait_compiled(self) -> None:
+        """Wait for the first start's ready message. The arm is then ready, unless it compiled cold
+        and is to be replaced (:meth:`start_replacement`, or :meth:`wait_ready` does both)."""
+        if self.ready or self.start_error is not None or self._cold is not None:
+            return
+        payload = self._await_start("compiling")
+        if not (self.warm_load and compiled_cold(payload)):
+            self._become_ready(payload)
+            return
+        left = self._start_deadline - time.monotonic()
+        if left < self.load_s:
+            self._become_ready({**payload, "warm_load": f"not replaced: {max(0.0, left):.0f} s of its "
+                                                        f"start's limit left, its load needs {self.load_s:.0f}"})
+            return
+        self._cold = payload
+
+    def start_replacement(self) -> None:
+        """Where the first start compiled cold: stop it and start the process that loads the model
+        from the cache it filled (returns at once; :meth:`wait_ready` waits for it)."""
+        if self._cold is None or self._replacing or self.ready or self.start_error is not None:
+            return
+        self._stop(self._proc)  # never two copies of one model on the GPU
+        try:
+            replacement = self._spawn()
+        except ArmNotStarted as exc:
+            self.start_error = exc
+            raise
+        self._proc, self._conn, self._replacing = replacement, replacement.conn, True
 
     def wait_ready(self) -> dict[str, Any]:
-        """Wait for the arm's compile (and its warm replacement's load); a second call after a
-        failed start raises the same error (the model arms may have waited for it first, to keep
-        the machine quiet while others time)."""
+        """Wait for the arm's start (its compile, and a cold one's replacement); a second call
+        after a failed start raises the same error (the model arms may have waited for it first,
+        to keep the machine quiet while others time)."""
         if self.ready:
             return self.info
         if self.start_error is not None:
@@ -353,28 +361,19 @@ class ArmProcess:
         self.wait_compiled()
         if self.ready:
             return self.info
-        assert self._cold is not None  # compiled cold; its replacement loads
-        cold_proc, cold_payload = self._cold
-        self._cold = None
-        try:
-            payload = self._await_start()
-        except ArmError as exc:
-            self._stop(self._proc)
-            if cold_proc is None:  # stopped to make room: nothing answers, for a reason of ours
-                self.start_error = exc if isinstance(exc, ArmOursFailed) else ArmOursFailed(
-                    f"{self.spec.label}: compiled, then its warm replacement failed ({exc})")
-                raise self.start_error from exc
-            # The cold arm answers: measured as it started, which its info says.
-            self._proc, self._conn = cold_proc, cold_proc.conn
-            return self._become_ready({**cold_payload, "warm_load": f"not replaced: its warm start failed ({exc})"})
-        if cold_proc is not None:
-            self._stop(cold_proc)
-        cold_s, load_s = compile_seconds(cold_payload), compile_seconds(payload)
-        payload = {**payload, "warm_load": {"cold_compile_s": cold_s, "load_s": load_s,
-                                            "cold_cache": cold_payload.get("cache")}}
+        self.start_replacement()
+        cold = self._cold or {}
+        payload = self._await_start("loading from the cache")
+        cold_s, load_s = compile_seconds(cold), compile_seconds(payload)
+        merged = {**payload, "warm_load": {"cold_compile_s": cold_s, "load_s": load_s, "cold_cache": cold.get("cache"),
+                                           "replacement_cold": compiled_cold(payload)}}
         if cold_s is not None and load_s is not None:  # what the arm's start cost: both starts
-            payload["compile_s"] = round(cold_s + load_s, 2)
-        return self._become_ready(payload)
+            merged["compile_s"] = round(cold_s + load_s, 2)
+        gpu_mb = [v for v in (cold.get("gpu_mb"), payload.get("gpu_mb")) if isinstance(v, (int, float))]
+        if gpu_mb:  # what an arm of this model needs: its compile's peak (a load's is lower)
+            merged["gpu_mb"] = max(gpu_mb)
+        self._cold = None
+        return self._become_ready(merged)
 
     def _become_ready(self, payload: dict[str, Any]) -> dict[str, Any]:
         self.info = payload
@@ -397,15 +396,15 @@ class ArmProcess:
         return payload
 
     def _receive(self, timeout_s: float, what: str, limit_s: float | None = None,
-                 budget: bool = False) -> tuple[str, Any]:
+                 budget: bool = False, doing: str = "compiling") -> tuple[str, Any]:
         """The arm's next message within ``timeout_s`` (what is left of ``limit_s``, the limit
         the error names; default: ``timeout_s``), else the arm is killed (:class:`ArmTimeout`;
-        ``budget``: the limit was what the wall budget left)."""
+        ``budget``: the limit was what the wall budget left; ``doing``: what it was still doing)."""
         if not self._conn.poll(timeout_s):
-            self._proc.kill()
+            self.kill()
             limit = timeout_s if limit_s is None else limit_s
             if budget:
-                raise ArmTimeout(f"{self.spec.label}: still compiling when the {limit:.0f} s the wall budget "
+                raise ArmTimeout(f"{self.spec.label}: still {doing} when the {limit:.0f} s the wall budget "
                                  "left it ran out (stopped)", budget=True)
             raise ArmTimeout(f"{self.spec.label}: no answer to {what} within {limit:.0f} s (killed)")
         try:
@@ -422,10 +421,8 @@ class ArmProcess:
         return self._proc.alive()
 
     def kill(self) -> None:
-        """Kill the arm's whole process group (and a cold first start still kept)."""
+        """Kill the arm's whole process group."""
         self._proc.kill()
-        if self._cold is not None and self._cold[0] is not None:
-            self._cold[0].kill()
 
     @staticmethod
     def _stop(proc: Any, ready: bool = True) -> None:
@@ -441,11 +438,8 @@ class ArmProcess:
         """Ask a ready arm to quit; kill one still compiling. Closing twice is harmless."""
         if self.closed:
             return
-        if self._cold is not None:
-            if self._cold[0] is not None:
-                self._stop(self._cold[0])
-            self._cold = None
-        self._stop(self._proc, self.ready)
+        # A cold start waiting for its replacement is ready (it sent its message) and idle
+        self._stop(self._proc, self.ready or (self._cold is not None and not self._replacing))
         self.closed = True
 
     def __enter__(self) -> ArmProcess:

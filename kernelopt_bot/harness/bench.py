@@ -212,10 +212,11 @@ def bench(target: str, pack: KernelPack, *, device: str, dtype: str = "fp32", ro
     # the arms compiled together before them, in every round (scripts/process_offsets.py, results
     # h200-2026-12-05b), and a packed arm compiled after its baselines measured an empty pack at 1.095x.
     # Each arm that compiled cold is then replaced by a cache load (ModelArms.warm_load, on a GPU).
-    with ModelArms(target, device, dtype, timeout_s=timeout_s, mode=mode, config=config, train=train) as model_arms, \
+    with ModelArms(target, device, dtype, timeout_s=timeout_s, mode=mode, config=config, train=train,
+                   warm_load=device == "cuda") as model_arms, \
             model_arms.candidate(pack, label="packed", wait=False) as packed:
         model_arms.prestart()  # the baselines, beside it where the GPU holds them
-        model_arms.settle()  # every first start, then every replacement, side by side
+        model_arms.settle()  # every first start in, then every replacement, side by side
         base, repeat = model_arms.baselines()
         packed.wait_ready()
         return compare_arms(base, packed, repeat, target=target, device=device, dtype=dtype,

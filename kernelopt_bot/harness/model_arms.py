@@ -10,9 +10,10 @@ compile at once, as many as the GPU's free memory holds (:meth:`ModelArms.room_f
 is timed while any of them still compiles (:meth:`ModelArms.settle`): a compile beside a timed arm
 takes the CPU its launches need, which on a launch-bound model is the whole measurement.
 
-Every arm of a comparison starts alike (``warm_load``): one that compiled cold is replaced by a
-process that loads the compiled model from the cache, as the arms started after the engine's
-capture do; :meth:`settle` and :meth:`baselines` let the replacements load side by side.
+Where ``warm_load`` is on, every arm of a comparison starts alike: one that compiled cold is
+replaced by a process that loads the compiled model from the cache, as the arms started after
+the engine's capture do; :meth:`settle` and :meth:`baselines` start the replacements once every
+first start is in, and let them load side by side.
 """
 
 from __future__ import annotations
@@ -45,6 +46,17 @@ BASELINE_STARTS = 2  # a baseline that failed this often is not started again: t
 BASELINE_LABELS = ("baseline", "baseline-repeat")  # the arms that serve a whole run (a GPU's has both)
 
 
+def _start_alike(workers: list[ArmProcess], *, ready: bool = True) -> None:
+    """Every first start of ``workers`` in, then every cold one's replacement started, then (``ready``)
+    each waited for: replacements load side by side, and none beside another arm's compile. A
+    failure stays with its arm (raised again by its ``wait_ready``)."""
+    steps = ("wait_compiled", "start_replacement") + (("wait_ready",) if ready else ())
+    for step in steps:
+        for worker in workers:
+            with contextlib.suppress(ArmError):
+                getattr(worker, step)()
+
+
 class ModelArms:
     """The model arms of one target on ``device``: each a process that compiled the model (with a pack,
     a compile mode or Inductor config), the baselines started on first use, all closed together."""
@@ -55,10 +67,10 @@ class ModelArms:
         self.target, self.device, self.dtype, self.train = target, device, dtype, train
         self.timeout_s = timeout_s
         # Arms started from now on that compiled cold are replaced by a cache load
-        # (:class:`~kernelopt_bot.harness.arm_process.ArmProcess`'s ``warm_load``): so every arm of a
-        # comparison starts alike. Default: on a GPU (the CPU times nothing). A run may turn it off
-        # where the host's speed does not set the model's (:func:`kernelopt_bot.schedule.launch_bound`).
-        self.warm_load = device == "cuda" if warm_load is None else warm_load
+        # (:class:`~kernelopt_bot.harness.arm_process.ArmProcess`'s ``warm_load``), so every arm of a
+        # comparison starts alike: ``kernelopt bench`` on a GPU, a run on a launch-bound model
+        # (:func:`kernelopt_bot.schedule.launch_bound`). Off by default: it costs a process start.
+        self.warm_load = bool(warm_load)
         # Option and pack arms must also be compiled by then (time.monotonic(); None: no deadline):
         # set by the run for a phase that must end on time; baseline arms keep their own limit.
         self.end_by: float | None = None
@@ -117,8 +129,10 @@ class ModelArms:
         for label in self._baseline_labels():
             worker = self._baselines.get(label)
             if worker is None or not worker.alive:
+                if worker is not None:
+                    worker.close()
                 self._baselines[label] = ArmProcess(self._spec(label), start_timeout_s=self.timeout_s,
-                                                    warm_load=self.warm_load, keep_cold=self._room_for_one)
+                                                    warm_load=self.warm_load, load_s=self.warm_load_s())
 
     def baselines(self) -> tuple[ArmProcess, ArmProcess | None]:
         """The baseline and, on a GPU, the repeat baseline (started together, compiled in parallel;
@@ -130,9 +144,7 @@ class ModelArms:
         if len(self._baseline_failures) >= BASELINE_STARTS:
             raise self._baseline_failures[-1]
         self._start_baselines()
-        for label in self._baseline_labels():  # each first start, so warm replacements load together
-            with contextlib.suppress(ArmError):  # raised again by wait_ready below
-                self._baselines[label].wait_compiled()
+        _start_alike([self._baselines[label] for label in self._baseline_labels()], ready=False)
         for label in self._baseline_labels():
             worker = self._baselines[label]
             if not worker.ready:
@@ -161,7 +173,7 @@ class ModelArms:
         limit = self.candidate_limit_s()
         worker = ArmProcess(self._spec(label, **overrides), start_timeout_s=limit,
                             budget_limited=limit < self.timeout_s, warm_load=self.warm_load,
-                            keep_cold=self._room_for_one)
+                            load_s=self.warm_load_s())
         self._started = [w for w in self._started if not w.closed] + [worker]
         if not wait:
             return worker
@@ -192,15 +204,7 @@ class ModelArms:
     def settle(self) -> None:
         """Wait until no arm compiles any more (each is ready or has failed; a failure stays with
         the arm, for its owner's ``wait_ready``): call before timing anything."""
-        for wait in ("wait_compiled", "wait_ready"):  # first starts, then warm replacements, each together
-            for worker in self.compiling():
-                with contextlib.suppress(ArmError):
-                    getattr(worker, wait)()
-
-    def _room_for_one(self) -> bool:
-        """Whether one more arm fits beside those up now (:meth:`room_for`): a cold arm is kept
-        while its warm replacement loads only then (a large model's is stopped first)."""
-        return self.room_for(1) >= 1
+        _start_alike(self.compiling())
 
     def warm_load_s(self) -> float:
         """Seconds a cold arm's warm replacement is expected to add to its start (0 where arms are
