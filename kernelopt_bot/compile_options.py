@@ -158,8 +158,8 @@ def recommend(model_arms: ModelArms, target: Target, *, gamma: float, rounds: in
     pending = [o for o in options if o.label not in done]
     need_s = bench_need_s(model_ms, rounds, reps)
 
-    def estimate(option: CompileOption) -> float:
-        return compile_estimate_s(option, compile_s, template_s)
+    def estimate(option: CompileOption) -> float:  # its compile, and a cold arm's replacement's load
+        return compile_estimate_s(option, compile_s, template_s) + model_arms.warm_load_s()
 
     def planned(option: CompileOption) -> float | None:  # reported beside what it took
         return None if compile_s is None else round(estimate(option), 1)

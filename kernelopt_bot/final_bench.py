@@ -137,8 +137,8 @@ def benchmark_pack(cascade: Any, tgt: Any, pack: KernelPack, result: RunResult, 
         return pack
     try:
         with started or model_arms.candidate(pack, label="final", wait=False) as arm:
+            model_arms.settle()  # nothing is timed while an arm compiles (its own replacement loads beside no compile)
             arm.wait_ready()
-            model_arms.settle()  # nothing is timed while an arm compiles
             model = check_model(tgt, baseline, arm, None)
             if not model.passed and len(pack) > 1:
                 pack = keep_best(pack, result, f"combined pack failed gate 3: {model.reason}")

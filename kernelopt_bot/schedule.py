@@ -170,7 +170,7 @@ def launch_bound(prof: Any) -> bool:
 
 
 def options_later(measured: list[Any], left: float | None, compile_s: float | None, template_s: float,
-                  need_s: float, candidate_s: float = 0.0) -> tuple[list[str], float]:
+                  need_s: float, candidate_s: float = 0.0, load_s: float = 0.0) -> tuple[list[str], float]:
     """The compiler's options that, measured before the search, did not start (none did: the
     share the search keeps left each too little, or the GPU no room), to measure after it instead,
     and the seconds the quickest of them needs there: its compile (estimated from ``compile_s``
@@ -180,7 +180,8 @@ def options_later(measured: list[Any], left: float | None, compile_s: float | No
     of the search's time (None: no limit) beyond the ``MIN_SEARCH_S`` the search keeps, as the
     search's time would then be given up for nothing. On the H200 a small CNN's options, sent
     first, found 28 s where one needs 30 and none started; the search then ended with 39 s unused
-    (small_cnn bf16, 12-04; on 12-03 its max-autotune was verified at 1.285x)."""
+    (small_cnn bf16, 12-04; on 12-03 its max-autotune was verified at 1.285x). ``load_s``: what a
+    cold option arm's replacement by a cache load adds (``ModelArms.warm_load_s``)."""
     from kernelopt_bot.compile_options import (
         COMPILE_OPTIONS,
         MIN_BENCH_S,
@@ -189,8 +190,8 @@ def options_later(measured: list[Any], left: float | None, compile_s: float | No
     )
 
     waiting = not_started(measured)
-    quickest = min((compile_estimate_s(o, compile_s, template_s) for o in COMPILE_OPTIONS if o.label in waiting),
-                   default=None)
+    quickest = min((compile_estimate_s(o, compile_s, template_s) + load_s for o in COMPILE_OPTIONS
+                    if o.label in waiting), default=None)
     if quickest is None:
         return [], 0.0
     need = max(quickest + need_s, option_start_s(candidate_s, compile_s) + need_s - MIN_BENCH_S)
@@ -339,8 +340,9 @@ class OptionSteps:
 
     @property
     def option_compile_s(self) -> float | None:
-        """An option's compile, estimated, with its replacement's load (sizes their waves; None: unknown)."""
-        return OPTION_COMPILE_FACTOR * self.compile_s + self.load_s if self.compile_s else None
+        """An option's compile, estimated (sizes their waves; None: unknown); ``recommend`` adds
+        its replacement's load (:attr:`load_s`), which no option's ``compile_scale`` scales."""
+        return OPTION_COMPILE_FACTOR * self.compile_s if self.compile_s else None
 
     @property
     def need_s(self) -> float:
@@ -387,7 +389,7 @@ class OptionSteps:
         if searched:
             self.later, self.later_need_s = options_later(
                 measured, self.budget.wall_s_left(), self.option_compile_s, self.template_s, self.need_s,
-                self.candidate_s(False))
+                self.candidate_s(False), self.load_s)
         if self.later:
             self.log(f"    none started: {len(self.later)} measured after the search instead")
         return measured

@@ -971,6 +971,18 @@ def test_a_cold_option_arms_replacement_by_a_cache_load_is_planned_into_the_opti
                            log=lambda _line: None)
 
     plain, reloading = steps(0.0), steps(6.0)
-    assert plain.option_compile_s == pytest.approx(OPTION_COMPILE_FACTOR * 19.0)
-    assert reloading.option_compile_s == pytest.approx(OPTION_COMPILE_FACTOR * 19.0 + 6.0)
+    assert plain.option_compile_s == reloading.option_compile_s == pytest.approx(OPTION_COMPILE_FACTOR * 19.0)
     assert reloading.search_holdback_s(10.0) == pytest.approx(plain.search_holdback_s(10.0) + 6.0)
+    # options that went first and did not start: the quickest one's need after the search counts it
+    waiting = [compile_options.Recommendation(o.label, None, False, compile_options.PASSED_OVER) for o in COMPILE_OPTIONS]
+    _, need = options_later(waiting, None, 28.5, 8.0, 10.0)
+    _, need_reloading = options_later(waiting, None, 28.5, 8.0, 10.0, load_s=6.0)
+    assert need_reloading == pytest.approx(need + 6.0)
+    # recommend adds it to each option's compile once, unscaled by its compile_scale (max-autotune's
+    # template tuning 8 s, coordinate descent 1.45x, CUDA graphs as estimated)
+    arena = _SayingArena(41.6)
+    arena.reload_s = 6.0
+    left = itertools.chain([120.0], itertools.repeat(MIN_BENCH_S - 1))
+    recs = recommend(arena, None, gamma=1.03, time_left=lambda: 120.0,  # type: ignore[arg-type]
+                     bench_left=lambda: next(left), compile_s=28.5, template_s=8.0)
+    assert [r.compile_estimate_s for r in recs] == [42.5, 47.3, 34.5]

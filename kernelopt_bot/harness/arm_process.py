@@ -270,9 +270,10 @@ class ArmProcess:
     it does: so the arms of a comparison start alike. The cold process is stopped before its
     replacement starts (never two copies of one model on the GPU); the replacement's failure is
     the arm's start failure, as the first start's would be (its own error: the load path raising is
-    the model's or the pack's; a timeout or death is ours). Where less of the start's limit is
-    left than the load needs (``load_s``, at least :data:`WARM_LOAD_MIN_S`), or the replacement
-    cannot be started, the cold arm answers, and ``info["warm_load"]`` says why. Why: on the H200
+    the model's or the pack's; a timeout, a death or a process that cannot be started is ours:
+    :class:`ArmOursFailed`). Where less of the start's limit is left than the load needs
+    (``load_s``, at least :data:`WARM_LOAD_MIN_S`) when the replacement is due to start, the cold
+    arm answers, and ``info["warm_load"]`` says why. Why: on the H200
     (12-05b, ``scripts/process_offsets.py``) six processes of a launch-bound bf16 network ran 3-7%
     faster when started once the first three were ready, from the cache those had filled, than
     those three, pack or no pack, while processes started alike agreed within 1.5-2% (whether
@@ -324,30 +325,46 @@ class ArmProcess:
     def wait_compiled(self) -> None:
         """Wait for the first start's ready message. The arm is then ready, unless it compiled cold
         and is to be replaced (:meth:`start_replacement`, or :meth:`wait_ready` does both)."""
+        self._check_open()
         if self.ready or self.start_error is not None or self._cold is not None:
             return
         payload = self._await_start("compiling")
         if not (self.warm_load and compiled_cold(payload)):
             self._become_ready(payload)
             return
-        left = self._start_deadline - time.monotonic()
-        if left < self.load_s:
-            self._become_ready({**payload, "warm_load": f"not replaced: {max(0.0, left):.0f} s of its "
-                                                        f"start's limit left, its load needs {self.load_s:.0f}"})
-            return
         self._cold = payload
+        self._answer_cold_without_time()
+
+    def _answer_cold_without_time(self) -> bool:
+        """Where less of the start's limit is left than the replacement's load needs, the cold arm
+        (still up: not stopped before its replacement starts) answers, and says why."""
+        left = self._start_deadline - time.monotonic()
+        if self._cold is None or self._replacing or left >= self.load_s:
+            return False
+        cold, self._cold = self._cold, None
+        self._become_ready({**cold, "warm_load": f"not replaced: {max(0.0, left):.0f} s of its start's limit "
+                                                 f"left, its load needs {self.load_s:.0f}"})
+        return True
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise ArmError(f"{self.spec.label}: closed")
 
     def start_replacement(self) -> None:
         """Where the first start compiled cold: stop it and start the process that loads the model
         from the cache it filled (returns at once; :meth:`wait_ready` waits for it)."""
+        self._check_open()
         if self._cold is None or self._replacing or self.ready or self.start_error is not None:
+            return
+        if self._answer_cold_without_time():  # the other arms' first starts took its time meanwhile
             return
         self._stop(self._proc)  # never two copies of one model on the GPU
         try:
             replacement = self._spawn()
-        except ArmNotStarted as exc:
-            self.start_error = exc
-            raise
+        except Exception as exc:  # ours, whatever it is: the model compiled
+            self.start_error = exc if isinstance(exc, ArmOursFailed) else ArmOursFailed(
+                f"{self.spec.label}: compiled; its replacement could not be started ({exc})")
+            raise self.start_error from exc
         self._proc, self._conn, self._replacing = replacement, replacement.conn, True
 
     def wait_ready(self) -> dict[str, Any]:
@@ -362,8 +379,19 @@ class ArmProcess:
         if self.ready:
             return self.info
         self.start_replacement()
+        if self.ready:
+            return self.info
         cold = self._cold or {}
-        payload = self._await_start("loading from the cache")
+        try:
+            payload = self._await_start("loading from the cache")
+        except ArmRaised:  # the model (or its pack) raising on the load path: its own, as at a first start
+            raise
+        except ArmError as exc:  # a death or a timeout of a load we added: ours
+            if not isinstance(exc, ArmOursFailed):
+                self.start_error = ArmOursFailed(f"{self.spec.label}: compiled; its replacement failed to load "
+                                                 f"from the cache ({exc})")
+                raise self.start_error from exc
+            raise
         cold_s, load_s = compile_seconds(cold), compile_seconds(payload)
         merged = {**payload, "warm_load": {"cold_compile_s": cold_s, "load_s": load_s, "cold_cache": cold.get("cache"),
                                            "replacement_cold": compiled_cold(payload)}}
@@ -382,7 +410,8 @@ class ArmProcess:
 
     @property
     def compiling(self) -> bool:
-        """Started, neither ready nor failed nor closed: it is using the CPU (and GPU) now."""
+        """Started, neither ready nor failed nor closed: it is using the CPU (and GPU) now, or its
+        cold start waits for its replacement to start."""
         return not (self.ready or self.closed or self.start_error is not None)
 
     def request(self, *message: Any, timeout_s: float = 600.0) -> Any:

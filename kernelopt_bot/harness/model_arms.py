@@ -144,7 +144,7 @@ class ModelArms:
         if len(self._baseline_failures) >= BASELINE_STARTS:
             raise self._baseline_failures[-1]
         self._start_baselines()
-        _start_alike([self._baselines[label] for label in self._baseline_labels()], ready=False)
+        _start_alike(self.compiling(), ready=False)  # every arm's first start, so none loads beside a compile
         for label in self._baseline_labels():
             worker = self._baselines[label]
             if not worker.ready:
@@ -209,7 +209,7 @@ class ModelArms:
     def warm_load_s(self) -> float:
         """Seconds a cold arm's warm replacement is expected to add to its start (0 where arms are
         not replaced): the ready baseline's start where it loaded from the cache (a start of the
-        same model from the same cache), else :data:`~kernelopt_bot.harness.arm_process.WARM_LOAD_MIN_S`."""
+        same model from the same cache), at least :data:`~kernelopt_bot.harness.arm_process.WARM_LOAD_MIN_S`."""
         if not self.warm_load:
             return 0.0
         info = self.baseline_info()
@@ -218,7 +218,7 @@ class ModelArms:
             loaded = compile_seconds({"compile_s": replaced.get("load_s")})
         else:
             loaded = compile_seconds(info) if info and not compiled_cold(info) else None
-        return loaded if loaded is not None else WARM_LOAD_MIN_S
+        return max(WARM_LOAD_MIN_S, loaded or 0.0)  # as the arm itself plans it (ArmProcess.load_s)
 
     def room_for(self, wanted: int) -> int:
         """How many of ``wanted`` new arms may start compiling now. On a GPU, each needs about what
