@@ -422,3 +422,21 @@ def test_the_memory_sampler_waits_while_arms_are_timed(monkeypatch: pytest.Monke
     assert not any(samples)  # never a sample while timing
     assert all(arms[0].timing[1:-1]) and not arms[0].timing[0] and not arms[0].timing[-1]  # outputs before, after
     assert not quiet.timing_now()
+
+
+def test_the_bench_summary_says_which_arms_were_restarted_from_the_cache(capsys: pytest.CaptureFixture[str]) -> None:
+    """A user who sees a bench take longer on a cold cache is told why, and told where an arm
+    could not be restarted (its numbers then carry a cold start)."""
+    from kernelopt_bot.cli import render
+
+    result = compare_arms(_Arm(1.0, 1.0), _Arm(0.9, 0.9), _Arm(1.0, 1.0), target="t", device="cuda", dtype="fp32",
+                          rounds=2)
+    render.bench_pack("t [cuda, fp32]", "pack.json", 1, result)
+    assert "restarted" not in capsys.readouterr().out  # every arm loaded: nothing to say
+    result.arm_starts = {"baseline": {"warm_load": {"cold_compile_s": 9.0, "load_s": 3.0}},
+                         "packed": {"warm_load": {"cold_compile_s": 9.5, "load_s": 3.1}},
+                         "baseline-repeat": {"warm_load": "not replaced: 4 s of its start's limit left, its load needs 10"}}
+    render.bench_pack("t [cuda, fp32]", "pack.json", 1, result)
+    out = " ".join(capsys.readouterr().out.split())
+    assert "baseline, packed: compiled the model cold, then restarted from the compiler's cache" in out
+    assert "baseline-repeat: timed as it compiled (not replaced: 4 s of its start's limit left" in out

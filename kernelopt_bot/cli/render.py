@@ -152,7 +152,21 @@ def bench_pack(label: str, pack_path: str, entries: int, result: BenchResult) ->
     if unmatched > 0:
         console.print(f"  {unmatched} entr{'y matches' if unmatched == 1 else 'ies match'} no kernel this "
                       "target compiles to here (another model, shape, dtype or Inductor version?)")
+    _arm_starts(console, result)
     _timing(console, result, "baseline", "packed")
+
+
+def _arm_starts(console: Console, result: BenchResult) -> None:
+    """Arms that compiled the model cold and were restarted from the compiler's cache (so every
+    arm starts alike: ``ModelArms.warm_load``), and any that could not be and were timed as
+    they compiled."""
+    restarted = [label for label, start in result.arm_starts.items() if isinstance(start.get("warm_load"), dict)]
+    if restarted:
+        console.print(escape(f"  {', '.join(restarted)}: compiled the model cold, then restarted from the "
+                             "compiler's cache, so every arm starts alike"))
+    for label, start in result.arm_starts.items():
+        if isinstance(start.get("warm_load"), str):
+            console.print(escape(f"  {label}: timed as it compiled ({start['warm_load']})"))
 
 
 def bench_patch(result: BenchResult) -> None:
