@@ -16,6 +16,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from kernelopt_bot.harness.arm_process import how_started
 from kernelopt_bot.stats import noise_floor
 
 
@@ -52,14 +53,7 @@ def estimator_gap(rounds: list[dict[str, Any]]) -> float | None:
 def arm_starts(starts: dict[str, Any]) -> str:
     """How the baseline, packed and repeat arms started: loaded from the compiler's cache,
     "replaced" (compiled cold, then replaced by a cache load), or "compiled" (cold, not replaced)."""
-    def one(start: dict[str, Any] | None) -> str:
-        if not start:
-            return "-"
-        if isinstance(start.get("warm_load"), dict):
-            return "replaced"
-        misses = (start.get("cache") or {}).get("miss")
-        return "-" if misses is None else ("compiled" if misses else "loaded")
-    return " / ".join(one(starts.get(label)) for label in ("baseline", "packed", "baseline-repeat"))
+    return " / ".join(how_started(starts.get(label)) or "-" for label in ("baseline", "packed", "baseline-repeat"))
 
 
 def row(path: Path) -> str:

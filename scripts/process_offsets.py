@@ -29,21 +29,21 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kernelopt_bot.harness.arm_process import ArmProcess, ArmSpec, compiled_cold
+from kernelopt_bot.harness.arm_process import ArmProcess, ArmSpec, how_started
 from kernelopt_bot.harness.bench import SEED_BASE, _pass_reps, _warm_up, pass_orders
 from kernelopt_bot.harness.cpu_pin import this_thread_on, timing_core
 
 EMPTY_PACK = {"format": "kernelopt-pack", "version": 1, "entries": []}
 
 
+STARTS = {"replaced": "replaced (compiled cold, then loaded from the cache)", "compiled": "compiled",
+          "loaded": "loaded from the cache", None: "not said"}
+
+
 def started(info: dict) -> str:
-    """How an arm started: loaded from the compiler's cache, compiled (cold), or replaced (compiled
-    cold, then replaced by a cache load)."""
-    replaced = info.get("warm_load")
-    if isinstance(replaced, dict):
-        return "replaced (compiled cold, then loaded from the cache)"
-    note = f" ({replaced})" if replaced else ""
-    return ("compiled" if compiled_cold(info) else "loaded from the cache") + note
+    """How an arm started (:func:`how_started`), and why a cold one was not replaced."""
+    why = info.get("warm_load")
+    return STARTS[how_started(info)] + (f" ({why})" if isinstance(why, str) else "")
 
 
 def main(argv: list[str] | None = None) -> int:

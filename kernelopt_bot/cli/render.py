@@ -160,7 +160,9 @@ def _arm_starts(console: Console, result: BenchResult) -> None:
     """Arms that compiled the model cold and were restarted from the compiler's cache (so every
     arm starts alike: ``ModelArms.warm_load``), and any that could not be and were timed as
     they compiled."""
-    restarted = [label for label, start in result.arm_starts.items() if isinstance(start.get("warm_load"), dict)]
+    from kernelopt_bot.harness.arm_process import how_started
+
+    restarted = [label for label, start in result.arm_starts.items() if how_started(start) == "replaced"]
     if restarted:
         console.print(escape(f"  {', '.join(restarted)}: compiled the model cold, then restarted from the "
                              "compiler's cache, so every arm starts alike"))

@@ -257,6 +257,21 @@ def compiled_cold(info: dict[str, Any] | None) -> bool:
     return misses > unstored
 
 
+def how_started(info: dict[str, Any] | None) -> str | None:
+    """How an arm started, as its ready message (``info``) says: ``"replaced"`` (it compiled cold
+    and a cache load replaced it: ``ArmProcess``'s ``warm_load``), ``"compiled"`` (it compiled some
+    graph anew), ``"loaded"`` (every graph from the compiler's cache), or None where it does not say
+    (a kernel target's arm, or a torch that counts nothing)."""
+    info = info or {}
+    if isinstance(info.get("warm_load"), dict):
+        return "replaced"
+    cache = info.get("cache")
+    misses = cache.get("miss") if isinstance(cache, dict) else None
+    if misses is None:
+        return None
+    return "compiled" if misses else "loaded"
+
+
 def arm_process_name(label: str) -> str:
     """The name an arm's process is started (and counted) under."""
     return f"kernelopt-{label}"
