@@ -257,6 +257,19 @@ def compiled_cold(info: dict[str, Any] | None) -> bool:
     return misses > unstored
 
 
+def timed_as_compiled(info: dict[str, Any] | None, baseline: dict[str, Any] | None) -> str | None:
+    """Why an arm (``info``) was timed against its baseline (``baseline``) as it compiled, where it
+    should have been replaced by a cache load and was not (``ArmProcess``'s ``warm_load`` ran out of
+    time: its ``info["warm_load"]`` says why) while the baseline did not compile cold; None where
+    they started alike. On a launch-bound network such an arm ran 3-7% slower than one loaded from
+    the cache (tiny_vit bf16 on the H200, 12-05b), so a verdict against it is not a fair one."""
+    info = info or {}
+    reason = info.get("warm_load")
+    if not isinstance(reason, str) or not compiled_cold(info) or compiled_cold(baseline):
+        return None
+    return reason
+
+
 def how_started(info: dict[str, Any] | None) -> str | None:
     """How an arm started, as its ready message (``info``) says: ``"replaced"`` (it compiled cold
     and a cache load replaced it: ``ArmProcess``'s ``warm_load``), ``"compiled"`` (it compiled some
