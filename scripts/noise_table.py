@@ -56,27 +56,38 @@ def arm_starts(starts: dict[str, Any]) -> str:
     return " / ".join(how_started(starts.get(label)) or "-" for label in ("baseline", "packed", "baseline-repeat"))
 
 
+def configs_unlike(starts: dict[str, Any]) -> str:
+    """How many kernels the packed and repeat arms autotuned to other launch configs than the
+    baseline's (the pack's own kernels aside), "-" where an arm does not say."""
+    counts = []
+    for label in ("packed", "baseline-repeat"):
+        unlike = (starts.get(label) or {}).get("configs_unlike_baseline")
+        counts.append("-" if unlike is None else str(len(unlike)))
+    return " / ".join(counts)
+
+
 def row(path: Path) -> str:
     name = path.stem.removeprefix("noise_")
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
-        return f"| {name} | unreadable: {exc} | | | | | | | | | |"
+        return f"| {name} | unreadable: {exc} | | | | | | | | | | |"
     if not data.get("measured"):
-        return f"| {name} | {data.get('reason') or data.get('error') or 'not measured'} | | | | | | | | | |"
+        return f"| {name} | {data.get('reason') or data.get('error') or 'not measured'} | | | | | | | | | | |"
     empty_vs_base = None if not data.get("speedup") else abs(data["speedup"] - 1.0)
     return (f"| {name} | {ms(data.get('baseline_ms'))} | {ms(data.get('baseline_host_ms'))} | "
             f"{pct(data.get('noise_floor'))} | {pct(paired_floor(data.get('rounds') or []))} | "
             f"{pct(estimator_gap(data.get('rounds') or []))} | "
             f"{pct(data.get('host_noise_floor'))} | {pct(empty_vs_base)} | "
             f"{len(data.get('rounds') or [])} | {data.get('pass_reps') or '-'} | "
-            f"{arm_starts(data.get('arm_starts') or {})} |")
+            f"{arm_starts(data.get('arm_starts') or {})} | {configs_unlike(data.get('arm_starts') or {})} |")
 
 
 def main(paths: list[str]) -> int:
     print("| problem | GPU ms | host ms | noise floor (GPU) | paired by pass (GPU) | A/A of the medians (GPU) | "
-          "noise floor (host) | empty pack vs baseline | rounds | calls a pass | arms started (base / packed / repeat) |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+          "noise floor (host) | empty pack vs baseline | rounds | calls a pass | arms started (base / packed / repeat) | "
+          "configs unlike the baseline (packed / repeat) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|")
     for path in paths:
         print(row(Path(path)))
     return 0

@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kernelopt_bot.harness.arm_process import ArmProcess, ArmSpec, how_started
+from kernelopt_bot.harness.arm_process import ArmProcess, ArmSpec, configs_unlike, how_started
 from kernelopt_bot.harness.bench import SEED_BASE, _pass_reps, _warm_up, pass_orders
 from kernelopt_bot.harness.cpu_pin import this_thread_on, timing_core
 
@@ -75,8 +75,10 @@ def main(argv: list[str] | None = None) -> int:
             for step in ("wait_compiled", "start_replacement", "wait_ready"):  # as ModelArms.settle
                 for arm in wave:
                     getattr(arm, step)()
-        for spec, arm in zip(specs, arms):
-            print(f"{spec.label:18} started: {started(arm.info)}", flush=True)
+        for spec, arm in zip(specs, arms):  # and which kernels its autotuning settled otherwise than the first arm's
+            unlike = configs_unlike(arm.info, arms[0].info)
+            print(f"{spec.label:18} started: {started(arm.info)}; configs unlike {specs[0].label}'s: "
+                  f"{len(unlike)}{' (' + ', '.join(unlike) + ')' if unlike else ''}", flush=True)
         with this_thread_on(timing_core()):
             _, call_ms = _warm_up(list(arms), _pass_reps(20), 600.0)
             reps = _pass_reps(20, call_ms)
@@ -104,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
         same_side = sum(1 for t in times if (t - middle) * (med - middle) > 0)
         rows.append({"arm": spec.label, "median_ms": med, "offset": med / middle - 1.0,
                      "rounds_on_its_side": same_side, "rounds_ms": times,
-                     "cache": arm.info.get("cache"), "warm_load": arm.info.get("warm_load")})
+                     "cache": arm.info.get("cache"), "warm_load": arm.info.get("warm_load"),
+                     "configs": arm.info.get("configs"), "configs_unlike_first": configs_unlike(arm.info, arms[0].info)})
         print(f"{spec.label:18} {med:.4f} ms  offset {med / middle - 1.0:+.2%}  "
               f"same side in {same_side}/{len(times)} rounds", flush=True)
     spread = max(medians) / min(medians) - 1.0

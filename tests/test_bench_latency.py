@@ -231,7 +231,15 @@ def test_each_rounds_passes_are_kept_for_the_noise_table(tmp_path: Path) -> None
     arms[0].info["cache"] = {"hit": 1, "miss": 0, "bypass": 0}  # how each started, as a model arm says
     arms[1].info.update(cache={"hit": 1, "miss": 0, "bypass": 0}, warm_load={"cold_compile_s": 9.0, "load_s": 3.0})
     arms[2].info["cache"] = {"hit": 0, "miss": 1, "bypass": 0}
+    # each arm's autotuned configs: the repeat settled one kernel otherwise; the packed arm's other
+    # config is its pack's own kernel's, which does not count
+    arms[0].info["configs"] = {"k_red": "XBLOCK=8, num_warps=4", "k_pw": "XBLOCK=512, num_warps=4"}
+    arms[1].info.update(configs={"k_red": "XBLOCK=8, num_warps=4", "k_pw": "XBLOCK=256, num_warps=2"},
+                        applied=["k_pw"])
+    arms[2].info["configs"] = {"k_red": "XBLOCK=16, num_warps=8", "k_pw": "XBLOCK=512, num_warps=4"}
     result = compare_arms(*arms, target="t", device="cuda", dtype="fp32", rounds=3)
+    assert result.arm_starts["baseline-repeat"]["configs_unlike_baseline"] == ["k_red"]
+    assert result.arm_starts["packed"]["configs_unlike_baseline"] == []
     rounds = result.to_json()["rounds"]
     assert all(len(r[f"{arm}_passes_ms"]) == bench.PASSES_PER_ROUND
                for r in rounds for arm in ("baseline", "packed", "baseline_repeat"))
@@ -249,6 +257,7 @@ def test_each_rounds_passes_are_kept_for_the_noise_table(tmp_path: Path) -> None
     assert cells[5] == "0.00%"  # the A/A of the speedup's own estimator (medians over rounds)
     assert cells[9] == str(result.pass_reps)  # the calls each pass made
     assert cells[10] == "loaded / replaced / compiled"  # arms that compare must start alike: these did not
+    assert cells[11] == "0 / 1"  # kernels autotuned otherwise than the baseline (packed / repeat)
 
 
 class _CountingArm(_Arm):
@@ -440,3 +449,9 @@ def test_the_bench_summary_says_which_arms_were_restarted_from_the_cache(capsys:
     out = " ".join(capsys.readouterr().out.split())
     assert "baseline, packed: compiled the model cold, then restarted from the compiler's cache" in out
     assert "baseline-repeat: timed as it compiled (not replaced: 4 s of its start's limit left" in out
+    assert "autotuned" not in out
+    result.arm_starts["baseline-repeat"]["configs_unlike_baseline"] = ["k1", "k2", "k3", "k4"]
+    render.bench_pack("t [cuda, fp32]", "pack.json", 1, result)
+    out = " ".join(capsys.readouterr().out.split())
+    assert "baseline-repeat: its compile autotuned 4 kernel(s) to other launch configs than the baseline's " \
+           "(k1, k2, k3 and 1 more)" in out

@@ -26,5 +26,6 @@ def test_the_offsets_script_starts_its_waves_in_a_cold_cache_and_says_nothing_wa
     starts = [line for line in done.stdout.splitlines() if " started: " in line]
     assert len(starts) == 2
     assert "replaced (compiled cold, then loaded from the cache)" in starts[0]  # the first wave: cold, replaced
-    assert starts[1].endswith("started: loaded from the cache")  # the second loads what the first stored
+    assert "started: loaded from the cache;" in starts[1]  # the second loads what the first stored
+    assert all(line.endswith("configs unlike baseline-w1-0's: 0") for line in starts)  # one kernel, one config
     assert not (tmp_path / "out.json").exists()  # written only with times

@@ -158,8 +158,8 @@ def bench_pack(label: str, pack_path: str, entries: int, result: BenchResult) ->
 
 def _arm_starts(console: Console, result: BenchResult) -> None:
     """Arms that compiled the model cold and were restarted from the compiler's cache (so every
-    arm starts alike: ``ModelArms.warm_load``), and any that could not be and were timed as
-    they compiled."""
+    arm starts alike: ``ModelArms.warm_load``), any that could not be and were timed as they
+    compiled, and any whose autotuning settled a kernel on another config than the baseline's."""
     from kernelopt_bot.harness.arm_process import how_started
 
     restarted = [label for label, start in result.arm_starts.items() if how_started(start) == "replaced"]
@@ -169,6 +169,11 @@ def _arm_starts(console: Console, result: BenchResult) -> None:
     for label, start in result.arm_starts.items():
         if isinstance(start.get("warm_load"), str):
             console.print(escape(f"  {label}: timed as it compiled ({start['warm_load']})"))
+        unlike = start.get("configs_unlike_baseline") or []
+        if unlike:  # its own autotuning picked otherwise: part of the gap is that, not the rounds' noise
+            shown = ", ".join(unlike[:3]) + (f" and {len(unlike) - 3} more" if len(unlike) > 3 else "")
+            console.print(escape(f"  {label}: its compile autotuned {len(unlike)} kernel(s) to other launch "
+                                 f"configs than the baseline's ({shown})"))
 
 
 def bench_patch(result: BenchResult) -> None:

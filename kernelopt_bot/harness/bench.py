@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from kernelopt_bot.harness.arm_process import Arm, ArmProcess, ArmSpec
+from kernelopt_bot.harness.arm_process import Arm, ArmProcess, ArmSpec, configs_unlike
 from kernelopt_bot.harness.cpu_pin import this_thread_on, timing_core
 from kernelopt_bot.harness.model_arms import ModelArms
 from kernelopt_bot.harness.quiet import arms_timing
@@ -121,7 +121,9 @@ class BenchResult:
     step_split_ms: dict[str, dict[str, float | None]] = field(default_factory=dict)
     # How each arm started ({"baseline": {"cache": {"hit", "miss", "bypass"}, "warm_load": ...}, ...}):
     # whether it loaded the model from the compiler's cache, and whether it replaced a cold start
-    # (arms that compare must start alike: ModelArms.warm_load). Empty for arms that do not say.
+    # (arms that compare must start alike: ModelArms.warm_load), and for the packed and repeat arms
+    # the kernels whose autotuned launch config differs from the baseline's ("configs_unlike_baseline",
+    # the pack's own kernels aside: arm_process.configs_unlike). Empty for arms that do not say.
     arm_starts: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
@@ -265,6 +267,10 @@ def compare_arms(base: Arm, packed: Arm, repeat: Arm | None, *, target: str,
                          max_abs_diff=diff)
     for label, arm in (("baseline", base), ("packed", packed), ("baseline-repeat", repeat)):
         start = {k: arm.info[k] for k in ("cache", "warm_load") if arm is not None and k in arm.info}
+        if label != "baseline" and arm is not None and "configs" in arm.info and "configs" in base.info:
+            # the kernels whose autotuned config differs from the baseline's (a pack's own aside)
+            unlike = [n for n in configs_unlike(arm.info, base.info) if label != "packed" or n not in result.applied]
+            start["configs_unlike_baseline"] = unlike
         if start:
             result.arm_starts[label] = start
     if device != "cuda":
