@@ -137,6 +137,9 @@ class BenchResult:
         return data
 
 
+MAX_CONFIGS_LISTED = 64  # what arm_starts lists of an arm's kernels unlike the baseline's (an arm says it)
+
+
 def _max_abs_diff(a: list[Any], b: list[Any], device: str = "cpu") -> float:
     """Largest elementwise difference (inf for a NaN mismatch), in float64 on ``device`` a piece
     at a time (:func:`~kernelopt_bot.harness.memory.float64_chunks`): the arms send their outputs
@@ -270,7 +273,7 @@ def compare_arms(base: Arm, packed: Arm, repeat: Arm | None, *, target: str,
         if label != "baseline" and arm is not None and "configs" in arm.info and "configs" in base.info:
             # the kernels whose autotuned config differs from the baseline's (a pack's own aside)
             unlike = [n for n in configs_unlike(arm.info, base.info) if label != "packed" or n not in result.applied]
-            start["configs_unlike_baseline"] = unlike
+            start["configs_unlike_baseline"] = unlike[:MAX_CONFIGS_LISTED]
         if start:
             result.arm_starts[label] = start
     if device != "cuda":
