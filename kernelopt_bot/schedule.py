@@ -137,9 +137,8 @@ def options_first(prof: Any, searched: list[Any], tunable_library: bool = True) 
 
     if not prof.measured or not prof.model_ms:
         return None
-    triton = [k for k in prof.kernels if k.time_ms]
-    launch = sum(k.time_ms for k in triton if k.bound == "launch")
-    total = sum(k.time_ms for k in triton)
+    total = sum(k.time_ms for k in prof.kernels if k.time_ms)
+    launch = launch_share(prof) * total
     # As the profile's shares: the profiler's busy time can exceed the model's median wall time.
     model_ms = max(prof.model_ms, (prof.vendor_ms or 0.0) + total)
     library = (prof.vendor_ms or 0.0) / model_ms
@@ -147,7 +146,7 @@ def options_first(prof: Any, searched: list[Any], tunable_library: bool = True) 
     if tunable_library and library >= OPTIONS_FIRST_SHARE:
         return OptionsFirst(f"library calls take {library:.0%} of the model's time", headroom)
     if launch_bound(prof):
-        return OptionsFirst(f"{launch / total:.0%} of the Triton kernels' time is in launch-bound kernels",
+        return OptionsFirst(f"{launch_share(prof):.0%} of the Triton kernels' time is in launch-bound kernels",
                             headroom, CUDA_GRAPHS)
     if total > launch and headroom < OPTIONS_FIRST_HEADROOM:  # kernels that are not launch-bound, at the roofline
         return OptionsFirst(f"the search could save at most {headroom:.0%} of the model's time", headroom)
@@ -164,9 +163,16 @@ def launch_bound(prof: Any) -> bool:
     speed no such offset showed, and the replacement's seconds are saved."""
     if not prof.measured:
         return False
-    times = [k.time_ms for k in prof.kernels if k.time_ms]
+    timed = sum(1 for k in prof.kernels if k.time_ms)
+    return timed >= OPTIONS_FIRST_LAUNCHES and launch_share(prof) >= OPTIONS_FIRST_SHARE
+
+
+def launch_share(prof: Any) -> float:
+    """The share of the Triton kernels' measured time that is in launch-bound kernels (0 where
+    none was timed)."""
+    total = sum(k.time_ms for k in prof.kernels if k.time_ms)
     launch = sum(k.time_ms for k in prof.kernels if k.time_ms and k.bound == "launch")
-    return len(times) >= OPTIONS_FIRST_LAUNCHES and launch >= OPTIONS_FIRST_SHARE * sum(times) > 0
+    return launch / total if total > 0 else 0.0
 
 
 def options_later(measured: list[Any], left: float | None, compile_s: float | None, template_s: float,
