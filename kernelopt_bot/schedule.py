@@ -138,7 +138,7 @@ def options_first(prof: Any, searched: list[Any], tunable_library: bool = True) 
     if not prof.measured or not prof.model_ms:
         return None
     total = sum(k.time_ms for k in prof.kernels if k.time_ms)
-    launch = launch_share(prof) * total
+    share = launch_share(prof)
     # As the profile's shares: the profiler's busy time can exceed the model's median wall time.
     model_ms = max(prof.model_ms, (prof.vendor_ms or 0.0) + total)
     library = (prof.vendor_ms or 0.0) / model_ms
@@ -146,9 +146,9 @@ def options_first(prof: Any, searched: list[Any], tunable_library: bool = True) 
     if tunable_library and library >= OPTIONS_FIRST_SHARE:
         return OptionsFirst(f"library calls take {library:.0%} of the model's time", headroom)
     if launch_bound(prof):
-        return OptionsFirst(f"{launch_share(prof):.0%} of the Triton kernels' time is in launch-bound kernels",
+        return OptionsFirst(f"{share:.0%} of the Triton kernels' time is in launch-bound kernels",
                             headroom, CUDA_GRAPHS)
-    if total > launch and headroom < OPTIONS_FIRST_HEADROOM:  # kernels that are not launch-bound, at the roofline
+    if total > 0 and share < 1.0 and headroom < OPTIONS_FIRST_HEADROOM:  # kernels that are not launch-bound, at the roofline
         return OptionsFirst(f"the search could save at most {headroom:.0%} of the model's time", headroom)
     return None
 

@@ -75,10 +75,12 @@ def main(argv: list[str] | None = None) -> int:
             for step in ("wait_compiled", "start_replacement", "wait_ready"):  # as ModelArms.settle
                 for arm in wave:
                     getattr(arm, step)()
-        for spec, arm in zip(specs, arms):  # and which kernels its autotuning settled otherwise than the first arm's
-            unlike = configs_unlike(arm.info, arms[0].info)
-            print(f"{spec.label:18} started: {started(arm.info)}; configs unlike {specs[0].label}'s: "
-                  f"{len(unlike)}{' (' + ', '.join(unlike) + ')' if unlike else ''}", flush=True)
+        # and which kernels each arm's autotuning settled otherwise than the first arm's
+        unlike_first = [configs_unlike(arm.info, arms[0].info) for arm in arms]
+        for spec, arm, unlike in zip(specs, arms, unlike_first):
+            said = "not said" if unlike is None else f"{len(unlike)}{' (' + ', '.join(unlike) + ')' if unlike else ''}"
+            print(f"{spec.label:18} started: {started(arm.info)}; configs unlike {specs[0].label}'s: {said}",
+                  flush=True)
         with this_thread_on(timing_core()):
             _, call_ms = _warm_up(list(arms), _pass_reps(20), 600.0)
             reps = _pass_reps(20, call_ms)
@@ -101,13 +103,13 @@ def main(argv: list[str] | None = None) -> int:
     medians = [statistics.median(times) for times in per_arm]
     middle = statistics.median(medians)
     rows = []
-    for spec, arm, times, med in zip(specs, arms, per_arm, medians):
+    for spec, arm, times, med, unlike in zip(specs, arms, per_arm, medians, unlike_first):
         # rounds in which this arm is on the same side of the middle as its median: a process offset
         same_side = sum(1 for t in times if (t - middle) * (med - middle) > 0)
         rows.append({"arm": spec.label, "median_ms": med, "offset": med / middle - 1.0,
                      "rounds_on_its_side": same_side, "rounds_ms": times,
                      "cache": arm.info.get("cache"), "warm_load": arm.info.get("warm_load"),
-                     "configs": arm.info.get("configs"), "configs_unlike_first": configs_unlike(arm.info, arms[0].info)})
+                     "configs": arm.info.get("configs"), "configs_unlike_first": unlike})
         print(f"{spec.label:18} {med:.4f} ms  offset {med / middle - 1.0:+.2%}  "
               f"same side in {same_side}/{len(times)} rounds", flush=True)
     spread = max(medians) / min(medians) - 1.0

@@ -444,3 +444,12 @@ def test_an_option_rejected_as_it_compiled_beside_loaded_baselines_says_so(monke
                                          gamma=1.03, rounds=10, reps=20, time_left=None)
         assert found.verified is verified
         assert ("timed as it compiled" in found.detail and note in found.detail) is not verified
+
+
+def test_configs_unlike_tells_not_said_from_none_unlike() -> None:
+    from kernelopt_bot.harness.arm_process import configs_unlike
+
+    a = {"configs": {"k0": "XBLOCK=8", "k1": "XBLOCK=16", "only_a": "XBLOCK=1"}}
+    b = {"configs": {"k0": "XBLOCK=8", "k1": "XBLOCK=32"}}
+    assert configs_unlike(a, b) == ["k1"] and configs_unlike(a, a) == []
+    assert configs_unlike(a, {}) is None and configs_unlike({"configs": ["k0"]}, b) is None  # not a map: not said

@@ -270,15 +270,16 @@ def timed_as_compiled(info: dict[str, Any] | None, baseline: dict[str, Any] | No
     return reason
 
 
-def configs_unlike(info: dict[str, Any] | None, other: dict[str, Any] | None) -> list[str]:
+def configs_unlike(info: dict[str, Any] | None, other: dict[str, Any] | None) -> list[str] | None:
     """The kernels for which two arms' compiles settled on different launch configs (each arm's
-    ``info["configs"]``; kernels only one of them reports are left out). Two processes of one
+    ``info["configs"]``; kernels only one of them reports are left out), None where either arm
+    does not say (no configs, or something else than a kernel-to-config map). Two processes of one
     model autotune each kernel with several configs on its first call, each under whatever else
     runs then (an arm compiling beside others, or one loading alone later): a pick that differs
     between the two baselines is an offset between processes, not noise of the rounds."""
     mine, theirs = (i.get("configs") if isinstance(i, dict) else None for i in (info, other))
     if not isinstance(mine, dict) or not isinstance(theirs, dict):
-        return []
+        return None
     return sorted(str(name) for name, config in mine.items() if name in theirs and theirs[name] != config)
 
 

@@ -270,9 +270,9 @@ def compare_arms(base: Arm, packed: Arm, repeat: Arm | None, *, target: str,
                          max_abs_diff=diff)
     for label, arm in (("baseline", base), ("packed", packed), ("baseline-repeat", repeat)):
         start = {k: arm.info[k] for k in ("cache", "warm_load") if arm is not None and k in arm.info}
-        if label != "baseline" and arm is not None and "configs" in arm.info and "configs" in base.info:
-            # the kernels whose autotuned config differs from the baseline's (a pack's own aside)
-            unlike = [n for n in configs_unlike(arm.info, base.info) if label != "packed" or n not in result.applied]
+        unlike = configs_unlike(arm.info, base.info) if label != "baseline" and arm is not None else None
+        if unlike is not None:  # the kernels whose autotuned config differs from the baseline's (a pack's own aside)
+            unlike = [n for n in unlike if label != "packed" or n not in result.applied]
             start["configs_unlike_baseline"] = unlike[:MAX_CONFIGS_LISTED]
         if start:
             result.arm_starts[label] = start
