@@ -381,3 +381,33 @@ def test_rewrites_timed_before_any_config_are_still_proposed() -> None:
     tuner = TimedTuner(timer, sample_size=4, seeds=lambda _k: [])
     proposals = tuner.propose(SearchContext(kernel, _profile(1.0), None, "cuda"), 3)
     assert proposals and all(p.candidate.label.startswith("aligned_row_loads") for p in proposals)
+
+
+
+@pytest.mark.parametrize("fixture", ["gelu.py", "softmax.py", "conv_bn_gelu.py"])
+def test_without_a_gpu_the_config_proposed_has_the_largest_blocks_at_hand(fixture: str) -> None:
+    """The interpreter runs each program of the grid in Python: a one-element block made gate 2
+    take a minute on an 840-element pointwise kernel. Untimed, the tuner proposes the config of its
+    sample that launches the fewest programs, and from the compiler's config the neighbour with
+    the larger blocks."""
+    from kernelopt_bot.search.space import sample
+    from kernelopt_bot.search.tuner import UNTIMED_SAMPLE, block_elements, neighbours
+
+    kernel = parse_output_code((H200 / fixture).read_text()).kernels[0]
+    tuner = TimedTuner(None)
+
+    def proposed(chosen: dict | None) -> list:
+        ctx = SearchContext(kernel, _profile(1.0), chosen, "cpu")
+        return [p.candidate.config for p in tuner.propose(ctx, 3) if p.candidate.config is not None]
+
+    drawn = sample(kernel, UNTIMED_SAMPLE, seed=tuner.seed)
+    assert len({block_elements(c) for c in drawn}) > 1  # the choice is a real one
+    (pick,) = proposed(None)
+    assert block_elements(pick) == max(block_elements(c) for c in drawn)
+
+    # From the middle of the space, the neighbour that doubles a block rather than one that halves it.
+    middle = sorted(drawn, key=block_elements)[len(drawn) // 2]
+    (pick,) = proposed(middle.to_json())
+    valid = {(tuple(sorted(c.kwargs.items())), c.num_warps, c.num_stages) for c in sample(kernel, 10**6)}
+    steps = neighbours(middle, valid)
+    assert block_elements(pick) == max(block_elements(c) for c in steps) > block_elements(middle)

@@ -16,6 +16,7 @@ config, one transformation) so gates 1-3 still run for real.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from kernelopt_bot.candidate import Candidate, Proposal
@@ -38,6 +39,7 @@ MIN_KERNEL_GAIN = 1.02  # below this a kernel-level win does not survive the end
 # (half of gamma's 3%: kernel-level timing in isolation is only a forecast of the model's).
 MIN_PREDICTED_GAIN = 1.015
 REWRITE_SAMPLE = 16  # launch configs timed for each strategy rewrite
+UNTIMED_SAMPLE = 8  # configs drawn, without a GPU, to propose the one with the largest blocks
 # A transformation applied to a strategy rewrite is reported as its own kind of candidate
 # ("drop_eviction_hints_on_rewrite"), not credited to the transformation on the compiler's kernel.
 ON_REWRITE = "_on_rewrite"
@@ -110,6 +112,12 @@ def neighbours(config: LaunchConfig, valid: set[tuple]) -> list[LaunchConfig]:
         if warps >= 1:
             out.append(LaunchConfig(dict(config.kwargs), warps, config.num_stages))
     return [c for c in out if _key(c) in valid]
+
+
+def block_elements(config: LaunchConfig) -> int:
+    """Elements one program of ``config`` covers (the product of its block sizes): the grid shrinks
+    as it grows."""
+    return math.prod(v for k, v in config.kwargs.items() if k.upper().endswith("BLOCK"))
 
 
 def _key(c: LaunchConfig) -> tuple:
@@ -285,10 +293,14 @@ class TimedTuner(SearchStrategy):
 
     def _untimed(self, ctx: SearchContext, space: dict[tuple, LaunchConfig], chosen: LaunchConfig | None,
                  carry: Callable[[LaunchConfig], LaunchConfig], limit: int) -> list[Proposal]:
-        """No GPU: one other valid config and one transformation, unranked."""
+        """No GPU: one other valid config and one transformation, unranked. Of the configs at hand
+        (the compiler's neighbours, else a sample) the one with the largest blocks: the interpreter
+        runs each program of the grid in Python, so a one-element block makes gate 2 take a minute
+        on a kernel that a GPU runs in microseconds."""
         proposals: list[Proposal] = []
         pick = neighbours(chosen, set(space)) if chosen and _key(chosen) in space else []
-        pick = pick or [carry(c) for c in sample(ctx.kernel, 1, seed=self.seed)]
+        pick = pick or [carry(c) for c in sample(ctx.kernel, UNTIMED_SAMPLE, seed=self.seed)]
+        pick.sort(key=block_elements, reverse=True)
         if pick:
             proposals.append(Proposal(Candidate(f"config {pick[0].describe()}", config=pick[0], origin=ORIGIN), self.name,
                                       None, "launch-config search (not timed: no GPU)"))
