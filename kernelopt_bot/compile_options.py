@@ -20,7 +20,7 @@ from kernelopt_bot.harness.arm_process import (
     ArmOursFailed,
     ArmTimeout,
     compile_seconds,
-    timed_as_compiled,
+    started_unlike,
 )
 from kernelopt_bot.harness.bench import compare_arms, compare_seconds
 from kernelopt_bot.harness.failures import InfrastructureFailure, is_out_of_memory
@@ -366,10 +366,9 @@ def _measure(option: CompileOption, arm: Arm | ArmError, target: Target, baselin
             verdict = judge(result, None, gamma, {})
             cut = (f" ({len(result.rounds)} of {result.rounds_planned} rounds: the wall-time budget ran out)"
                    if len(result.rounds) < result.rounds_planned else "")
-            unlike = None if verdict.passed else timed_as_compiled(arm.info, getattr(baseline, "info", None))
-            if unlike:  # a cold arm against loaded baselines reads slow: the verdict says it was not alike
-                cut += (f" (timed as it compiled, against baselines loaded from the compiler's cache, which "
-                        f"may read a launch-bound model a few percent slow: {unlike})")
+            unlike = started_unlike(arm.info, getattr(baseline, "info", None))
+            if unlike:  # arms started unlike lean one way on a launch-bound model: the verdict says so
+                cut += f" ({unlike})"
             return Recommendation(option.label, result.speedup, bool(verdict.passed), applied + verdict.reason + cut)
         except InfrastructureFailure as exc:  # out of memory after a retry: ours, not the option's
             return Recommendation(option.label, None, False, f"not measured: {exc}")

@@ -114,6 +114,10 @@ class RunResult:
     # The same end-to-end comparison as host-inclusive latency of one call (wall clock, synchronized
     # per call; launch overhead included): "baseline", "optimized" in ms and "noise_floor".
     latency_ms: dict[str, float | None] = field(default_factory=dict)
+    # Where the end-to-end benchmark's pack arm and baseline did not start alike (one timed as it
+    # compiled, the other loaded from the compiler's cache: harness.arm_process.started_unlike),
+    # which way that leans; None where they started alike or did not say.
+    started_unlike: str | None = None
     kernels: list[KernelOutcome] = field(default_factory=list)
     recommendations: list[Recommendation] = field(default_factory=list)
     pack_entries: int = 0

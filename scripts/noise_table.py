@@ -61,8 +61,9 @@ def configs_unlike(starts: dict[str, Any]) -> str:
     baseline's (the pack's own kernels aside), "-" where an arm does not say."""
     counts = []
     for label in ("packed", "baseline-repeat"):
-        unlike = (starts.get(label) or {}).get("configs_unlike_baseline")
-        counts.append("-" if unlike is None else str(len(unlike)))
+        start = starts.get(label) or {}
+        unlike, count = start.get("configs_unlike_baseline"), start.get("configs_unlike_count")
+        counts.append("-" if unlike is None else str(count if isinstance(count, int) else len(unlike)))
     return " / ".join(counts)
 
 

@@ -65,3 +65,65 @@ def test_a_one_entry_packs_fresh_number_is_its_kernels_reported_speedup() -> Non
     entry = next(iter(pack.entries.values()))
     assert entry.measured["speedup"] == 1.1 and entry.measured["gates"] == [GATE4]  # gate 4's number kept there
     assert result.kernels[0].speedup == 1.1 and result.kernels[1].speedup is None
+
+
+COLD = {"cache": {"hit": 0, "miss": 2, "bypass": 0, "unstored": 0}}
+LOADED = {"cache": {"hit": 2, "miss": 0, "bypass": 0, "unstored": 0}}
+
+
+class _Arm:
+    def __init__(self, info: dict[str, Any]) -> None:
+        self.info = info
+
+    def __enter__(self) -> _Arm:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def wait_ready(self) -> dict[str, Any]:
+        return self.info
+
+
+class _Arms:
+    def __init__(self, final: dict[str, Any], baseline: dict[str, Any]) -> None:
+        self.final, self.baseline = _Arm(final), _Arm(baseline)
+
+    def baselines(self) -> tuple[_Arm, _Arm]:
+        return self.baseline, _Arm(self.baseline.info)
+
+    def candidate(self, pack: Any, **kwargs: Any) -> _Arm:
+        return self.final
+
+    def settle(self) -> None:
+        pass
+
+
+def test_a_final_benchmark_whose_arms_started_unlike_says_which_way_it_leans(monkeypatch: Any) -> None:
+    """The number a run reports comes from fresh processes; where the pack's arm and the baseline
+    did not start alike (one compiled cold, one loaded), result.json and the report say so."""
+    from types import SimpleNamespace
+
+    from kernelopt_bot import final_bench
+    from kernelopt_bot.harness import bench
+    from kernelopt_bot.report import render_report
+    from kernelopt_bot.verify import model
+
+    measured = SimpleNamespace(baseline_ms=1.0, packed_ms=0.9, speedup=1.11, noise_floor=0.01, step_split_ms={},
+                               baseline_host_ms=1.1, packed_host_ms=1.0, host_noise_floor=0.01)
+    monkeypatch.setattr(bench, "compare_arms", lambda *a, **k: measured)
+    monkeypatch.setattr(model, "check_model", lambda *a, **k: SimpleNamespace(passed=True))
+    target = SimpleNamespace(spec="t.py", device="cuda", train=False)
+    for final, baseline, lean in ((COLD, LOADED, "slow"), (LOADED, COLD, "fast"), (LOADED, LOADED, None)):
+        pack = _pack(_entry("k0", [GATE4]), _entry("k1", [GATE4]))  # two entries: measured afresh
+        result = _result(("k0", "accepted"), ("k1", "accepted"))
+        final_bench.benchmark_pack(SimpleNamespace(model_arms=_Arms(final, baseline)), target, pack, result, 3)
+        assert result.speedup == 1.11
+        if lean is None:
+            assert result.started_unlike is None
+            assert "not started alike" not in render_report(result)
+        else:
+            assert result.started_unlike is not None and f"a few percent {lean}" in result.started_unlike
+            again = RunResult.from_json(result.to_json())
+            assert again.started_unlike == result.started_unlike
+            assert "| arms of this benchmark | not started alike: the pack's arm was " in render_report(result)

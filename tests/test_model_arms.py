@@ -285,15 +285,18 @@ def test_without_warm_loads_a_cold_arm_answers_as_it_compiled(tmp_path: Path, mo
 
 def test_a_replacement_that_fails_is_the_arms_failed_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The cold process is stopped before its replacement starts (never two copies of a model on
-    the GPU): the replacement's failure is the arm's, with the replacement's own error (here the
-    target raising on the load path, which users with a warm cache would hit), asked twice alike."""
-    from kernelopt_bot.harness.arm_process import ArmProcess, ArmRaised, ArmSpec
+    the GPU): the replacement's failure is the arm's start failure, asked twice alike, and ours
+    (never a verdict): the model compiled and ran in the cold process, so a load we added that
+    raises (here the target on its second import) says nothing of the option or the pack. The
+    replacement's own error is kept in the message."""
+    from kernelopt_bot.harness.arm_process import ArmOursFailed, ArmProcess, ArmSpec
 
     target, loads = _counting_target(tmp_path, monkeypatch, fail_after=1)
     with ArmProcess(ArmSpec("option", str(target), "cpu", "fp32"), warm_load=True) as arm:
-        with pytest.raises(ArmRaised, match="broke after its first start"):
+        with pytest.raises(ArmOursFailed, match=r"compiled and ran; its replacement raised while loading .*"
+                                                r"broke after its first start"):
             arm.wait_ready()
-        with pytest.raises(ArmRaised, match="broke"):
+        with pytest.raises(ArmOursFailed, match="broke"):
             arm.wait_ready()
         assert not arm.compiling and not arm.ready
     assert len(list(loads.iterdir())) == 2
@@ -381,7 +384,7 @@ def test_a_replacement_that_dies_is_our_failure_not_a_verdict(tmp_path: Path, mo
     assert "os._exit(137)" in source
     target.write_text(source)
     with ArmProcess(ArmSpec("option", str(target), "cpu", "fp32"), warm_load=True) as arm:
-        with pytest.raises(ArmOursFailed, match="its replacement failed to load from the cache") as failed:
+        with pytest.raises(ArmOursFailed, match=r"its replacement failed to load from the compiler.s cache") as failed:
             arm.wait_ready()
         assert failed_on_our_side(failed.value)
         with pytest.raises(ArmOursFailed):
@@ -408,21 +411,37 @@ COLD = {"cache": {"hit": 0, "miss": 2, "bypass": 0, "unstored": 0}}
 LOADED = {"cache": {"hit": 2, "miss": 0, "bypass": 0, "unstored": 0}}
 
 
-def test_an_arm_timed_as_it_compiled_against_loaded_baselines_is_named() -> None:
-    from kernelopt_bot.harness.arm_process import timed_as_compiled
+def test_arms_started_unlike_are_named_whichever_way_they_lean() -> None:
+    """Where the arm and its baseline did not start alike (one timed as it compiled, the other
+    loaded from the compiler's cache), the verdict's note says which way the comparison leans and
+    why the cold one was not replaced; arms that started alike, or do not say, get no note."""
+    from kernelopt_bot.harness.arm_process import effective_start, started_unlike
 
     not_replaced = {**COLD, "warm_load": "not replaced: 3 s of its start's limit left, its load needs 10"}
-    assert timed_as_compiled(not_replaced, LOADED) == not_replaced["warm_load"]
-    assert timed_as_compiled(not_replaced, COLD) is None  # both compiled: alike
-    assert timed_as_compiled(COLD, LOADED) is None  # replacement not asked for (warm_load off)
-    replaced = {**LOADED, "warm_load": {"cold_compile_s": 20.0, "load_s": 4.0}}
-    assert timed_as_compiled(replaced, LOADED) is None and timed_as_compiled(None, None) is None
+    slow = started_unlike(not_replaced, LOADED)
+    assert slow and "timed as it compiled" in slow and "slow" in slow and slow.endswith(not_replaced["warm_load"])
+    fast = started_unlike(LOADED, COLD)  # warm loads off (or not asked for): the baseline compiled cold
+    assert fast and "loaded from the compiler's cache" in fast and "fast" in fast
+    assert started_unlike(COLD, LOADED)  # a cold arm is cold whether or not a replacement was asked for
+    assert started_unlike(not_replaced, COLD) is None and started_unlike(LOADED, LOADED) is None  # alike
+    replaced = {**LOADED, "warm_load": {"cold_compile_s": 20.0, "load_s": 4.0, "replacement_cold": False}}
+    assert effective_start(replaced) == "loaded" and started_unlike(replaced, LOADED) is None
+    again = {**COLD, "warm_load": {"cold_compile_s": 20.0, "load_s": 4.0, "replacement_cold": True}}
+    assert effective_start(again) == "compiled" and started_unlike(again, LOADED)  # its replacement compiled again
+    assert started_unlike(None, None) is None and started_unlike({"applied": []}, LOADED) is None  # not said
 
 
-def test_an_option_rejected_as_it_compiled_beside_loaded_baselines_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
-    """On a launch-bound model a cold arm reads a few percent slow against loaded baselines: an
-    option rejected so keeps its verdict, and the report says the arms did not start alike; one
-    that passes needs no such word (the bias is against it)."""
+def test_a_replacement_that_compiled_again_does_not_read_as_replaced() -> None:
+    from kernelopt_bot.harness.arm_process import how_started
+
+    again = {**COLD, "warm_load": {"cold_compile_s": 20.0, "load_s": 4.0, "replacement_cold": True}}
+    assert how_started(again) == "compiled"
+    assert how_started({**LOADED, "warm_load": {"replacement_cold": False}}) == "replaced"
+
+
+def test_an_option_timed_against_baselines_started_otherwise_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a launch-bound model arms started unlike read a few percent apart: an option measured so
+    keeps its verdict, passed or not, and the report says which way the comparison leaned."""
     from kernelopt_bot import compile_options
     from kernelopt_bot.harness.bench import BenchResult, RoundResult
 
@@ -435,15 +454,21 @@ def test_an_option_rejected_as_it_compiled_beside_loaded_baselines_says_so(monke
 
     monkeypatch.setattr(compile_options, "check_model", lambda *a: SimpleNamespace(passed=True))
     note = "not replaced: 3 s of its start's limit left, its load needs 10"
-    arm = SimpleNamespace(info={**COLD, "warm_load": note}, wait_ready=lambda: None)
-    baseline = SimpleNamespace(info=LOADED)
     option = compile_options.COMPILE_OPTIONS[0]
-    for speedup, verified in ((0.97, False), (1.2, True)):
-        monkeypatch.setattr(compile_options, "compare_arms", compared(speedup))
-        found = compile_options._measure(option, arm, SimpleNamespace(spec="t"), baseline, None, "cuda", "bf16",  # type: ignore[arg-type]
-                                         gamma=1.03, rounds=10, reps=20, time_left=None)
-        assert found.verified is verified
-        assert ("timed as it compiled" in found.detail and note in found.detail) is not verified
+    cases = [(COLD | {"warm_load": note}, LOADED, "slow"), (LOADED, COLD, "fast"), (LOADED, LOADED, None)]
+    for arm_info, baseline_info, lean in cases:
+        for speedup, verified in ((0.97, False), (1.2, True)):
+            monkeypatch.setattr(compile_options, "compare_arms", compared(speedup))
+            arm = SimpleNamespace(info=arm_info, wait_ready=lambda: None)
+            found = compile_options._measure(option, arm, SimpleNamespace(spec="t"),  # type: ignore[arg-type]
+                                             SimpleNamespace(info=baseline_info), None, "cuda", "bf16",
+                                             gamma=1.03, rounds=10, reps=20, time_left=None)
+            assert found.verified is verified
+            if lean is None:
+                assert "started" not in found.detail and "cache" not in found.detail
+            else:
+                assert f"a few percent {lean}" in found.detail
+            assert (note in found.detail) is (lean == "slow")
 
 
 def test_configs_unlike_tells_not_said_from_none_unlike() -> None:
@@ -453,3 +478,26 @@ def test_configs_unlike_tells_not_said_from_none_unlike() -> None:
     b = {"configs": {"k0": "XBLOCK=8", "k1": "XBLOCK=32"}}
     assert configs_unlike(a, b) == ["k1"] and configs_unlike(a, a) == []
     assert configs_unlike(a, {}) is None and configs_unlike({"configs": ["k0"]}, b) is None  # not a map: not said
+
+
+def test_gate_4_on_process_arms_started_unlike_says_which_way_it_leans(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An untrusted candidate's gate 4 runs on process arms: where its arm and the baseline did not
+    start alike the verdict says so; the engine's own arms share one process and get no note."""
+    from kernelopt_bot.harness.timing import StepClock
+    from kernelopt_bot.verify import cascade
+    from kernelopt_bot.verify.verdict import GateResult
+
+    monkeypatch.setattr(cascade, "check_model", lambda *a, **k: GateResult.ok("model"))
+    monkeypatch.setattr(cascade, "check_performance", lambda *a, **k: GateResult.ok("performance", "1.10x"))
+    fake = SimpleNamespace(
+        options=cascade.VerifyOptions(), device="cuda", model_arms=SimpleNamespace(settle=lambda: None),
+        capture=SimpleNamespace(target=SimpleNamespace(spec="t.py", dtype="bf16", train=False)),
+        _roofline_gbps=lambda: None, _launches=lambda kernel: 1)
+    kernel = SimpleNamespace(name="k")
+    for where, arm_info, lean in (("process", COLD, "slow"), ("process", LOADED, None), ("engine", COLD, None)):
+        arm = SimpleNamespace(where=where, info=arm_info)
+        gates = cascade.Cascade._judge_on_arms(fake, kernel, {}, SimpleNamespace(info=LOADED), arm,  # type: ignore[arg-type]
+                                               None, StepClock({}))
+        perf = gates[-1]
+        assert perf.passed and perf.reason.startswith("1.10x")
+        assert (f"a few percent {lean}" in perf.reason) if lean else perf.reason == "1.10x"

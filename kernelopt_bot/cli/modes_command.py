@@ -45,7 +45,9 @@ def modes(target: str, device: str | None, dtype: str, option_labels: tuple[str,
         progress.step(f"loading {target}")
         tgt = load_target(target, device, dtype)
         progress.step(f"compiling the default and {len(chosen)} option(s), each in its own process")
-        with ModelArms(tgt.spec, tgt.device, dtype_name(tgt.dtype)) as model_arms:
+        # On a GPU every arm starts alike (a cold compile is replaced by a cache load, as the
+        # baselines load what the first compile stored): a cold arm against loaded ones leans.
+        with ModelArms(tgt.spec, tgt.device, dtype_name(tgt.dtype), warm_load=tgt.device == "cuda") as model_arms:
             recs = recommend(model_arms, tgt, gamma=gamma, rounds=rounds, options=chosen)
     if as_json:
         click.echo(json.dumps([r.to_json() for r in recs]))

@@ -171,8 +171,10 @@ def _arm_starts(console: Console, result: BenchResult) -> None:
             console.print(escape(f"  {label}: timed as it compiled ({start['warm_load']})"))
         unlike = start.get("configs_unlike_baseline") or []
         if unlike:  # its own autotuning picked otherwise: part of the gap is that, not the rounds' noise
-            shown = ", ".join(unlike[:3]) + (f" and {len(unlike) - 3} more" if len(unlike) > 3 else "")
-            console.print(escape(f"  {label}: its compile autotuned {len(unlike)} kernel(s) to other launch "
+            count = start.get("configs_unlike_count")
+            count = count if isinstance(count, int) and count >= len(unlike) else len(unlike)
+            shown = ", ".join(unlike[:3]) + (f" and {count - 3} more" if count > 3 else "")
+            console.print(escape(f"  {label}: its compile autotuned {count} kernel(s) to other launch "
                                  f"configs than the baseline's ({shown})"))
 
 

@@ -240,6 +240,9 @@ def compile_seconds(info: dict[str, Any] | None) -> float | None:
 # load is expected to take): it imports torch, loads the target and the compiled model again (a
 # few seconds on the H200); the cold arm answers instead, and says so.
 WARM_LOAD_MIN_S = 10.0
+# What stopping a ready arm may take (it is asked to quit, then killed): a replacement's start
+# counts it, since the cold process is stopped before its replacement starts.
+STOP_WAIT_S = 10.0
 
 
 def compiled_cold(info: dict[str, Any] | None) -> bool:
@@ -257,17 +260,37 @@ def compiled_cold(info: dict[str, Any] | None) -> bool:
     return misses > unstored
 
 
-def timed_as_compiled(info: dict[str, Any] | None, baseline: dict[str, Any] | None) -> str | None:
-    """Why an arm (``info``) was timed against its baseline (``baseline``) as it compiled, where it
-    should have been replaced by a cache load and was not (``ArmProcess``'s ``warm_load`` ran out of
-    time: its ``info["warm_load"]`` says why) while the baseline did not compile cold; None where
-    they started alike. On a launch-bound network such an arm ran 3-7% slower than one loaded from
-    the cache (tiny_vit bf16 on the H200, 12-05b), so a verdict against it is not a fair one."""
+def effective_start(info: dict[str, Any] | None) -> str | None:
+    """How the arm that answers was started, as its ready message (``info``) says: ``"compiled"``
+    (it compiled some graph anew and stored it: cold; a cold arm that was not replaced, or whose
+    replacement compiled again), ``"loaded"`` (from the compiler's cache, itself or as a cold
+    start's replacement), or None where it does not say."""
     info = info or {}
-    reason = info.get("warm_load")
-    if not isinstance(reason, str) or not compiled_cold(info) or compiled_cold(baseline):
+    warm = info.get("warm_load")
+    if isinstance(warm, dict):  # a replacement answers: cold only where it compiled again
+        return "compiled" if warm.get("replacement_cold") is True else "loaded"
+    if not isinstance(info.get("cache"), dict):
         return None
-    return reason
+    return "compiled" if compiled_cold(info) else "loaded"
+
+
+def started_unlike(info: dict[str, Any] | None, baseline: dict[str, Any] | None) -> str | None:
+    """Where an arm (``info``) and its baseline (``baseline``) were timed started unlike (one as it
+    compiled, the other loaded from the compiler's cache), which way that leans, and why the cold
+    one was not replaced where its ``info["warm_load"]`` says; None where they started alike or
+    either does not say. On a launch-bound network an arm started one way ran 3-7% apart from
+    arms started the other (tiny_vit bf16 on the H200, 12-05b), so a verdict across the two is
+    not a fair one, whichever way it went."""
+    mine, theirs = effective_start(info), effective_start(baseline)
+    if mine is None or theirs is None or mine == theirs:
+        return None
+    why = next((w for w in ((info or {}).get("warm_load"), (baseline or {}).get("warm_load")) if isinstance(w, str)),
+               None)
+    lean = ("timed as it compiled, against baselines loaded from the compiler's cache, which may read "
+            "a launch-bound model a few percent slow" if mine == "compiled" else
+            "timed loaded from the compiler's cache, against baselines timed as they compiled, which may "
+            "read a launch-bound model a few percent fast")
+    return lean + (f": {why}" if why else "")
 
 
 def configs_unlike(info: dict[str, Any] | None, other: dict[str, Any] | None) -> list[str] | None:
@@ -286,11 +309,12 @@ def configs_unlike(info: dict[str, Any] | None, other: dict[str, Any] | None) ->
 def how_started(info: dict[str, Any] | None) -> str | None:
     """How an arm started, as its ready message (``info``) says: ``"replaced"`` (it compiled cold
     and a cache load replaced it: ``ArmProcess``'s ``warm_load``), ``"compiled"`` (it compiled some
-    graph anew), ``"loaded"`` (every graph from the compiler's cache), or None where it does not say
+    graph anew, or its replacement did again), ``"loaded"`` (every graph from the compiler's cache), or None where it does not say
     (a kernel target's arm, or a torch that counts nothing)."""
     info = info or {}
-    if isinstance(info.get("warm_load"), dict):
-        return "replaced"
+    warm = info.get("warm_load")
+    if isinstance(warm, dict):  # replaced, unless the replacement compiled again
+        return "compiled" if warm.get("replacement_cold") is True else "replaced"
     cache = info.get("cache")
     misses = cache.get("miss") if isinstance(cache, dict) else None
     if misses is None:
@@ -310,10 +334,11 @@ class ArmProcess:
     is replaced, once, by a fresh process that loads it from there, as every arm started after
     it does: so the arms of a comparison start alike. The cold process is stopped before its
     replacement starts (never two copies of one model on the GPU); the replacement's failure is
-    the arm's start failure, as the first start's would be (its own error: the load path raising is
-    the model's or the pack's; a timeout, a death or a process that cannot be started is ours:
-    :class:`ArmOursFailed`). Where less of the start's limit is left than the load needs
-    (``load_s``, at least :data:`WARM_LOAD_MIN_S`) when the replacement is due to start, the cold
+    ours (:class:`ArmOursFailed`, never a verdict), whatever it is: the model compiled and ran in
+    the cold process, so a load that raises, dies, hangs or cannot start is the load's we added.
+    Where less of the start's limit is left than the load needs (``load_s``, at least
+    :data:`WARM_LOAD_MIN_S`) and the cold process's stop (:data:`STOP_WAIT_S`) when the
+    replacement is due to start, the cold
     arm answers, and ``info["warm_load"]`` says why. Why: on the H200
     (12-05b, ``scripts/process_offsets.py``) six processes of a launch-bound bf16 network ran 3-7%
     faster when started once the first three were ready, from the cache those had filled, than
@@ -380,16 +405,16 @@ class ArmProcess:
         """Where less of the start's limit is left than the replacement's load needs, the cold arm
         (still up: not stopped before its replacement starts) answers, and says why."""
         left = self._start_deadline - time.monotonic()
-        if self._cold is None or self._replacing or left >= self.load_s:
+        if self._cold is None or self._replacing or left >= self.load_s + STOP_WAIT_S:
             return False
         cold, self._cold = self._cold, None
         self._become_ready({**cold, "warm_load": f"not replaced: {max(0.0, left):.0f} s of its start's limit "
-                                                 f"left, its load needs {self.load_s:.0f}"})
+                                                 f"left, its load needs {self.load_s:.0f} and the stop {STOP_WAIT_S:.0f}"})
         return True
 
     def _check_open(self) -> None:
-        if self.closed:
-            raise ArmError(f"{self.spec.label}: closed")
+        if self.closed:  # a request after close is our sequencing, never the arm's verdict
+            raise ArmOursFailed(f"{self.spec.label}: closed")
 
     def start_replacement(self) -> None:
         """Where the first start compiled cold: stop it and start the process that loads the model
@@ -425,12 +450,11 @@ class ArmProcess:
         cold = self._cold or {}
         try:
             payload = self._await_start("loading from the cache")
-        except ArmRaised:  # the model (or its pack) raising on the load path: its own, as at a first start
-            raise
-        except ArmError as exc:  # a death or a timeout of a load we added: ours
+        except ArmError as exc:  # the model compiled and ran in the cold process: a load we added failed
             if not isinstance(exc, ArmOursFailed):
-                self.start_error = ArmOursFailed(f"{self.spec.label}: compiled; its replacement failed to load "
-                                                 f"from the cache ({exc})")
+                what = "raised while loading" if isinstance(exc, ArmRaised) else "failed to load"
+                self.start_error = ArmOursFailed(f"{self.spec.label}: compiled and ran; its replacement {what} "
+                                                 f"from the compiler's cache ({exc})")
                 raise self.start_error from exc
             raise
         cold_s, load_s = compile_seconds(cold), compile_seconds(payload)
@@ -501,7 +525,7 @@ class ArmProcess:
         if proc.alive() and ready:
             with contextlib.suppress(OSError, ValueError):
                 proc.conn.send(("quit",))
-            proc.wait(10)
+            proc.wait(STOP_WAIT_S)
         proc.close()
 
     def close(self) -> None:

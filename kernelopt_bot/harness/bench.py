@@ -274,6 +274,7 @@ def compare_arms(base: Arm, packed: Arm, repeat: Arm | None, *, target: str,
         if unlike is not None:  # the kernels whose autotuned config differs from the baseline's (a pack's own aside)
             unlike = [n for n in unlike if label != "packed" or n not in result.applied]
             start["configs_unlike_baseline"] = unlike[:MAX_CONFIGS_LISTED]
+            start["configs_unlike_count"] = len(unlike)  # the list is cut; the count is not
         if start:
             result.arm_starts[label] = start
     if device != "cuda":
