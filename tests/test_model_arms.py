@@ -355,6 +355,43 @@ def test_settle_starts_the_replacements_once_every_first_start_is_in(
     assert ModelArms(str(target), "cpu", "fp32", warm_load=False).warm_load_s() == 0.0
 
 
+def test_baselines_let_every_compiling_arms_first_start_in_before_any_replacement(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A candidate arm still compiling when the baselines are asked for (an early arm, the final
+    arm beside the options): its first start and the baseline's both finish before either cold
+    one's replacement starts, so no load runs beside a compile."""
+    from kernelopt_bot.harness import arm_process
+
+    target, loads = _counting_target(tmp_path, monkeypatch)
+    events: list[str] = []
+    spawn, await_start = arm_process.ArmProcess._spawn, arm_process.ArmProcess._await_start
+
+    def logged_spawn(self: Any) -> Any:
+        events.append(("replace " if hasattr(self, "_proc") else "start ") + self.spec.label)
+        return spawn(self)
+
+    def logged_await(self: Any, doing: str) -> Any:
+        payload = await_start(self, doing)
+        events.append(f"ready {self.spec.label}")
+        return payload
+
+    monkeypatch.setattr(arm_process.ArmProcess, "_spawn", logged_spawn)
+    monkeypatch.setattr(arm_process.ArmProcess, "_await_start", logged_await)
+    with ModelArms(str(target), "cpu", "fp32", warm_load=True) as model_arms:
+        early = model_arms.candidate(None, label="early", config={"max_fusion_size": 63}, wait=False)
+        baseline, repeat = model_arms.baselines()  # cold too: nothing was compiled before
+        assert repeat is None  # on the CPU only one baseline
+        firsts = [i for i, e in enumerate(events) if e.startswith(("start", "ready"))]
+        replaced = [i for i, e in enumerate(events) if e.startswith("replace")]
+        assert replaced and max(firsts[:4]) < min(replaced), events
+        assert {e for e in events[:4]} == {"start early", "start baseline", "ready early", "ready baseline"}
+        assert isinstance(baseline.info["warm_load"], dict)
+        early.wait_ready()
+        assert isinstance(early.info["warm_load"], dict)
+        early.close()
+    assert len(list(loads.iterdir())) == 4
+
+
 def test_a_cold_arm_whose_time_ran_out_before_its_replacement_answers_as_it_started(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The other arms' first starts may take a cold arm's time before its replacement is due: it
