@@ -20,7 +20,7 @@ from kernelopt_bot.harness.arm_process import (
     ArmOursFailed,
     ArmTimeout,
     compile_seconds,
-    started_unlike,
+    unlike_where_asked,
 )
 from kernelopt_bot.harness.bench import compare_arms, compare_seconds
 from kernelopt_bot.harness.failures import InfrastructureFailure, is_out_of_memory
@@ -366,7 +366,7 @@ def _measure(option: CompileOption, arm: Arm | ArmError, target: Target, baselin
             verdict = judge(result, None, gamma, {})
             cut = (f" ({len(result.rounds)} of {result.rounds_planned} rounds: the wall-time budget ran out)"
                    if len(result.rounds) < result.rounds_planned else "")
-            unlike = started_unlike(arm.info, getattr(baseline, "info", None))
+            unlike = unlike_where_asked(arm, baseline)
             if unlike:  # arms started unlike lean one way on a launch-bound model: the verdict says so
                 cut += f" ({unlike})"
             return Recommendation(option.label, result.speedup, bool(verdict.passed), applied + verdict.reason + cut)

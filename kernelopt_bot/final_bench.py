@@ -102,7 +102,7 @@ def benchmark_pack(cascade: Any, tgt: Any, pack: KernelPack, result: RunResult, 
     the pack: the combination, never checked together, is cut to its best entry, which every gate
     passed on its own, and gate 4's numbers stand where this run has them. ``started``: this
     pack's arm, already compiling (see :func:`final_pack_arm`)."""
-    from kernelopt_bot.harness.arm_process import ArmError, started_unlike
+    from kernelopt_bot.harness.arm_process import ArmError, unlike_where_asked
     from kernelopt_bot.harness.bench import compare_arms
     from kernelopt_bot.harness.failures import InfrastructureFailure, is_out_of_memory
     from kernelopt_bot.verify.model import check_model
@@ -154,7 +154,7 @@ def benchmark_pack(cascade: Any, tgt: Any, pack: KernelPack, result: RunResult, 
         return pack
     result.baseline_ms, result.optimized_ms = bench.baseline_ms, bench.packed_ms
     result.speedup, result.noise_floor = bench.speedup, bench.noise_floor
-    result.started_unlike = started_unlike(arm.info, baseline.info)
+    result.started_unlike = unlike_where_asked(arm, baseline)
     result.step_split_ms = bench.step_split_ms
     result.latency_ms = {"baseline": bench.baseline_host_ms, "optimized": bench.packed_host_ms,
                          "noise_floor": bench.host_noise_floor}
@@ -205,6 +205,7 @@ def take_gate4_numbers(pack: KernelPack, result: RunResult) -> bool:
     result.latency_ms = {"baseline": gate4.get("baseline_host_ms"), "optimized": gate4.get("packed_host_ms"),
                          "noise_floor": gate4.get("host_noise_floor")}
     result.step_split_ms = dict(gate4.get("step_split_ms") or {})
+    result.started_unlike = gate4.get("started_unlike") if isinstance(gate4.get("started_unlike"), str) else None
     pack.measured = {k: gate4.get(k) for k in ("baseline_ms", "packed_ms", "speedup", "noise_floor")}
     return True
 

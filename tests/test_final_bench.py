@@ -73,7 +73,7 @@ LOADED = {"cache": {"hit": 2, "miss": 0, "bypass": 0, "unstored": 0}}
 
 class _Arm:
     def __init__(self, info: dict[str, Any]) -> None:
-        self.info = info
+        self.info, self.warm_load = info, True
 
     def __enter__(self) -> _Arm:
         return self
@@ -127,3 +127,14 @@ def test_a_final_benchmark_whose_arms_started_unlike_says_which_way_it_leans(mon
             again = RunResult.from_json(result.to_json())
             assert again.started_unlike == result.started_unlike
             assert "| arms of this benchmark | not started alike: the pack's arm was " in render_report(result)
+
+
+def test_a_headline_taken_from_gate_4_keeps_its_note_on_how_the_arms_started() -> None:
+    from kernelopt_bot.final_bench import take_gate4_numbers
+
+    note = "timed as it compiled, against baselines loaded from the compiler's cache, which may read ..."
+    gate4 = {**GATE4, "numbers": {**GATE4["numbers"], "started_unlike": note}}
+    result = _result(("k0", "accepted"))
+    assert take_gate4_numbers(_pack(_entry("k0", [gate4])), result) and result.started_unlike == note
+    result = _result(("k0", "accepted"))
+    assert take_gate4_numbers(_pack(_entry("k0", [GATE4])), result) and result.started_unlike is None

@@ -449,23 +449,45 @@ LOADED = {"cache": {"hit": 2, "miss": 0, "bypass": 0, "unstored": 0}}
 
 
 def test_arms_started_unlike_are_named_whichever_way_they_lean() -> None:
-    """Where the arm and its baseline did not start alike (one timed as it compiled, the other
-    loaded from the compiler's cache), the verdict's note says which way the comparison leans and
-    why the cold one was not replaced; arms that started alike, or do not say, get no note."""
+    """Where the arm and its baseline did not start alike (one process compiled a graph, the other
+    loaded every graph from the compiler's cache), the verdict's note says which way the
+    comparison leans and whose replacement was not made; arms that started alike, or do not say,
+    get no note."""
     from kernelopt_bot.harness.arm_process import effective_start, started_unlike
 
     not_replaced = {**COLD, "warm_load": "not replaced: 3 s of its start's limit left, its load needs 10"}
     slow = started_unlike(not_replaced, LOADED)
-    assert slow and "timed as it compiled" in slow and "slow" in slow and slow.endswith(not_replaced["warm_load"])
-    fast = started_unlike(LOADED, COLD)  # warm loads off (or not asked for): the baseline compiled cold
-    assert fast and "loaded from the compiler's cache" in fast and "fast" in fast
-    assert started_unlike(COLD, LOADED)  # a cold arm is cold whether or not a replacement was asked for
+    assert slow and "timed as it compiled" in slow and "slow" in slow
+    assert slow.endswith(f"(the arm: {not_replaced['warm_load']})")
+    fast = started_unlike(LOADED, not_replaced)  # the baseline was the one left cold
+    assert fast and "loaded from the compiler's cache" in fast and "a few percent fast" in fast
+    assert fast.endswith(f"(the baseline: {not_replaced['warm_load']})")
+    assert started_unlike(COLD, LOADED) and started_unlike(LOADED, COLD)  # no replacement asked: no reason given
     assert started_unlike(not_replaced, COLD) is None and started_unlike(LOADED, LOADED) is None  # alike
     replaced = {**LOADED, "warm_load": {"cold_compile_s": 20.0, "load_s": 4.0, "replacement_cold": False}}
     assert effective_start(replaced) == "loaded" and started_unlike(replaced, LOADED) is None
     again = {**COLD, "warm_load": {"cold_compile_s": 20.0, "load_s": 4.0, "replacement_cold": True}}
     assert effective_start(again) == "compiled" and started_unlike(again, LOADED)  # its replacement compiled again
+    # A process that compiled graphs the cache cannot hold, or did not store, compiled all the same
+    unstored = {"cache": {"hit": 0, "miss": 1, "bypass": 0, "unstored": 1}}
+    bypassed = {"cache": {"hit": 0, "miss": 0, "bypass": 2}}
+    assert effective_start(unstored) == effective_start(bypassed) == "compiled"
+    assert started_unlike(COLD, unstored) is None and started_unlike(bypassed, COLD) is None
+    assert effective_start({"cache": {"hit": 1, "miss": "2"}}) is None  # not counts: not said
+    assert effective_start({"cache": {}}) is None  # no graph at all
     assert started_unlike(None, None) is None and started_unlike({"applied": []}, LOADED) is None  # not said
+
+
+def test_arms_started_unlike_are_named_only_where_the_run_asked_for_alike_starts() -> None:
+    """A run that does not replace cold arms (a model that is not launch-bound) times every
+    compiler option, cold, against baselines loaded from the engine's compile: no note there."""
+    from kernelopt_bot.harness.arm_process import unlike_where_asked
+
+    cold, loaded = SimpleNamespace(info=COLD, warm_load=False), SimpleNamespace(info=LOADED, warm_load=False)
+    assert unlike_where_asked(cold, loaded) is None
+    assert unlike_where_asked(SimpleNamespace(info=COLD, warm_load=True), loaded)
+    assert unlike_where_asked(cold, SimpleNamespace(info=LOADED, warm_load=True))
+    assert unlike_where_asked(SimpleNamespace(info=COLD), SimpleNamespace(info=LOADED)) is None  # an engine arm
 
 
 def test_a_replacement_that_compiled_again_does_not_read_as_replaced() -> None:
@@ -496,9 +518,9 @@ def test_an_option_timed_against_baselines_started_otherwise_says_so(monkeypatch
     for arm_info, baseline_info, lean in cases:
         for speedup, verified in ((0.97, False), (1.2, True)):
             monkeypatch.setattr(compile_options, "compare_arms", compared(speedup))
-            arm = SimpleNamespace(info=arm_info, wait_ready=lambda: None)
+            arm = SimpleNamespace(info=arm_info, wait_ready=lambda: None, warm_load=True)
             found = compile_options._measure(option, arm, SimpleNamespace(spec="t"),  # type: ignore[arg-type]
-                                             SimpleNamespace(info=baseline_info), None, "cuda", "bf16",
+                                             SimpleNamespace(info=baseline_info, warm_load=True), None, "cuda", "bf16",
                                              gamma=1.03, rounds=10, reps=20, time_left=None)
             assert found.verified is verified
             if lean is None:
@@ -532,9 +554,12 @@ def test_gate_4_on_process_arms_started_unlike_says_which_way_it_leans(monkeypat
         _roofline_gbps=lambda: None, _launches=lambda kernel: 1)
     kernel = SimpleNamespace(name="k")
     for where, arm_info, lean in (("process", COLD, "slow"), ("process", LOADED, None), ("engine", COLD, None)):
-        arm = SimpleNamespace(where=where, info=arm_info)
+        arm = SimpleNamespace(where=where, info=arm_info, warm_load=where == "process")
         gates = cascade.Cascade._judge_on_arms(fake, kernel, {}, SimpleNamespace(info=LOADED), arm,  # type: ignore[arg-type]
                                                None, StepClock({}))
         perf = gates[-1]
         assert perf.passed and perf.reason.startswith("1.10x")
-        assert (f"a few percent {lean}" in perf.reason) if lean else perf.reason == "1.10x"
+        if lean:  # said in the verdict, and kept with its numbers for a headline taken from them
+            assert f"a few percent {lean}" in perf.reason and perf.reason.endswith(f"({perf.numbers['started_unlike']})")
+        else:
+            assert perf.reason == "1.10x" and "started_unlike" not in perf.numbers

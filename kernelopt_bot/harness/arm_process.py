@@ -261,36 +261,51 @@ def compiled_cold(info: dict[str, Any] | None) -> bool:
 
 
 def effective_start(info: dict[str, Any] | None) -> str | None:
-    """How the arm that answers was started, as its ready message (``info``) says: ``"compiled"``
-    (it compiled some graph anew and stored it: cold; a cold arm that was not replaced, or whose
-    replacement compiled again), ``"loaded"`` (from the compiler's cache, itself or as a cold
-    start's replacement), or None where it does not say."""
-    info = info or {}
-    warm = info.get("warm_load")
-    if isinstance(warm, dict):  # a replacement answers: cold only where it compiled again
-        return "compiled" if warm.get("replacement_cold") is True else "loaded"
-    if not isinstance(info.get("cache"), dict):
+    """How the process that answers for an arm started, as its ready message (``info``) says:
+    ``"compiled"`` where it compiled some graph itself (anew, or one the cache cannot hold),
+    ``"loaded"`` where every graph came from the compiler's cache (a cold arm's replacement
+    included: ``cache`` is the replacement's own), None where it does not say."""
+    cache = (info or {}).get("cache")
+    if not isinstance(cache, dict):
         return None
-    return "compiled" if compiled_cold(info) else "loaded"
+    counts = [cache.get(key, 0) for key in ("hit", "miss", "bypass")]
+    if not all(isinstance(c, int) and not isinstance(c, bool) for c in counts):
+        return None
+    hits, misses, bypassed = counts
+    if misses or bypassed:
+        return "compiled"
+    return "loaded" if hits else None
 
 
 def started_unlike(info: dict[str, Any] | None, baseline: dict[str, Any] | None) -> str | None:
     """Where an arm (``info``) and its baseline (``baseline``) were timed started unlike (one as it
-    compiled, the other loaded from the compiler's cache), which way that leans, and why the cold
-    one was not replaced where its ``info["warm_load"]`` says; None where they started alike or
-    either does not say. On a launch-bound network an arm started one way ran 3-7% apart from
-    arms started the other (tiny_vit bf16 on the H200, 12-05b), so a verdict across the two is
-    not a fair one, whichever way it went."""
+    compiled, the other loaded from the compiler's cache), which way that leans, and why a cold
+    one was not replaced where its ``warm_load`` says; None where they started alike or either
+    does not say. On a launch-bound network an arm started one way ran 3-7% apart from arms
+    started the other (tiny_vit bf16 on the H200, 12-05b), so a verdict across the two is not a
+    fair one, whichever way it went."""
     mine, theirs = effective_start(info), effective_start(baseline)
     if mine is None or theirs is None or mine == theirs:
         return None
-    why = next((w for w in ((info or {}).get("warm_load"), (baseline or {}).get("warm_load")) if isinstance(w, str)),
-               None)
+    why = [f"{who}: {reason}" for who, reason in (("the arm", (info or {}).get("warm_load")),
+                                                  ("the baseline", (baseline or {}).get("warm_load")))
+           if isinstance(reason, str)]
     lean = ("timed as it compiled, against baselines loaded from the compiler's cache, which may read "
             "a launch-bound model a few percent slow" if mine == "compiled" else
             "timed loaded from the compiler's cache, against baselines timed as they compiled, which may "
             "read a launch-bound model a few percent fast")
-    return lean + (f": {why}" if why else "")
+    return lean + (f" ({'; '.join(why)})" if why else "")
+
+
+def unlike_where_asked(arm: Any, baseline: Any) -> str | None:
+    """:func:`started_unlike` for two arm handles, where the run asked for arms started alike
+    (warm loads on either: ``kernelopt bench`` and ``modes`` on a GPU, a run on a launch-bound
+    model); None otherwise. A run that does not replace cold arms (a model that is not
+    launch-bound, where no such bias was seen) times every compiler option, whose mode compiles
+    cold, against baselines loaded from the engine's compile: a note on each would be noise."""
+    if not (getattr(arm, "warm_load", False) or getattr(baseline, "warm_load", False)):
+        return None
+    return started_unlike(getattr(arm, "info", None), getattr(baseline, "info", None))
 
 
 def configs_unlike(info: dict[str, Any] | None, other: dict[str, Any] | None) -> list[str] | None:

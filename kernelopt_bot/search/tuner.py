@@ -300,6 +300,7 @@ class TimedTuner(SearchStrategy):
         proposals: list[Proposal] = []
         pick = neighbours(chosen, set(space)) if chosen and _key(chosen) in space else []
         pick = pick or [carry(c) for c in sample(ctx.kernel, UNTIMED_SAMPLE, seed=self.seed)]
+        pick = [c for c in pick if chosen is None or _key(c) != _key(chosen)]  # not the compiler's own again
         pick.sort(key=block_elements, reverse=True)
         if pick:
             proposals.append(Proposal(Candidate(f"config {pick[0].describe()}", config=pick[0], origin=ORIGIN), self.name,

@@ -28,7 +28,13 @@ from kernelopt_bot.capture.recorder import Capture
 from kernelopt_bot.capture.settings import CompileSettings
 from kernelopt_bot.device import device_limits
 from kernelopt_bot.errors import one_line
-from kernelopt_bot.harness.arm_process import ArmError, ArmOursFailed, ArmProcess, ArmRaised, started_unlike
+from kernelopt_bot.harness.arm_process import (
+    ArmError,
+    ArmOursFailed,
+    ArmProcess,
+    ArmRaised,
+    unlike_where_asked,
+)
 from kernelopt_bot.harness.compile_pool import CompilePool
 from kernelopt_bot.harness.failures import InfrastructureFailure, is_infrastructure_text, is_out_of_memory
 from kernelopt_bot.harness.kernel_service import KernelService, variant_key
@@ -361,9 +367,10 @@ class Cascade:
         )
         clock.done("performance")
         if arm.where == "process":  # the engine's arms share one process: they start alike
-            unlike = started_unlike(arm.info, baseline.info)
+            unlike = unlike_where_asked(arm, baseline)
             if unlike:  # which way the comparison leans, on a launch-bound model: the verdict says so
                 perf.reason += f" ({unlike})"
+                perf.numbers["started_unlike"] = unlike  # the run's headline if these numbers become it
         return [model, perf]
 
     def _launches(self, kernel: TritonKernel) -> int:
