@@ -314,22 +314,20 @@ def test_no_replacement_starts_without_time_for_its_load(tmp_path: Path, monkeyp
     assert len(list(loads.iterdir())) == 1
 
 
-def test_settle_starts_the_replacements_once_every_first_start_is_in(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Two arms compile cold side by side; settle lets both first starts finish, then starts both
-    replacements (none beside another arm's compile), then waits for them; the baseline started
-    after loads from the cache and is not replaced, and what a replacement adds is then planned
-    from the baseline's own load."""
+def _logged_starts(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The arms' starts in order, as events: "start <label>" (a first start), "replace <label>" (a
+    cold start's replacement, spawned only once the cold process is gone: never two copies) and
+    "ready <label>" (a start's ready message)."""
     from kernelopt_bot.harness import arm_process
 
-    target, loads = _counting_target(tmp_path, monkeypatch)
     events: list[str] = []
     spawn, await_start = arm_process.ArmProcess._spawn, arm_process.ArmProcess._await_start
 
     def logged_spawn(self: Any) -> Any:
-        events.append(f"start {self.spec.label}")
-        if hasattr(self, "_proc"):  # a replacement: the cold start is gone first (never two copies)
+        replacing = hasattr(self, "_proc")
+        if replacing:
             assert not self._proc.alive()
+        events.append(("replace " if replacing else "start ") + self.spec.label)
         return spawn(self)
 
     def logged_await(self: Any, doing: str) -> Any:
@@ -339,6 +337,18 @@ def test_settle_starts_the_replacements_once_every_first_start_is_in(
 
     monkeypatch.setattr(arm_process.ArmProcess, "_spawn", logged_spawn)
     monkeypatch.setattr(arm_process.ArmProcess, "_await_start", logged_await)
+    return events
+
+
+def test_settle_starts_the_replacements_once_every_first_start_is_in(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two arms compile cold side by side; settle lets both first starts finish, then starts both
+    replacements (none beside another arm's compile), then waits for them; the baseline started
+    after loads from the cache and is not replaced, and what a replacement adds is then planned
+    from the baseline's own load."""
+
+    target, loads = _counting_target(tmp_path, monkeypatch)
+    events = _logged_starts(monkeypatch)
     with ModelArms(str(target), "cpu", "fp32", warm_load=True) as model_arms:
         assert model_arms.warm_load_s() == 10.0  # no baseline yet: the default
         # Two settings, two cache entries: both compile cold however their starts interleave.
@@ -347,7 +357,7 @@ def test_settle_starts_the_replacements_once_every_first_start_is_in(
         model_arms.settle()
         assert all(arm.ready and isinstance(arm.info["warm_load"], dict) for arm in arms)
         assert events[:2] == ["start arm0", "start arm1"] and sorted(events[2:4]) == ["ready arm0", "ready arm1"]
-        assert events[4:6] == ["start arm0", "start arm1"]  # both replacements, after both first starts
+        assert events[4:6] == ["replace arm0", "replace arm1"]  # both replacements, after both first starts
         assert sorted(events[6:]) == ["ready arm0", "ready arm1"] and len(list(loads.iterdir())) == 4
         baseline, _ = model_arms.baselines()  # loads from the cache arm0 filled: not replaced
         assert "warm_load" not in baseline.info
@@ -360,23 +370,9 @@ def test_baselines_let_every_compiling_arms_first_start_in_before_any_replacemen
     """A candidate arm still compiling when the baselines are asked for (an early arm, the final
     arm beside the options): its first start and the baseline's both finish before either cold
     one's replacement starts, so no load runs beside a compile."""
-    from kernelopt_bot.harness import arm_process
 
     target, loads = _counting_target(tmp_path, monkeypatch)
-    events: list[str] = []
-    spawn, await_start = arm_process.ArmProcess._spawn, arm_process.ArmProcess._await_start
-
-    def logged_spawn(self: Any) -> Any:
-        events.append(("replace " if hasattr(self, "_proc") else "start ") + self.spec.label)
-        return spawn(self)
-
-    def logged_await(self: Any, doing: str) -> Any:
-        payload = await_start(self, doing)
-        events.append(f"ready {self.spec.label}")
-        return payload
-
-    monkeypatch.setattr(arm_process.ArmProcess, "_spawn", logged_spawn)
-    monkeypatch.setattr(arm_process.ArmProcess, "_await_start", logged_await)
+    events = _logged_starts(monkeypatch)
     with ModelArms(str(target), "cpu", "fp32", warm_load=True) as model_arms:
         early = model_arms.candidate(None, label="early", config={"max_fusion_size": 63}, wait=False)
         baseline, repeat = model_arms.baselines()  # cold too: nothing was compiled before
