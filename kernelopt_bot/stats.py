@@ -4,10 +4,14 @@ harness's noise floor, the suite's medians. Standard library only (the publish s
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+import random
+import statistics
+from collections.abc import Iterable, Sequence
 
-# The share of rounds whose baseline-against-baseline gap the noise floor covers (nearest rank).
+# The share of resampled measurements whose baseline-against-baseline gap the noise floor covers,
+# and how many are drawn (noise_floor).
 NOISE_QUANTILE = 0.8
+NOISE_RESAMPLES = 400
 
 
 def geomean(values: Iterable[float | None]) -> float | None:
@@ -25,21 +29,27 @@ def upper_median(values: Iterable[float]) -> float | None:
     return ordered[len(ordered) // 2] if ordered else None
 
 
-def noise_floor(ratios: list[float]) -> float | None:
-    """How far the baseline is from itself: the gap |baseline / repeat - 1| that 80% of the rounds
-    stay within: of 10 rounds the third-largest gap, of 3 to 5 rounds the second-largest (a slow
-    model's comparison takes 3: ``harness.bench.rounds_within``; by the rank alone its floor would
-    be its one worst round).
+def noise_floor(rounds: Sequence[Sequence[float]]) -> float | None:
+    """How far the speedup's own estimator puts the baseline from itself: ``rounds`` holds, for each
+    round, the ratios baseline / repeat of its passes (a pass times every arm once, back to back).
+    The estimator is the median of all such ratios; the floor is the gap |median - 1| that
+    NOISE_QUANTILE of the measurements made of the same rounds, drawn again with replacement
+    (NOISE_RESAMPLES times, the same draws for the same rounds), stay within.
 
-    Why not the largest: the speedup is a median over rounds, so one round in which the machine
-    hiccuped (a repeat arm at 0.175 ms where the other nine took 0.024 ms, seen on the H200) does not
-    move it, but it set the old floor to 86% and made every speedup "within the noise". The floor
-    still reads the spread of most rounds, and gate 4 keeps its own rule that the candidate is
-    faster in every round."""
-    gaps = sorted(abs(r - 1.0) for r in ratios)
-    if not gaps:
+    Why rounds are drawn whole: passes of one round share its inputs and the machine's state of
+    that moment, so drawing passes alone would count correlated passes as independent.
+    Why the median of paired passes and not the ratio of the arms' medians: on a launch-bound
+    network the host switches between states (on an H100 a ViT took 0.87 ms a call in some passes
+    and 1.55 ms in the next, every arm alike) and the ratio of medians read a 7% gap between two
+    baselines where the paired passes read 0.4%. Why not the largest gap: one round in which the
+    machine hiccuped (a repeat arm at 0.175 ms where the other nine took 0.024 ms, on an H200) does
+    not move the median, and gate 4 keeps its own rule that the candidate is faster in every round.
+    A process whose every pass is slower (an offset between processes) moves every draw alike: it
+    stays in the floor."""
+    kept = [list(r) for r in rounds if r]
+    if not kept:
         return None
-    rank = math.ceil(NOISE_QUANTILE * len(gaps))
-    if len(gaps) >= 3:
-        rank = min(rank, len(gaps) - 1)
-    return gaps[max(0, rank - 1)]
+    draw = random.Random(len(kept))  # fixed: the same rounds give the same floor
+    gaps = sorted(abs(statistics.median([x for _ in kept for x in kept[draw.randrange(len(kept))]]) - 1.0)
+                  for _ in range(NOISE_RESAMPLES))
+    return gaps[math.ceil(NOISE_QUANTILE * NOISE_RESAMPLES) - 1]

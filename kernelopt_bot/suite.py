@@ -325,14 +325,16 @@ def pack_on_mant_speedup(path: Path, dtype: str, device: str, pack: Path, *, tim
     end (``kernelopt bench --mode``, in its own process, through ``run``). 1.0 where none of the
     pack's kernels occurs in that compile (it leaves the build as it is) or where the difference is
     within the comparison's noise floor; None when it could not be measured
-    (``pack_on_max_autotune.log`` says why)."""
+    (``pack_on_max_autotune.log`` says why), and where a guard kept every kernel of the pack out
+    (a pack verified on an H200, measured on an H100: it changes nothing there, and a 1.0 would
+    read as a measured "adds nothing")."""
     cmd = [sys.executable, "-m", "kernelopt_bot.cli", "bench", str(path), "--pack", str(pack), "--dtype", dtype,
            "--device", device, "--mode", "max-autotune-no-cudagraphs", "--json"]
     found = _last_json(cmd, log_dir / "pack_on_max_autotune.log", timeout_s, run, "{")
     if not isinstance(found, dict):
         return None
     if not found.get("applied"):
-        return 1.0
+        return None if found.get("skipped") else 1.0
     value, floor = found.get("speedup"), found.get("noise_floor")
     if not isinstance(value, (int, float)):
         return None

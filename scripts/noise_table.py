@@ -1,14 +1,15 @@
 """The harness's noise on an unchanged model: one row per ``kernelopt bench --json`` result given
 (an empty pack, so every arm is the compiled model). Prints a Markdown table.
 
-Beside the harness's own floor (each arm's median over a round's passes, baseline against
-baseline), it computes the floor of the same rounds with the arms paired within each pass (the
-median of a round's per-pass ratios), where the result kept its passes: which of the two
-estimators holds still on a given machine is a question for its data, not for a guess."""
+Beside the floor the result was written with, it recomputes the floor of the stored rounds with
+the harness's estimator of now (:func:`kernelopt_bot.stats.noise_floor` over the passes' paired
+ratios), and the one the harness used before 2026-12-05 (the rounds' medians, baseline against
+baseline: the gap 80% of the rounds stay within), so results of either era compare in one table."""
 
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import sys
 from pathlib import Path
@@ -17,7 +18,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from kernelopt_bot.harness.arm_process import how_started
-from kernelopt_bot.stats import noise_floor
+from kernelopt_bot.harness.bench import RoundResult
+from kernelopt_bot.stats import NOISE_QUANTILE, noise_floor
 
 
 def pct(value: float | None) -> str:
@@ -28,26 +30,33 @@ def ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.4f}"
 
 
-def paired_floor(rounds: list[dict[str, Any]]) -> float | None:
-    """The noise floor with baseline and repeat paired within each pass (None: no passes kept)."""
-    ratios = []
-    for r in rounds:
-        pairs = [a / b for a, b in zip(r.get("baseline_passes_ms") or [], r.get("baseline_repeat_passes_ms") or [])
-                 if a and b]
-        if pairs:
-            ratios.append(statistics.median(pairs))
-    return noise_floor(ratios) if ratios else None
+def stored_rounds(rounds: list[dict[str, Any]]) -> list[RoundResult]:
+    """The result's rounds as the harness keeps them (fields it did not write yet take defaults)."""
+    known = set(RoundResult.__dataclass_fields__)
+    return [RoundResult(**{k: v for k, v in r.items() if k in known}) for r in rounds]
 
 
-def estimator_gap(rounds: list[dict[str, Any]]) -> float | None:
-    """Baseline against repeat through the speedup's own estimator (the median over rounds of each
-    arm's time): how far one A/A measurement puts the baseline from itself. The floor above is the
-    spread of single rounds, which the median over ten rounds does not have."""
-    pairs = [(r["baseline_ms"], r["baseline_repeat_ms"]) for r in rounds
-             if r.get("baseline_ms") and r.get("baseline_repeat_ms")]
-    if not pairs:
+def paired_floor(rounds: list[RoundResult]) -> float | None:
+    """The harness's floor of now, recomputed from the stored passes."""
+    return noise_floor([r.repeat_ratios() for r in rounds]) if rounds else None
+
+
+def medians_floor(rounds: list[RoundResult]) -> float | None:
+    """The floor of the rounds' medians the harness used before 2026-12-05: of the rounds' gaps
+    |baseline / repeat - 1|, the one NOISE_QUANTILE of them stay within (of 3 to 5 rounds, the
+    second-largest)."""
+    gaps = sorted(abs(r.baseline_ms / r.baseline_repeat_ms - 1.0) for r in rounds
+                  if r.baseline_ms and r.baseline_repeat_ms)
+    if not gaps:
         return None
-    return abs(statistics.median(a for a, _ in pairs) / statistics.median(b for _, b in pairs) - 1.0)
+    rank = min(math.ceil(NOISE_QUANTILE * len(gaps)), len(gaps) - 1 if len(gaps) >= 3 else len(gaps))
+    return gaps[max(0, rank - 1)]
+
+
+def paired_gap(rounds: list[RoundResult]) -> float | None:
+    """One A/A measurement through the speedup's own estimator: |median of the paired ratios - 1|."""
+    ratios = [x for r in rounds for x in r.repeat_ratios()]
+    return abs(statistics.median(ratios) - 1.0) if ratios else None
 
 
 def arm_starts(starts: dict[str, Any]) -> str:
@@ -72,23 +81,26 @@ def row(path: Path) -> str:
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
-        return f"| {name} | unreadable: {exc} | | | | | | | | | | |"
+        return f"| {name} | unreadable: {exc} | | | | | | | | | | | |"
     if not data.get("measured"):
-        return f"| {name} | {data.get('reason') or data.get('error') or 'not measured'} | | | | | | | | | | |"
-    empty_vs_base = None if not data.get("speedup") else abs(data["speedup"] - 1.0)
+        return f"| {name} | {data.get('reason') or data.get('error') or 'not measured'} | | | | | | | | | | | |"
+    rounds = stored_rounds(data.get("rounds") or [])
+    speedups = [x for r in rounds for x in r.speedups()]
+    empty_vs_base = abs(statistics.median(speedups) - 1.0) if speedups else None  # the harness's estimator
     return (f"| {name} | {ms(data.get('baseline_ms'))} | {ms(data.get('baseline_host_ms'))} | "
-            f"{pct(data.get('noise_floor'))} | {pct(paired_floor(data.get('rounds') or []))} | "
-            f"{pct(estimator_gap(data.get('rounds') or []))} | "
+            f"{pct(data.get('noise_floor'))} | {pct(paired_floor(rounds))} | {pct(medians_floor(rounds))} | "
+            f"{pct(paired_gap(rounds))} | "
             f"{pct(data.get('host_noise_floor'))} | {pct(empty_vs_base)} | "
-            f"{len(data.get('rounds') or [])} | {data.get('pass_reps') or '-'} | "
+            f"{len(rounds)} | {data.get('pass_reps') or '-'} | "
             f"{arm_starts(data.get('arm_starts') or {})} | {configs_unlike(data.get('arm_starts') or {})} |")
 
 
 def main(paths: list[str]) -> int:
-    print("| problem | GPU ms | host ms | noise floor (GPU) | paired by pass (GPU) | A/A of the medians (GPU) | "
-          "noise floor (host) | empty pack vs baseline | rounds | calls a pass | arms started (base / packed / repeat) | "
+    print("| problem | GPU ms | host ms | noise floor as written (GPU) | paired floor, recomputed (GPU) | "
+          "medians floor, recomputed (GPU) | A/A, paired median (GPU) | "
+          "noise floor (host) | empty pack vs baseline (paired, recomputed) | rounds | calls a pass | arms started (base / packed / repeat) | "
           "configs unlike the baseline (packed / repeat) |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|")
     for path in paths:
         print(row(Path(path)))
     return 0

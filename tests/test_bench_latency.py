@@ -101,8 +101,9 @@ def test_mirrored_passes_cancel_a_drift_of_the_device(monkeypatch: pytest.Monkey
     if passes == 1:
         assert result.noise_floor is not None and result.noise_floor > 0.005  # about 1% a round
     else:
-        assert result.noise_floor is not None and result.noise_floor < 1e-9
-        assert result.speedup is not None and abs(result.speedup - 1.0) < 1e-9
+        # the passes paired in time: the drift cancels to second order (0.01% against 1%)
+        assert result.noise_floor is not None and result.noise_floor < 1e-3
+        assert result.speedup is not None and abs(result.speedup - 1.0) < 1e-3
 
 
 def test_pass_orders_mirror_the_rounds_rotation() -> None:
@@ -224,8 +225,8 @@ def test_the_warm_up_ends_after_its_time_even_if_an_arm_never_settles(monkeypatc
 
 
 def test_each_rounds_passes_are_kept_for_the_noise_table(tmp_path: Path) -> None:
-    """The per-pass times reach the JSON, and scripts/noise_table.py reads the floor paired by pass
-    from them beside the harness's own."""
+    """The per-pass times reach the JSON, and scripts/noise_table.py recomputes from them the
+    harness's floor and the one of the rounds' medians it used before."""
     device = _DriftingDevice()
     arms = [device.arm(), device.arm(), device.arm()]
     arms[0].info["cache"] = {"hit": 1, "miss": 0, "bypass": 0}  # how each started, as a model arm says
@@ -252,12 +253,14 @@ def test_each_rounds_passes_are_kept_for_the_noise_table(tmp_path: Path) -> None
     assert table.returncode == 0, table.stderr
     (line,) = [row for row in table.stdout.splitlines() if row.startswith("| drift |")]
     cells = [c.strip() for c in line.strip("|").split("|")]
-    assert cells[3] == "0.00%"  # the medians: mirrored passes cancel a linear drift exactly
-    assert cells[4].endswith("%") and float(cells[4][:-1]) < 0.1  # paired: to second order
-    assert cells[5] == "0.00%"  # the A/A of the speedup's own estimator (medians over rounds)
-    assert cells[9] == str(result.pass_reps)  # the calls each pass made
-    assert cells[10] == "loaded / replaced / compiled"  # arms that compare must start alike: these did not
-    assert cells[11] == "0 / 1"  # kernels autotuned otherwise than the baseline (packed / repeat)
+    assert cells[3] == f"{100 * result.noise_floor:.2f}%"  # as the harness wrote it
+    assert cells[4] == cells[3]  # recomputed from the stored passes: the same estimator
+    assert float(cells[4][:-1]) < 0.1  # paired passes in mirrored order cancel a linear drift to second order
+    assert cells[5] == "0.00%"  # the medians, as before 12-05: mirrored passes cancel a linear drift exactly
+    assert float(cells[6][:-1]) < 0.1  # one A/A through the paired median
+    assert cells[10] == str(result.pass_reps)  # the calls each pass made
+    assert cells[11] == "loaded / replaced / compiled"  # arms that compare must start alike: these did not
+    assert cells[12] == "0 / 1"  # kernels autotuned otherwise than the baseline (packed / repeat)
 
 
 class _CountingArm(_Arm):

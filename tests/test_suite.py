@@ -355,6 +355,9 @@ def test_the_pack_on_max_autotune_is_read_from_bench_and_a_pack_that_applies_now
     assert measure(json.dumps({"applied": ["k0"], "speedup": 0.93, "noise_floor": 0.01})) == 0.93
     assert measure(json.dumps({"applied": ["k0"], "speedup": 1.03, "noise_floor": 0.04})) == 1.0  # within noise
     assert measure(json.dumps({"applied": [], "speedup": 0.98})) == 1.0  # none of its kernels in that build
+    # its kernels are in that build, but the pack was verified on another GPU: nothing was measured
+    assert measure(json.dumps({"applied": [], "skipped": ["k0: gpu: pack has 'NVIDIA H200', running 'NVIDIA H100'"],
+                               "speedup": 0.998})) is None
     assert measure(json.dumps({"applied": ["k0"], "speedup": None})) is None
     assert measure("Error: the packed arm crashed") is None
     assert measure(json.dumps({"applied": ["k0"], "speedup": 1.07}), timed_out=True) is None

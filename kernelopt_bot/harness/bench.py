@@ -6,10 +6,12 @@ noise floor), and the packed model. Each round draws fresh inputs from a new see
 times the same inputs (L2 flushed before each call), and the arms take turns in short passes, the
 order mirrored from one pass to the next (:func:`pass_orders`), so a drift of the device during a
 round weighs on all arms alike. An arm's time in a round is the median of its passes' medians;
-reported times are medians over rounds; the noise floor is the relative
-difference between the two baselines that 80% of the rounds stay within (:func:`kernelopt_bot.stats.noise_floor`). A model too large for two baseline
-processes (:attr:`~kernelopt_bot.harness.model_arms.ModelArms.one_baseline`) has one, timed twice in each
-round: its noise floor is then that arm's against itself (``BenchResult.noise_from``).
+reported times are medians over rounds. The speedup is the median, over every pass of every
+round, of baseline / packed within that pass (:func:`pass_ratios`: a state of the machine that
+lasts a moment falls on both sides of a ratio), and the noise floor is how far that estimator
+puts the baseline from a second baseline (:func:`kernelopt_bot.stats.noise_floor`). A model too
+large for two baseline processes (:attr:`~kernelopt_bot.harness.model_arms.ModelArms.one_baseline`)
+has one, timed twice in each round: its noise floor is then that arm's against itself (``BenchResult.noise_from``).
 
 Without a GPU the arms still compile and run (interpreter mode) and their outputs are compared,
 but no time is reported.
@@ -82,12 +84,41 @@ class RoundResult:
     baseline_passes_ms: list[float | None] = field(default_factory=list)
     packed_passes_ms: list[float | None] = field(default_factory=list)
     baseline_repeat_passes_ms: list[float | None] = field(default_factory=list)
+    # The same passes' host-inclusive latencies (None where the arm measured none)
+    baseline_host_passes_ms: list[float | None] = field(default_factory=list)
+    packed_host_passes_ms: list[float | None] = field(default_factory=list)
+    baseline_repeat_host_passes_ms: list[float | None] = field(default_factory=list)
+
+    def speedups(self) -> list[float]:
+        """Baseline over packed, pass by pass (:func:`pass_ratios`)."""
+        return pass_ratios(self.baseline_passes_ms, self.packed_passes_ms, self.baseline_ms, self.packed_ms)
+
+    def repeat_ratios(self, host: bool = False) -> list[float]:
+        """Baseline over baseline-repeat, pass by pass: what the noise floor is made of."""
+        if host:
+            return pass_ratios(self.baseline_host_passes_ms, self.baseline_repeat_host_passes_ms,
+                               self.baseline_host_ms, self.baseline_repeat_host_ms)
+        return pass_ratios(self.baseline_passes_ms, self.baseline_repeat_passes_ms,
+                           self.baseline_ms, self.baseline_repeat_ms)
 
     @property
     def speedup(self) -> float | None:
-        if self.baseline_ms is None or not self.packed_ms:
-            return None
-        return self.baseline_ms / self.packed_ms
+        """The round's speedup: the median of its passes' (gate 4 wants it above 1 in every round)."""
+        got = self.speedups()
+        return statistics.median(got) if got else None
+
+
+def pass_ratios(numer: list[float | None], denom: list[float | None],
+                numer_ms: float | None, denom_ms: float | None) -> list[float]:
+    """Ratios of two arms' times, pass by pass: a pass times every arm once, back to back, so a
+    state the machine is in for a moment (a slower host, a clock) weighs on both sides of each
+    ratio alike. A round without its passes (an older result) counts as one pass of its medians;
+    [] where a side measured nothing."""
+    if numer and len(numer) == len(denom) and all(x and x > 0 for x in numer) and all(y and y > 0 for y in denom):
+        return [float(x) / float(y) for x, y in zip(numer, denom)]  # type: ignore[arg-type]
+    if numer_ms and denom_ms and numer_ms > 0 and denom_ms > 0:
+        return [numer_ms / denom_ms]
+    return []
 
 
 @dataclass
@@ -330,11 +361,14 @@ def _time_rounds(result: BenchResult, base: Arm, packed: Arm, repeat: Arm | None
                         halves[(label, part)].append(reply[0] if reply else None)
         times = {label: (_median_of(g for g, _ in got), _median_of(h for _, h in got)) for label, got in replies.items()}
         passes = {label: [g for g, _ in got] for label, got in replies.items()}
+        host_passes = {label: [h for _, h in got] for label, got in replies.items()}
         result.rounds.append(RoundResult(
             seed, times["baseline"][0], times["packed"][0], times["baseline-repeat"][0],
             times["baseline"][1], times["packed"][1], times["baseline-repeat"][1],
             baseline_passes_ms=passes["baseline"], packed_passes_ms=passes["packed"],
             baseline_repeat_passes_ms=passes["baseline-repeat"],
+            baseline_host_passes_ms=host_passes["baseline"], packed_host_passes_ms=host_passes["packed"],
+            baseline_repeat_host_passes_ms=host_passes["baseline-repeat"],
             baseline_forward_ms=_median_of(halves[("baseline", "forward")]),
             packed_forward_ms=_median_of(halves[("packed", "forward")]),
             baseline_step_device_ms=_median_of(halves[("baseline", "step")]),
@@ -421,23 +455,25 @@ def _median_of(values: Any) -> float | None:
 
 
 def _summarize(result: BenchResult) -> None:
+    """The result's times (each arm's median over rounds), its speedup (the median of every pass's
+    baseline / packed ratio: :func:`pass_ratios`) and noise floors (:func:`kernelopt_bot.stats.noise_floor`
+    of the baseline / repeat ratios, GPU time and host latency apart)."""
     base = [r.baseline_ms for r in result.rounds if r.baseline_ms is not None]
     packed = [r.packed_ms for r in result.rounds if r.packed_ms is not None]
-    pairs = [(r.baseline_ms, r.baseline_repeat_ms) for r in result.rounds
-             if r.baseline_ms and r.baseline_repeat_ms]
-    if not base or not packed:
+    speedups = [x for r in result.rounds for x in r.speedups()]
+    if not base or not packed or not speedups:
         result.reason = "no rounds measured"
         return
     result.baseline_ms = statistics.median(base)
     result.packed_ms = statistics.median(packed)
     result.step_split_ms = _step_split(result.rounds)
-    result.speedup = result.baseline_ms / result.packed_ms
-    result.noise_floor = noise_floor([a / b for a, b in pairs])
+    result.speedup = statistics.median(speedups)
+    result.noise_floor = noise_floor([r.repeat_ratios() for r in result.rounds])
     host = [(r.baseline_host_ms, r.packed_host_ms, r.baseline_repeat_host_ms) for r in result.rounds]
     if host and all(all(t for t in row) for row in host):
         result.baseline_host_ms = statistics.median(row[0] for row in host)  # type: ignore[type-var]
         result.packed_host_ms = statistics.median(row[1] for row in host)  # type: ignore[type-var]
-        result.host_noise_floor = noise_floor([row[0] / row[2] for row in host])  # type: ignore[operator]
+        result.host_noise_floor = noise_floor([r.repeat_ratios(host=True) for r in result.rounds])
 
 
 def _step_split(rounds: list[RoundResult]) -> dict[str, dict[str, float | None]]:

@@ -72,9 +72,9 @@ def unexplained_saving(result: Any, saving_ms: float | None) -> str | None:
     model saved more a call than SAVING_SLACK times the kernel's own saving, plus the noise floor's
     share of the baseline's time. Such a gain belongs to the arms' processes (host work that
     differs from one process to the next), not to the kernel."""
-    if saving_ms is None or result.baseline_ms is None or result.packed_ms is None:
+    if saving_ms is None or result.baseline_ms is None or not result.speedup:
         return None
-    saved = result.baseline_ms - result.packed_ms
+    saved = result.baseline_ms * (1.0 - 1.0 / result.speedup)  # the speedup's saving, in the baseline's ms
     allowed = SAVING_SLACK * max(0.0, saving_ms) + (result.noise_floor or 0.0) * result.baseline_ms
     if saved <= allowed:
         return None
