@@ -79,8 +79,8 @@ class RoundResult:
     baseline_step_device_ms: float | None = None
     packed_step_device_ms: float | None = None
     # Each arm's GPU time in each pass of the round, in pass order (a pass times every arm once,
-    # back to back): kept so that estimators other than the medians' ratio can be compared on
-    # what a GPU really did (scripts/noise_table.py pairs the arms within each pass).
+    # back to back): the speedup and the noise floor pair the arms within each pass (speedups,
+    # repeat_ratios), and scripts/noise_table.py recomputes both from a stored result.
     baseline_passes_ms: list[float | None] = field(default_factory=list)
     packed_passes_ms: list[float | None] = field(default_factory=list)
     baseline_repeat_passes_ms: list[float | None] = field(default_factory=list)
