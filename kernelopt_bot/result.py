@@ -112,7 +112,8 @@ class RunResult:
     # (ms, GPU time): {"forward": {"baseline": .., "optimized": ..}, "backward": {...}}.
     step_split_ms: dict[str, dict[str, float | None]] = field(default_factory=dict)
     # The same end-to-end comparison as host-inclusive latency of one call (wall clock, synchronized
-    # per call; launch overhead included): "baseline", "optimized" in ms and "noise_floor".
+    # per call; launch overhead included): "baseline", "optimized" in ms (medians over rounds),
+    # "speedup" (the passes' paired ratios' median, as the GPU time's) and "noise_floor".
     latency_ms: dict[str, float | None] = field(default_factory=dict)
     # Where the end-to-end benchmark's pack arm and baseline did not start alike (one timed as it
     # compiled, the other loaded from the compiler's cache: harness.arm_process.started_unlike),

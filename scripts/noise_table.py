@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-import statistics
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from kernelopt_bot.harness.arm_process import how_started
 from kernelopt_bot.harness.bench import RoundResult
-from kernelopt_bot.stats import NOISE_QUANTILE, noise_floor
+from kernelopt_bot.stats import NOISE_QUANTILE, noise_floor, ratio_median
 
 
 def pct(value: float | None) -> str:
@@ -30,15 +29,15 @@ def ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.4f}"
 
 
-def stored_rounds(rounds: list[dict[str, Any]]) -> list[RoundResult]:
-    """The result's rounds as the harness keeps them (fields it did not write yet take defaults)."""
-    known = set(RoundResult.__dataclass_fields__)
-    return [RoundResult(**{k: v for k, v in r.items() if k in known}) for r in rounds]
+def paired(rounds: list[RoundResult]) -> bool:
+    """Whether the result kept each round's passes (written since 2026-12-02): without them the
+    paired estimator has nothing to pair, and its columns show "-"."""
+    return bool(rounds) and all(r.baseline_passes_ms for r in rounds)
 
 
 def paired_floor(rounds: list[RoundResult]) -> float | None:
     """The harness's floor of now, recomputed from the stored passes."""
-    return noise_floor([r.repeat_ratios() for r in rounds]) if rounds else None
+    return noise_floor([r.repeat_ratios() for r in rounds]) if paired(rounds) else None
 
 
 def medians_floor(rounds: list[RoundResult]) -> float | None:
@@ -55,8 +54,14 @@ def medians_floor(rounds: list[RoundResult]) -> float | None:
 
 def paired_gap(rounds: list[RoundResult]) -> float | None:
     """One A/A measurement through the speedup's own estimator: |median of the paired ratios - 1|."""
-    ratios = [x for r in rounds for x in r.repeat_ratios()]
-    return abs(statistics.median(ratios) - 1.0) if ratios else None
+    median = ratio_median([x for r in rounds for x in r.repeat_ratios()]) if paired(rounds) else None
+    return None if median is None else abs(median - 1.0)
+
+
+def paired_speedup_gap(rounds: list[RoundResult]) -> float | None:
+    """The empty pack against the baseline through the speedup's own estimator."""
+    median = ratio_median([x for r in rounds for x in r.speedups()]) if paired(rounds) else None
+    return None if median is None else abs(median - 1.0)
 
 
 def arm_starts(starts: dict[str, Any]) -> str:
@@ -84,9 +89,8 @@ def row(path: Path) -> str:
         return f"| {name} | unreadable: {exc} | | | | | | | | | | | |"
     if not data.get("measured"):
         return f"| {name} | {data.get('reason') or data.get('error') or 'not measured'} | | | | | | | | | | | |"
-    rounds = stored_rounds(data.get("rounds") or [])
-    speedups = [x for r in rounds for x in r.speedups()]
-    empty_vs_base = abs(statistics.median(speedups) - 1.0) if speedups else None  # the harness's estimator
+    rounds = [RoundResult.from_json(r) for r in data.get("rounds") or []]
+    empty_vs_base = paired_speedup_gap(rounds)
     return (f"| {name} | {ms(data.get('baseline_ms'))} | {ms(data.get('baseline_host_ms'))} | "
             f"{pct(data.get('noise_floor'))} | {pct(paired_floor(rounds))} | {pct(medians_floor(rounds))} | "
             f"{pct(paired_gap(rounds))} | "

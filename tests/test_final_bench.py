@@ -110,7 +110,7 @@ def test_a_final_benchmark_whose_arms_started_unlike_says_which_way_it_leans(mon
     from kernelopt_bot.verify import model
 
     measured = SimpleNamespace(baseline_ms=1.0, packed_ms=0.9, speedup=1.11, noise_floor=0.01, step_split_ms={},
-                               baseline_host_ms=1.1, packed_host_ms=1.0, host_noise_floor=0.01)
+                               baseline_host_ms=1.1, packed_host_ms=1.0, host_noise_floor=0.01, host_speedup=1.1)
     monkeypatch.setattr(bench, "compare_arms", lambda *a, **k: measured)
     monkeypatch.setattr(model, "check_model", lambda *a, **k: SimpleNamespace(passed=True))
     target = SimpleNamespace(spec="t.py", device="cuda", train=False)

@@ -32,7 +32,7 @@ from kernelopt_bot.harness.model_arms import ModelArms
 from kernelopt_bot.harness.quiet import arms_timing
 from kernelopt_bot.harness.timing import time_request_calls
 from kernelopt_bot.pack.format import KernelPack
-from kernelopt_bot.stats import noise_floor
+from kernelopt_bot.stats import noise_floor, ratio_median
 
 SEED_BASE = 1000
 # Each arm is timed in this many short passes a round, interleaved with the others (see
@@ -89,8 +89,11 @@ class RoundResult:
     packed_host_passes_ms: list[float | None] = field(default_factory=list)
     baseline_repeat_host_passes_ms: list[float | None] = field(default_factory=list)
 
-    def speedups(self) -> list[float]:
-        """Baseline over packed, pass by pass (:func:`pass_ratios`)."""
+    def speedups(self, host: bool = False) -> list[float]:
+        """Baseline over packed, pass by pass (:func:`pass_ratios`); ``host``: of the host latencies."""
+        if host:
+            return pass_ratios(self.baseline_host_passes_ms, self.packed_host_passes_ms,
+                               self.baseline_host_ms, self.packed_host_ms)
         return pass_ratios(self.baseline_passes_ms, self.packed_passes_ms, self.baseline_ms, self.packed_ms)
 
     def repeat_ratios(self, host: bool = False) -> list[float]:
@@ -104,18 +107,28 @@ class RoundResult:
     @property
     def speedup(self) -> float | None:
         """The round's speedup: the median of its passes' (gate 4 wants it above 1 in every round)."""
-        got = self.speedups()
-        return statistics.median(got) if got else None
+        return ratio_median(self.speedups())
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RoundResult:
+        """A round as :meth:`BenchResult.to_json` wrote it, of any date: keys it computes (the
+        round's ``speedup``) or no longer has are left out, fields it did not write yet take
+        their defaults."""
+        known = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in data.items() if k in known})
 
 
 def pass_ratios(numer: list[float | None], denom: list[float | None],
                 numer_ms: float | None, denom_ms: float | None) -> list[float]:
     """Ratios of two arms' times, pass by pass: a pass times every arm once, back to back, so a
-    state the machine is in for a moment (a slower host, a clock) weighs on both sides of each
-    ratio alike. A round without its passes (an older result) counts as one pass of its medians;
-    [] where a side measured nothing."""
-    if numer and len(numer) == len(denom) and all(x and x > 0 for x in numer) and all(y and y > 0 for y in denom):
-        return [float(x) / float(y) for x, y in zip(numer, denom)]  # type: ignore[arg-type]
+    state the machine is in for a moment (a slower host, a clock) mostly weighs on both sides of a
+    ratio alike. A pass either arm did not measure is left out. A round that kept no passes (a
+    result written before 2026-12-05) counts as one pass of its medians; [] where a side measured
+    nothing."""
+    if numer or denom:
+        if len(numer) != len(denom):
+            return []
+        return [float(x) / float(y) for x, y in zip(numer, denom) if x and y and x > 0 and y > 0]
     if numer_ms and denom_ms and numer_ms > 0 and denom_ms > 0:
         return [numer_ms / denom_ms]
     return []
@@ -134,6 +147,7 @@ class BenchResult:
     baseline_host_ms: float | None = None  # medians of the host-inclusive latency of a call
     packed_host_ms: float | None = None
     host_noise_floor: float | None = None
+    host_speedup: float | None = None  # of the host-inclusive latencies, paired by pass as the speedup is
     applied: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     max_abs_diff: float | None = None
@@ -263,8 +277,8 @@ def bench_patch(original: str, patched: str, *, device: str, dtype: str = "fp32"
                 reps: int = 20, timeout_s: float = 600.0) -> BenchResult:
     """A kernel target as it is against a patched copy of it (``patched``: the same file in a
     folder where the patch was applied), each in its own process, as :func:`compare_arms` times
-    any two arms: interleaved rounds, fresh inputs, L2 flushed, medians, the original against
-    itself for the noise floor."""
+    any two arms: interleaved rounds, fresh inputs, L2 flushed, the median of the passes' paired
+    ratios, the original against itself for the noise floor."""
     arms = [ArmProcess(ArmSpec(label, path, device, dtype))
             for label, path in (("baseline", original), ("packed", patched), ("baseline-repeat", original))]
     try:
@@ -317,7 +331,8 @@ def compare_arms(base: Arm, packed: Arm, repeat: Arm | None, *, target: str,
     # falls on every arm alike instead of on whichever arm a round happened to time last.
     turns = [(base, "baseline"), (packed, "packed"), (repeat or base, "baseline-repeat")]
     if repeat is None:
-        result.noise_from = "the one baseline process, timed twice a round (a large model)"
+        result.noise_from = ("the one baseline process, timed twice a round (a large model): an offset between "
+                             "processes is not in this floor")
     # The asking thread runs where process arms time (harness.cpu_pin). Not where an arm runs in
     # this process: its work would run there too, and a thread pool it first starts would keep
     # that one core for good.
@@ -440,7 +455,9 @@ def _warm_up(arms: list[Arm | None], pass_reps: int, timeout_s: float) -> tuple[
 def pass_orders(turns: list[Any], round_index: int) -> list[list[Any]]:
     """The arms' order in each pass of one round: the round's rotation of ``turns``, then that
     order mirrored, alternately (an ABBA design: under a linear drift every arm's pass times have
-    the same median). Rounds start at a different arm so no arm is always first after a pause."""
+    the same median, and the passes' paired ratios lean as far one way as the other, so their
+    median is off only to second order). Rounds start at a different arm so no arm is always
+    first after a pause."""
     k = round_index % len(turns)
     first = turns[k:] + turns[:k]
     return [first if p % 2 == 0 else first[::-1] for p in range(PASSES_PER_ROUND)]
@@ -456,23 +473,25 @@ def _median_of(values: Any) -> float | None:
 
 def _summarize(result: BenchResult) -> None:
     """The result's times (each arm's median over rounds), its speedup (the median of every pass's
-    baseline / packed ratio: :func:`pass_ratios`) and noise floors (:func:`kernelopt_bot.stats.noise_floor`
-    of the baseline / repeat ratios, GPU time and host latency apart)."""
+    baseline / packed ratio: :func:`pass_ratios`, :func:`~kernelopt_bot.stats.ratio_median`) and
+    noise floors (:func:`kernelopt_bot.stats.noise_floor` of the baseline / repeat ratios), of
+    the GPU time and of the host latency apart."""
     base = [r.baseline_ms for r in result.rounds if r.baseline_ms is not None]
     packed = [r.packed_ms for r in result.rounds if r.packed_ms is not None]
-    speedups = [x for r in result.rounds for x in r.speedups()]
-    if not base or not packed or not speedups:
+    speedup = ratio_median([x for r in result.rounds for x in r.speedups()])
+    if not base or not packed or speedup is None:
         result.reason = "no rounds measured"
         return
     result.baseline_ms = statistics.median(base)
     result.packed_ms = statistics.median(packed)
     result.step_split_ms = _step_split(result.rounds)
-    result.speedup = statistics.median(speedups)
+    result.speedup = speedup
     result.noise_floor = noise_floor([r.repeat_ratios() for r in result.rounds])
     host = [(r.baseline_host_ms, r.packed_host_ms, r.baseline_repeat_host_ms) for r in result.rounds]
     if host and all(all(t for t in row) for row in host):
         result.baseline_host_ms = statistics.median(row[0] for row in host)  # type: ignore[type-var]
         result.packed_host_ms = statistics.median(row[1] for row in host)  # type: ignore[type-var]
+        result.host_speedup = ratio_median([x for r in result.rounds for x in r.speedups(host=True)])
         result.host_noise_floor = noise_floor([r.repeat_ratios(host=True) for r in result.rounds])
 
 

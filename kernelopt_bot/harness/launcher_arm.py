@@ -4,8 +4,9 @@ its kernel forced to one config (the candidate's, or the original's for the base
 Answers ``("outputs", seed)`` and ``("time", seed, reps)`` as a model arm does, so gate 4 for a
 standalone kernel is :func:`~kernelopt_bot.harness.bench.compare_arms` and
 :func:`~kernelopt_bot.verify.perf.judge`, the machinery modules use: interleaved rounds, fresh
-inputs per round, L2 flushed, medians, the noise floor from the original against itself. It runs
-in the process that holds the launcher (the engine): the launcher is the target's own code.
+inputs per round, L2 flushed, the median of the passes' paired ratios, the noise floor from the
+original against itself. It runs in the process that holds the launcher (the engine): the
+launcher is the target's own code.
 """
 
 from __future__ import annotations

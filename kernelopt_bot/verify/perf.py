@@ -135,7 +135,7 @@ def check_performance(baseline: Arm, candidate: Arm, repeat: Arm | None,
     numbers.update(baseline_ms=result.baseline_ms, packed_ms=result.packed_ms, speedup=result.speedup,
                    noise_floor=result.noise_floor, rounds=len(result.rounds),
                    baseline_host_ms=result.baseline_host_ms, packed_host_ms=result.packed_host_ms,
-                   host_noise_floor=result.host_noise_floor,
+                   host_noise_floor=result.host_noise_floor, host_speedup=result.host_speedup,
                    round_speedups=[r.speedup for r in result.rounds], step_split_ms=result.step_split_ms)
     # Only arms in separate processes differ that way; in-engine arms share one process's host work.
     saving = kernel_saving_ms(timing, launches) if candidate.where == "process" else None
@@ -153,7 +153,10 @@ def judge(result: Any, kernel_name: str | None, gamma: float, numbers: dict[str,
         return GateResult.fail("performance", f"the pack did not apply to {kernel_name}", **numbers)
     if result.speedup is None:
         return GateResult.fail("performance", f"not measured: {result.reason}", **numbers)
-    noise = result.noise_floor or 0.0
+    if result.noise_floor is None:  # no baseline timed against itself: a gain cannot be told from noise
+        return GateResult.fail("performance", "not measured: no noise floor (the baseline was not timed "
+                                              "against itself)", **numbers)
+    noise = result.noise_floor
     after = result.max_abs_diff_after_timing
     before = result.max_abs_diff or 0.0
     if changed_after_timing(before, after) and not result.agree_after_timing:
