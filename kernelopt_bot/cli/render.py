@@ -131,9 +131,13 @@ def _helion_kernel(report: HelionReport) -> None:
 def _timing(console: Console, result: BenchResult, before: str, after: str) -> None:
     """The times of a bench's two arms, or why there are none, and how far their outputs differ."""
     if result.measured:
-        console.print(f"{before} {result.baseline_ms:.4f} ms, {after} {result.packed_ms:.4f} ms, "
-                      f"speedup {result.speedup:.3f}x, noise floor {_fmt(result.noise_floor, '.2%')} "
-                      f"({len(result.rounds)} rounds)")
+        console.print(f"{before} {result.baseline_ms:.4f} ms, {after} {result.packed_ms:.4f} ms (medians), "
+                      f"speedup {result.speedup:.3f}x (median of the passes' paired ratios), noise floor "
+                      f"{_fmt(result.noise_floor, '.2%')} ({len(result.rounds)} rounds)")
+        if result.host_speedup is not None and result.baseline_host_ms and result.packed_host_ms:
+            console.print(f"host-inclusive latency of a call: {result.baseline_host_ms:.4f} ms -> "
+                          f"{result.packed_host_ms:.4f} ms, {result.host_speedup:.3f}x, noise floor "
+                          f"{_fmt(result.host_noise_floor, '.2%')}")
     else:
         console.print(escape(f"times: {result.reason}"))
     console.print(f"max |{before} - {after}| on fresh inputs: {result.max_abs_diff:.3g}")
