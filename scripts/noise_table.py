@@ -52,15 +52,10 @@ def medians_floor(rounds: list[RoundResult]) -> float | None:
     return gaps[max(0, rank - 1)]
 
 
-def paired_gap(rounds: list[RoundResult]) -> float | None:
-    """One A/A measurement through the speedup's own estimator: |median of the paired ratios - 1|."""
-    median = ratio_median([x for r in rounds for x in r.repeat_ratios()]) if paired(rounds) else None
-    return None if median is None else abs(median - 1.0)
-
-
-def paired_speedup_gap(rounds: list[RoundResult]) -> float | None:
-    """The empty pack against the baseline through the speedup's own estimator."""
-    median = ratio_median([x for r in rounds for x in r.speedups()]) if paired(rounds) else None
+def paired_gap(ratios: list[float]) -> float | None:
+    """One measurement through the speedup's own estimator: |median of the paired ratios - 1|
+    (of baseline / repeat: the A/A gap; of baseline / packed: the empty pack against the baseline)."""
+    median = ratio_median(ratios)
     return None if median is None else abs(median - 1.0)
 
 
@@ -90,10 +85,11 @@ def row(path: Path) -> str:
     if not data.get("measured"):
         return f"| {name} | {data.get('reason') or data.get('error') or 'not measured'} | | | | | | | | | | | |"
     rounds = [RoundResult.from_json(r) for r in data.get("rounds") or []]
-    empty_vs_base = paired_speedup_gap(rounds)
+    aa_gap = paired_gap([x for r in rounds for x in r.repeat_ratios()]) if paired(rounds) else None
+    empty_vs_base = paired_gap([x for r in rounds for x in r.speedups()]) if paired(rounds) else None
     return (f"| {name} | {ms(data.get('baseline_ms'))} | {ms(data.get('baseline_host_ms'))} | "
             f"{pct(data.get('noise_floor'))} | {pct(paired_floor(rounds))} | {pct(medians_floor(rounds))} | "
-            f"{pct(paired_gap(rounds))} | "
+            f"{pct(aa_gap)} | "
             f"{pct(data.get('host_noise_floor'))} | {pct(empty_vs_base)} | "
             f"{len(rounds)} | {data.get('pass_reps') or '-'} | "
             f"{arm_starts(data.get('arm_starts') or {})} | {configs_unlike(data.get('arm_starts') or {})} |")
