@@ -13,7 +13,10 @@
 #   bash scripts/gpu_check.sh suite      `kernelopt suite benchmarks/` (SUITE_SHARD=I/N, SUITE_ARGS=...)
 #   bash scripts/gpu_check.sh gpus       the same suite problems on one GPU, then on all (SUITE_ARGS without --gpus;
 #                                        GPUS_RUNS=one or all for one half)
-#   bash scripts/gpu_check.sh noise      the harness's noise floor with an empty pack (NOISE_PROBLEMS="level3/x.py:fp32 ...")
+#   bash scripts/gpu_check.sh noise      the harness's noise floor with an empty pack (NOISE_PROBLEMS="level3/x.py:fp32 ...";
+#                                        NOISE_PROBLEMS=all: every pair of suite.json, level 3 first, less NOISE_SKIP;
+#                                        compiled first, NOISE_WARM_JOBS at once, unless NOISE_WARM=0)
+#   bash scripts/gpu_check.sh warm       NOISE_PROBLEMS compiled into the caches only (a later call on the machine, still warm, skips them)
 #   bash scripts/gpu_check.sh kernels    kernel targets (liger-kernel, Helion): optimize, re-measure each patch on a clean
 #                                        copy, and the PR flow on a kernel file (KERNEL_TARGETS, KERNEL_DTYPE, KERNEL_PR)
 #   bash scripts/gpu_check.sh train      training steps: `optimize --train` on TRAIN_PROBLEMS ("level/x.py:dtype ..."),
@@ -43,6 +46,7 @@ status=0
 
 limited() {  # $1 part name; runs part_$1 in a child bash under the part's limit from LIMIT_<PART>
   local part="$1" var="LIMIT_${1^^}" start=$SECONDS rc
+  export PART_END=$(( $(date +%s) + ${!var:-540} ))  # a part that works through a list stops before its limit cuts it
   timeout -k 10 "${!var:-540}" bash -c "part_$part"
   rc=$?
   echo "part $part: exit $rc after $((SECONDS - start)) s" | tee -a "$summary"
@@ -167,6 +171,33 @@ part_gpus() {  # issue 6: the same problems on one GPU, then on every GPU, each 
   return $rc
 }
 
+DEFAULT_NOISE_PROBLEMS="level3/mixer_block.py:fp32 level3/gpt_block.py:bf16 level3/tiny_vit.py:fp32 level1/softmax_channels.py:fp32"
+if [ "${NOISE_PROBLEMS:-}" = all ]; then  # every problem-dtype pair of benchmarks/suite.json (not the training
+  # steps), the launch-bound networks of level 3 first, then level 2, then level 1; less those in NOISE_SKIP
+  NOISE_PROBLEMS="$(python3 -c '
+import json, sys
+skip = set(sys.argv[1].split())
+pairs = [(-p["level"], f"{p['"'"'path'"'"']}:{d}") for p in json.load(open("benchmarks/suite.json"))["problems"]
+         if not p.get("train") for d in p["dtypes"]]
+print(" ".join(spec for _, spec in sorted(pairs, key=lambda x: x[0]) if spec not in skip))' "${NOISE_SKIP:-}")"
+  export NOISE_PROBLEMS
+fi
+WARMED=/tmp/kernelopt-warmed.txt  # the problems this machine has compiled into its caches (kept while it stays warm)
+NOISED=/tmp/kernelopt-noised.txt  # the problems an earlier call on this machine measured (NOISE_AGAIN=1 measures them again)
+part_warm() {  # NOISE_PROBLEMS compiled into the caches, NOISE_WARM_JOBS at once (scripts/warm_cache.py), but
+  # those this machine already warmed in an earlier call; nothing timed
+  local spec todo=()
+  for spec in ${NOISE_PROBLEMS:-$DEFAULT_NOISE_PROBLEMS}; do
+    grep -qxF "$spec" "$WARMED" 2> /dev/null || todo+=("$spec")
+  done
+  if [ ${#todo[@]} -eq 0 ]; then echo "warm: every problem already warmed on this machine" | tee -a "$summary"; return 0; fi
+  python3 scripts/warm_cache.py --jobs "${NOISE_WARM_JOBS:-6}" --deadline "${NOISE_WARM_S:-240}" "${todo[@]}" \
+    >> "$R/warm.log" 2>&1
+  sed -n 's/: compiled in .*//p' "$R/warm.log" >> "$WARMED"
+  tail -1 "$R/warm.log" | tee -a "$summary"
+  return 0  # a problem not warmed compiles in its own bench
+}
+
 part_noise() {  # the harness's noise floor (baseline against baseline, and an empty pack against the
   # baseline) on NOISE_PROBLEMS ("level/file.py:dtype" each), launch-bound networks among them.
   # NOISE_PIN=gpu-local: every process of each bench (the arms inherit it) on one core of the GPU's
@@ -177,16 +208,22 @@ part_noise() {  # the harness's noise floor (baseline against baseline, and an e
   if [ "${NOISE_PIN:-}" = gpu-local ]; then
     pin="$(python3 scripts/gpu_local_core.py)" && echo "noise: pinned runs on core $pin" | tee -a "$summary"
   fi
-  for spec in ${NOISE_PROBLEMS:-level3/mixer_block.py:fp32 level3/gpt_block.py:bf16 level3/tiny_vit.py:fp32 level1/softmax_channels.py:fp32}; do
+  [ "${NOISE_WARM:-1}" = 0 ] || part_warm  # compile them all first, several at once: the benches then only load
+  for spec in ${NOISE_PROBLEMS:-$DEFAULT_NOISE_PROBLEMS}; do
+    # measured by an earlier call on this machine (still warm): that call's results hold it
+    grep -qxF "$spec" "$NOISED" 2> /dev/null && [ "${NOISE_AGAIN:-0}" = 0 ] && continue
+    if [ $(( PART_END - $(date +%s) )) -lt "${NOISE_MIN_S:-60}" ]; then  # a bench cut midway measures nothing
+      echo "noise: stopped before $spec, under ${NOISE_MIN_S:-60} s left" | tee -a "$summary"; break
+    fi
     file="${spec%%:*}" dtype="${spec##*:}" slug="$(basename "$file" .py)_$dtype"
     python3 -m kernelopt_bot.cli bench "benchmarks/$file" --pack "$R/empty_pack.json" --dtype "$dtype" --json \
-      > "$R/noise_$slug.json" 2> "$R/noise_$slug.log" || rc=1
+      > "$R/noise_$slug.json" 2> "$R/noise_$slug.log" && echo "$spec" >> "$NOISED" || rc=1
     if [ -n "$pin" ]; then
       taskset -c "$pin" python3 -m kernelopt_bot.cli bench "benchmarks/$file" --pack "$R/empty_pack.json" \
         --dtype "$dtype" --json > "$R/noise_${slug}_pinned.json" 2> "$R/noise_${slug}_pinned.log" || rc=1
     fi
   done
-  python3 scripts/noise_table.py "$R"/noise_*.json | tee -a "$summary"
+  compgen -G "$R/noise_*.json" > /dev/null && python3 scripts/noise_table.py "$R"/noise_*.json | tee -a "$summary"
   return $rc
 }
 
@@ -238,11 +275,11 @@ part_kernels() {  # kernel targets (issue 14): optimize each of KERNEL_TARGETS (
   return $rc
 }
 
-export R summary GPU_ONLY_CASES
-export -f run_tests timed_suite part_tests part_engine part_redteam part_isolation part_honest part_speedup part_optimize part_prdry part_suite part_ontop part_offsets part_gpus part_noise part_kernels part_train
+export R summary GPU_ONLY_CASES DEFAULT_NOISE_PROBLEMS WARMED NOISED
+export -f run_tests timed_suite part_warm part_tests part_engine part_redteam part_isolation part_honest part_speedup part_optimize part_prdry part_suite part_ontop part_offsets part_gpus part_noise part_kernels part_train
 for part in "${@:-engine}"; do
   case "$part" in
-    engine|tests|redteam|isolation|honest|speedup|optimize|prdry|suite|ontop|offsets|gpus|noise|kernels|train) limited "$part" ;;
+    engine|tests|redteam|isolation|honest|speedup|optimize|prdry|suite|ontop|offsets|gpus|warm|noise|kernels|train) limited "$part" ;;
     *) echo "unknown part $part" >&2; status=2 ;;
   esac
 done

@@ -115,23 +115,30 @@ def flatten_outputs(out: Any, device: str = "cpu") -> list[Any]:
     return [t.detach().to(device) for t in tensors(out)]
 
 
-def _serve(spec: ArmSpec, conn: Channel) -> None:
-    started = time.monotonic()  # what the arm's start costs, torch's import included (the options' estimates)
+@dataclass
+class CompiledArm:
+    """A model arm's compiled target, as it stands ready: what the arm times and what it reports."""
+
+    target: Any  # targets.Target
+    compiled: Any  # the compiled call
+    configs: dict[str, str]  # each kernel's launch config as this compile settled it
+    cache: dict[str, int]  # the compiler's cache: graphs loaded from it, compiled anew, or not cacheable
+
+
+def compile_arm(spec: ArmSpec) -> CompiledArm:
+    """Load ``spec``'s module target, compile it as the arm's settings say (the target file's own
+    compile settings unless the spec names some; the pack installed first) and run it once.
+    Shared by the arm and ``scripts/warm_cache.py``, whose compiles must hit the same cache keys."""
     import torch
 
     from kernelopt_bot.capture.chosen_configs import seeing_kernels
     from kernelopt_bot.capture.recorder import compile_fresh, counting_cache_use
     from kernelopt_bot.capture.settings import target_settings
     from kernelopt_bot.device import prepare_device
-    from kernelopt_bot.harness.cpu_pin import time_on_one_core
-    from kernelopt_bot.harness.timing import time_model, time_request
     from kernelopt_bot.pack import runtime
     from kernelopt_bot.pack.format import KernelPack
-    from kernelopt_bot.target_kinds import target_kind
     from kernelopt_bot.targets import load_target
 
-    if target_kind(spec.target) != "module":
-        return _serve_kernel_target(spec, conn)
     # The engine checked the target runs eagerly; an arm does not run it eagerly again (on a large
     # model that is the arm's memory peak, beside the others).
     target = load_target(spec.target, spec.device, spec.dtype, check=False, train=spec.train)
@@ -151,17 +158,33 @@ def _serve(spec: ArmSpec, conn: Channel) -> None:
     with seeing_kernels() as seen, counting_cache_use() as cache:
         compiled = compile_fresh(target.model, mode=mode)
         target.run(compiled, target.make_inputs(0))
+    return CompiledArm(target, compiled, seen.configs(), dict(cache))
+
+
+def _serve(spec: ArmSpec, conn: Channel) -> None:
+    started = time.monotonic()  # what the arm's start costs, torch's import included (the options' estimates)
+    import torch
+
+    from kernelopt_bot.harness.cpu_pin import time_on_one_core
+    from kernelopt_bot.harness.timing import time_model, time_request
+    from kernelopt_bot.pack import runtime
+    from kernelopt_bot.target_kinds import target_kind
+
+    if target_kind(spec.target) != "module":
+        return _serve_kernel_target(spec, conn)
+    arm = compile_arm(spec)
+    target, compiled = arm.target, arm.compiled
     if target.device == "cuda":  # compiled (with every core): its timing keeps to one (harness.cpu_pin)
         time_on_one_core()
     conn.send(("ready", {
         "applied": [a.kernel_name for a in runtime.applied()],
         "skipped": [f"{s.kernel_name}: {s.reason}" for s in runtime.skipped()],
-        "configs": seen.configs(),  # each kernel's launch config as this compile settled it
+        "configs": arm.configs,  # each kernel's launch config as this compile settled it
         # What this arm holds on the GPU (model, inputs, compiled workspace; the CUDA context not
         # included): the target's model arms size how many arms may compile at once from it.
         "gpu_mb": torch.cuda.max_memory_reserved() / 2**20 if target.device == "cuda" else None,
         "compile_s": round(time.monotonic() - started, 2),  # torch's import, the target's load, the compile
-        "cache": dict(cache),  # the compiler's cache: graphs loaded from it, compiled anew, or not cacheable
+        "cache": arm.cache,  # the compiler's cache: graphs loaded from it, compiled anew, or not cacheable
     }))
     while True:
         op, *args = conn.recv()

@@ -1,0 +1,85 @@
+"""Fill the compiler's caches for several suite problems at once, before they are timed one by one.
+
+A ``kernelopt bench`` of a problem the caches have not seen spends most of its minute compiling:
+its arms compile cold side by side, and each is then replaced by a process that loads the
+compile from the cache (a cold start's offset would otherwise stay in the measurement:
+``ArmProcess``'s warm load). Measuring the noise floor of every problem of ``benchmarks/`` one
+after the other so costs about 50 s a problem on the GPU machine. Compiling them first, several at
+once (each in its own fresh process, through the arms' own :func:`compile_arm`, so the cache keys
+are the arms'), leaves the timed benches nothing to do but load: what they measure is unchanged
+(every arm starts from the cache, as a run's final benchmark does), and nothing is timed while
+this runs.
+
+Usage: python scripts/warm_cache.py [--jobs 6] [--deadline 300] [--device cuda] level1/x.py:bf16 level3/y.py:fp32 ...
+(paths under benchmarks/; a failure is reported and leaves that problem to compile in its bench).
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def parse_spec(spec: str) -> tuple[str, str]:
+    """``level1/x.py:bf16`` as (the file under benchmarks/, the dtype)."""
+    path, sep, dtype = spec.rpartition(":")
+    if not sep or not path or dtype not in ("fp32", "bf16", "fp16"):
+        raise ValueError(f"{spec!r}: expected level/file.py:dtype (dtype fp32, bf16 or fp16)")
+    return str(BENCHMARKS / path), dtype
+
+
+def warm_one(spec: str, device: str) -> str:
+    """Compile one problem as a baseline arm would, in this (fresh) process; a line saying how."""
+    from kernelopt_bot.harness.arm_process import ArmSpec, compile_arm
+
+    path, dtype = parse_spec(spec)
+    start = time.monotonic()
+    arm = compile_arm(ArmSpec(label="warm", target=path, device=device, dtype=dtype))
+    cache = ", ".join(f"{k} {v}" for k, v in arm.cache.items() if v)
+    return f"{spec}: compiled in {time.monotonic() - start:.1f} s (cache: {cache or 'not counted'})"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("problems", nargs="+", help="level/file.py:dtype under benchmarks/")
+    parser.add_argument("--jobs", type=int, default=6, help="problems compiled at once")
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
+                        help="where the arms will run (cpu: the Triton interpreter, as kernelopt bench's)")
+    parser.add_argument("--deadline", type=float, default=300.0, help="seconds the whole warm may take")
+    args = parser.parse_args(argv)
+    try:
+        for spec in args.problems:
+            parse_spec(spec)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    start, failed = time.monotonic(), 0
+    # One fresh process per problem (maxtasksperchild=1): a compile's Dynamo and Inductor state,
+    # and its GPU memory, go with its process.
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(processes=max(1, args.jobs), maxtasksperchild=1) as pool:
+        pending = [(spec, pool.apply_async(warm_one, (spec, args.device))) for spec in args.problems]
+        for spec, result in pending:
+            left = max(1.0, args.deadline - (time.monotonic() - start))
+            try:
+                print(result.get(timeout=left), flush=True)
+            except multiprocessing.TimeoutError:
+                failed += 1
+                print(f"{spec}: not warmed (still compiling at the {args.deadline:.0f} s deadline)", flush=True)
+            except Exception as exc:  # noqa: BLE001 - one problem's failure leaves it to compile in its own bench
+                failed += 1
+                print(f"{spec}: not warmed ({type(exc).__name__}: {str(exc)[:200]})", flush=True)
+        pool.terminate()
+    print(f"warmed {len(args.problems) - failed} of {len(args.problems)} problems in {time.monotonic() - start:.0f} s")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

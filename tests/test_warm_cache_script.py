@@ -1,0 +1,44 @@
+"""scripts/warm_cache.py as the GPU check runs it before the noise benches: what it compiles, a
+``kernelopt bench`` of the same problem then loads from the cache instead of compiling (the whole
+point: the same cache keys as the arms'), and a problem it cannot load is reported, not fatal to
+the others."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_a_warmed_problem_is_loaded_from_the_cache_by_its_bench_and_a_broken_one_is_reported(tmp_path: Path) -> None:
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache")}  # this test's own, empty cache
+    warm = subprocess.run(
+        [sys.executable, "scripts/warm_cache.py", "--device", "cpu", "--jobs", "2",
+         "level1/hardswish.py:fp32", "level1/no_such_problem.py:fp32"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert warm.returncode == 1, warm.stderr[-2000:]  # one of two not warmed
+    assert "level1/hardswish.py:fp32: compiled in" in warm.stdout and "(cache: miss 1)" in warm.stdout
+    assert "level1/no_such_problem.py:fp32: not warmed (TargetError:" in warm.stdout
+    assert "warmed 1 of 2 problems" in warm.stdout
+
+    empty = tmp_path / "empty.json"
+    empty.write_text(json.dumps({"format": "kernelopt-pack", "version": 1, "entries": []}))
+    bench = subprocess.run(
+        [sys.executable, "-m", "kernelopt_bot.cli", "bench", "benchmarks/level1/hardswish.py", "--pack", str(empty),
+         "--device", "cpu", "--rounds", "1", "--reps", "1", "--json"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert bench.returncode == 0, bench.stderr[-2000:]
+    starts = json.loads(bench.stdout)["arm_starts"]
+    for arm in ("baseline", "packed"):
+        assert starts[arm]["cache"]["hit"] == 1 and starts[arm]["cache"]["miss"] == 0, starts
+
+
+def test_a_malformed_problem_is_refused_before_anything_compiles() -> None:
+    done = subprocess.run([sys.executable, "scripts/warm_cache.py", "level1/hardswish.py"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert "expected level/file.py:dtype" in done.stderr
