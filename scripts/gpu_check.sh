@@ -191,8 +191,8 @@ part_warm() {  # NOISE_PROBLEMS compiled into the caches, NOISE_WARM_JOBS at onc
     grep -qxF "$spec" "$WARMED" 2> /dev/null || todo+=("$spec")
   done
   if [ ${#todo[@]} -eq 0 ]; then echo "warm: every problem already warmed on this machine" | tee -a "$summary"; return 0; fi
-  python3 scripts/warm_cache.py --jobs "${NOISE_WARM_JOBS:-6}" --deadline "${NOISE_WARM_S:-240}" "${todo[@]}" \
-    >> "$R/warm.log" 2>&1
+  python3 scripts/warm_cache.py --jobs "${NOISE_WARM_JOBS:-6}" --deadline "${NOISE_WARM_S:-240}" \
+    --keys "$R/warm_keys_$(date +%s).json" "${todo[@]}" >> "$R/warm.log" 2>&1
   sed -n 's/: compiled in .*//p' "$R/warm.log" >> "$WARMED"
   tail -1 "$R/warm.log" | tee -a "$summary"
   return 0  # a problem not warmed compiles in its own bench
@@ -223,7 +223,11 @@ part_noise() {  # the harness's noise floor (baseline against baseline, and an e
         --dtype "$dtype" --json > "$R/noise_${slug}_pinned.json" 2> "$R/noise_${slug}_pinned.log" || rc=1
     fi
   done
-  compgen -G "$R/noise_*.json" > /dev/null && python3 scripts/noise_table.py "$R"/noise_*.json | tee -a "$summary"
+  compgen -G "$R/noise_*.json" > /dev/null || return $rc
+  python3 scripts/noise_table.py "$R"/noise_*.json | tee -a "$summary"
+  # which arms loaded the warm compile and which missed it, and for a miss, what in its key differs
+  python3 scripts/cache_keys.py "$R"/noise_*.json "$R"/warm_keys_*.json > "$R/cache_keys.txt" 2>&1
+  grep -c "key(s)" "$R/cache_keys.txt" > /dev/null && grep -E "^[^ ].*: [0-9]+ key" "$R/cache_keys.txt" | tee -a "$summary"
   return $rc
 }
 

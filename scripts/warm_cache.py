@@ -10,17 +10,19 @@ are the arms'), leaves the timed benches nothing to do but load: what they measu
 (every arm starts from the cache, as a run's final benchmark does), and nothing is timed while
 this runs.
 
-Usage: python scripts/warm_cache.py [--jobs 6] [--deadline 300] [--device cuda] level1/x.py:bf16 level3/y.py:fp32 ...
+Usage: python scripts/warm_cache.py [--jobs 6] [--deadline 300] [--device cuda] [--keys keys.json] level1/x.py:bf16 level3/y.py:fp32 ...
 (paths under benchmarks/; a failure is reported and leaves that problem to compile in its bench).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -35,15 +37,16 @@ def parse_spec(spec: str) -> tuple[str, str]:
     return str(BENCHMARKS / path), dtype
 
 
-def warm_one(spec: str, device: str) -> str:
-    """Compile one problem as a baseline arm would, in this (fresh) process; a line saying how."""
+def warm_one(spec: str, device: str) -> tuple[str, list[dict[str, Any]]]:
+    """Compile one problem as a baseline arm would, in this (fresh) process: a line saying how, and
+    the cache keys it stored under (``scripts/cache_keys.py`` compares them with the arms')."""
     from kernelopt_bot.harness.arm_process import ArmSpec, compile_arm
 
     path, dtype = parse_spec(spec)
     start = time.monotonic()
     arm = compile_arm(ArmSpec(label="warm", target=path, device=device, dtype=dtype))
     cache = ", ".join(f"{k} {v}" for k, v in arm.cache.items() if v)
-    return f"{spec}: compiled in {time.monotonic() - start:.1f} s (cache: {cache or 'not counted'})"
+    return f"{spec}: compiled in {time.monotonic() - start:.1f} s (cache: {cache or 'not counted'})", arm.cache_keys
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
                         help="where the arms will run (cpu: the Triton interpreter, as kernelopt bench's)")
     parser.add_argument("--deadline", type=float, default=300.0, help="seconds the whole warm may take")
+    parser.add_argument("--keys", type=Path, help="write each problem's cache keys here (JSON)")
     args = parser.parse_args(argv)
     try:
         for spec in args.problems:
@@ -60,16 +64,19 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    start, failed = time.monotonic(), 0
+    start, failed, keys = time.monotonic(), 0, {}
     # One fresh process per problem (maxtasksperchild=1): a compile's Dynamo and Inductor state,
     # and its GPU memory, go with its process.
     ctx = multiprocessing.get_context("spawn")
     with ctx.Pool(processes=max(1, args.jobs), maxtasksperchild=1) as pool:
         pending = [(spec, pool.apply_async(warm_one, (spec, args.device))) for spec in args.problems]
         for spec, result in pending:
-            left = max(1.0, args.deadline - (time.monotonic() - start))
+            left = args.deadline - (time.monotonic() - start)
             try:
-                print(result.get(timeout=left), flush=True)
+                if left <= 0 and not result.ready():  # past the deadline: no more waiting, one problem at a time
+                    raise multiprocessing.TimeoutError
+                line, keys[spec] = result.get(timeout=max(left, 0.01))
+                print(line, flush=True)
             except multiprocessing.TimeoutError:
                 failed += 1
                 print(f"{spec}: not warmed (still compiling at the {args.deadline:.0f} s deadline)", flush=True)
@@ -77,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
                 failed += 1
                 print(f"{spec}: not warmed ({type(exc).__name__}: {str(exc)[:200]})", flush=True)
         pool.terminate()
+    if args.keys is not None:
+        args.keys.write_text(json.dumps(keys, indent=1))
     print(f"warmed {len(args.problems) - failed} of {len(args.problems)} problems in {time.monotonic() - start:.0f} s")
     return 1 if failed else 0
 

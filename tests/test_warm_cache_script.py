@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_a_warmed_problem_is_loaded_from_the_cache_by_its_bench_and_a_broken_one_is_reported(tmp_path: Path) -> None:
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache")}  # this test's own, empty cache
     warm = subprocess.run(
-        [sys.executable, "scripts/warm_cache.py", "--device", "cpu", "--jobs", "2",
+        [sys.executable, "scripts/warm_cache.py", "--device", "cpu", "--jobs", "2", "--keys", str(tmp_path / "keys.json"),
          "level1/hardswish.py:fp32", "level1/no_such_problem.py:fp32"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert warm.returncode == 1, warm.stderr[-2000:]  # one of two not warmed
@@ -35,6 +35,31 @@ def test_a_warmed_problem_is_loaded_from_the_cache_by_its_bench_and_a_broken_one
     starts = json.loads(bench.stdout)["arm_starts"]
     for arm in ("baseline", "packed"):
         assert starts[arm]["cache"]["hit"] == 1 and starts[arm]["cache"]["miss"] == 0, starts
+
+    # Every lookup, the warm's and the arms', under one key: the warm stored it, the arms loaded it.
+    (tmp_path / "bench.json").write_text(bench.stdout)
+    keys = subprocess.run([sys.executable, "scripts/cache_keys.py", str(tmp_path / "bench.json"), str(tmp_path / "keys.json")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert keys.returncode == 0, keys.stderr
+    lines = keys.stdout.splitlines()
+    assert lines[0] == "level1/hardswish.py:fp32: 1 key(s)", keys.stdout
+    assert set(lines[1].split(": ", 1)[1].split(", ")) == {"warm miss", "baseline hit", "packed hit"}, keys.stdout
+
+
+def test_two_keys_of_one_problem_show_the_components_that_differ() -> None:
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import cache_keys
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    shared = "[abc] fx_kwargs: {'is_inference': True}"
+    warm = {"key": "f1", "state": "miss", "components": [shared, "[h1] example_inputs[0]: TensorMetadata(stride=(64, 1))"]}
+    arm = {"key": "f2", "state": "miss", "components": [shared, "[h2] example_inputs[0]: TensorMetadata(stride=(1, 64))"]}
+    lines = cache_keys.report({"level1/x.py:fp32": [("warm", warm), ("baseline", arm)]})
+    assert lines[0] == "level1/x.py:fp32: 2 key(s)"
+    assert "    - [h1] example_inputs[0]: TensorMetadata(stride=(64, 1))" in lines
+    assert "    + [h2] example_inputs[0]: TensorMetadata(stride=(1, 64))" in lines
+    assert not any("fx_kwargs" in line for line in lines)  # alike in both: not shown
 
 
 def test_a_malformed_problem_is_refused_before_anything_compiles() -> None:

@@ -82,6 +82,41 @@ def counting_cache_use() -> Iterator[dict[str, int]]:
         use.update({name: count - before[name] for name, count in now().items()})
 
 
+COMPONENT_CHARS = 240  # of each line of a cache key's components kept (Inductor's own cut them at 1024)
+
+
+@contextmanager
+def recording_cache_keys() -> Iterator[list[dict[str, Any]]]:
+    """Each FX-graph cache lookup while the block runs: its key, ``hit`` or ``miss``, and the
+    key's components (Inductor's own debug lines, ``[hash] name: value``: what went into the key).
+
+    Why: on the H200 (12-05), arms of one model in identical processes, started after a process
+    had compiled it into the cache, sometimes loaded that compile and sometimes missed it and
+    compiled cold; two lookups of one model under different keys, compared component by component
+    (``scripts/cache_keys.py``), say which input to the key differs. Wraps
+    ``FxGraphCache.load_with_key`` for the block; a torch without it records nothing."""
+    from torch._inductor import codecache
+
+    lookups: list[dict[str, Any]] = []
+    cache = getattr(codecache, "FxGraphCache", None)
+    original = getattr(cache, "load_with_key", None)
+    if cache is None or original is None:
+        yield lookups
+        return
+
+    def load_with_key(key: str, debug_lines: list[str], *args: Any, **kwargs: Any) -> Any:
+        graph, info = original(key, debug_lines, *args, **kwargs)
+        lookups.append({"key": key, "state": (info or {}).get("cache_state"),
+                        "components": [str(line)[:COMPONENT_CHARS] for line in debug_lines or []]})
+        return graph, info
+
+    cache.load_with_key = staticmethod(load_with_key)
+    try:
+        yield lookups
+    finally:
+        cache.load_with_key = staticmethod(original)
+
+
 @dataclass
 class LoadedGraph:
     """An output module as loaded in this process."""

@@ -123,6 +123,7 @@ class CompiledArm:
     compiled: Any  # the compiled call
     configs: dict[str, str]  # each kernel's launch config as this compile settled it
     cache: dict[str, int]  # the compiler's cache: graphs loaded from it, compiled anew, or not cacheable
+    cache_keys: list[dict[str, Any]]  # each cache lookup's key, hit or miss, and what went into the key
 
 
 def compile_arm(spec: ArmSpec) -> CompiledArm:
@@ -132,7 +133,7 @@ def compile_arm(spec: ArmSpec) -> CompiledArm:
     import torch
 
     from kernelopt_bot.capture.chosen_configs import seeing_kernels
-    from kernelopt_bot.capture.recorder import compile_fresh, counting_cache_use
+    from kernelopt_bot.capture.recorder import compile_fresh, counting_cache_use, recording_cache_keys
     from kernelopt_bot.capture.settings import target_settings
     from kernelopt_bot.device import prepare_device
     from kernelopt_bot.pack import runtime
@@ -155,10 +156,10 @@ def compile_arm(spec: ArmSpec) -> CompiledArm:
         torch._inductor.config.patch(config).__enter__()  # this process only, for its lifetime
     if spec.pack is not None:
         runtime.install(KernelPack.from_json(spec.pack))
-    with seeing_kernels() as seen, counting_cache_use() as cache:
+    with seeing_kernels() as seen, counting_cache_use() as cache, recording_cache_keys() as keys:
         compiled = compile_fresh(target.model, mode=mode)
         target.run(compiled, target.make_inputs(0))
-    return CompiledArm(target, compiled, seen.configs(), dict(cache))
+    return CompiledArm(target, compiled, seen.configs(), dict(cache), keys)
 
 
 def _serve(spec: ArmSpec, conn: Channel) -> None:
@@ -185,6 +186,7 @@ def _serve(spec: ArmSpec, conn: Channel) -> None:
         "gpu_mb": torch.cuda.max_memory_reserved() / 2**20 if target.device == "cuda" else None,
         "compile_s": round(time.monotonic() - started, 2),  # torch's import, the target's load, the compile
         "cache": arm.cache,  # the compiler's cache: graphs loaded from it, compiled anew, or not cacheable
+        "cache_keys": arm.cache_keys,  # under which keys (a cold start beside a stored compile: why it missed)
     }))
     while True:
         op, *args = conn.recv()
@@ -497,6 +499,7 @@ class ArmProcess:
             raise
         cold_s, load_s = compile_seconds(cold), compile_seconds(payload)
         merged = {**payload, "warm_load": {"cold_compile_s": cold_s, "load_s": load_s, "cold_cache": cold.get("cache"),
+                                           "cold_cache_keys": cold.get("cache_keys"),
                                            "replacement_cold": compiled_cold(payload)}}
         if cold_s is not None and load_s is not None:  # what the arm's start cost: both starts
             merged["compile_s"] = round(cold_s + load_s, 2)
