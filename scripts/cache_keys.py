@@ -76,10 +76,16 @@ def report(found: dict[str, list[tuple[str, Lookup]]]) -> list[str]:
         out.append(f"{spec}: {len(by_key)} key(s)")
         for key, uses in by_key.items():
             out.append(f"  {key[:16]}: " + ", ".join(f"{who} {lookup.get('state')}" for who, lookup in uses))
-        keys = list(by_key)
+        # A key's components are recorded where a process missed it (it compiled and stored it).
+        described = {key: next((lookup for _, lookup in uses if lookup.get("components")), None)
+                     for key, uses in by_key.items()}
+        keys = [key for key, lookup in described.items() if lookup is not None]
+        for key in by_key:
+            if described[key] is None:
+                out.append(f"  {key[:16]}: no components recorded (no process here compiled it)")
         for other in keys[1:]:
             out.append(f"  {keys[0][:16]} against {other[:16]}:")
-            out.extend(differing_components(by_key[keys[0]][0][1], by_key[other][0][1])
+            out.extend(differing_components(described[keys[0]], described[other])  # type: ignore[arg-type]
                        or ["    (the recorded components are alike: the difference is past what was kept)"])
     return out
 

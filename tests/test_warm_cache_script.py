@@ -55,11 +55,22 @@ def test_two_keys_of_one_problem_show_the_components_that_differ() -> None:
     shared = "[abc] fx_kwargs: {'is_inference': True}"
     warm = {"key": "f1", "state": "miss", "components": [shared, "[h1] example_inputs[0]: TensorMetadata(stride=(64, 1))"]}
     arm = {"key": "f2", "state": "miss", "components": [shared, "[h2] example_inputs[0]: TensorMetadata(stride=(1, 64))"]}
-    lines = cache_keys.report({"level1/x.py:fp32": [("warm", warm), ("baseline", arm)]})
+    loaded = {"key": "f1", "state": "hit"}  # a hit records no components: the warm's miss describes its key
+    lines = cache_keys.report({"level1/x.py:fp32": [("packed", loaded), ("warm", warm), ("baseline", arm)]})
     assert lines[0] == "level1/x.py:fp32: 2 key(s)"
+    assert lines[1] == "  f1: packed hit, warm miss" and lines[2] == "  f2: baseline miss"
     assert "    - [h1] example_inputs[0]: TensorMetadata(stride=(64, 1))" in lines
     assert "    + [h2] example_inputs[0]: TensorMetadata(stride=(1, 64))" in lines
     assert not any("fx_kwargs" in line for line in lines)  # alike in both: not shown
+
+
+def test_a_key_component_is_kept_short() -> None:
+    from kernelopt_bot.capture.recorder import compact_component
+
+    assert compact_component("[abcdefghijkl] inductor_config[max_autotune]: False") == "[abcdefgh] inductor_config[max_autotune]"
+    long = "[abcdefghijkl] example_inputs[0]: " + "x" * 1000
+    assert compact_component(long) == "[abcdefgh] example_inputs[0]: " + "x" * 160
+    assert compact_component("no bracket") == "no bracket"
 
 
 def test_a_malformed_problem_is_refused_before_anything_compiles() -> None:

@@ -82,17 +82,31 @@ def counting_cache_use() -> Iterator[dict[str, int]]:
         use.update({name: count - before[name] for name, count in now().items()})
 
 
-COMPONENT_CHARS = 240  # of each line of a cache key's components kept (Inductor's own cut them at 1024)
+COMPONENT_VALUE_CHARS = 160  # of a key component's value kept (Inductor's own lines run to 1024)
+
+
+def compact_component(line: str) -> str:
+    """One of Inductor's key-component lines (``[hash] name: value``) kept short: the hash's first
+    eight characters, the name, and the value cut, or left out for the ~600 Inductor config
+    entries (their name and hash say which one differs; the value is in the config)."""
+    head, sep, rest = str(line).partition("] ")
+    if not sep:
+        return str(line)[:COMPONENT_VALUE_CHARS]
+    name, _, value = rest.partition(": ")
+    if name.startswith("inductor_config"):
+        return f"{head[:9]}] {name}"
+    return f"{head[:9]}] {name}: {value[:COMPONENT_VALUE_CHARS]}"
 
 
 @contextmanager
 def recording_cache_keys() -> Iterator[list[dict[str, Any]]]:
-    """Each FX-graph cache lookup while the block runs: its key, ``hit`` or ``miss``, and the
-    key's components (Inductor's own debug lines, ``[hash] name: value``: what went into the key).
+    """Each FX-graph cache lookup while the block runs: its key, ``hit`` or ``miss``, and for a
+    miss (a key this process was the first to compile under) the key's components, compacted
+    (Inductor's own debug lines, ``[hash] name: value``: what went into the key).
 
-    Why: on the H200 (12-05), arms of one model in identical processes, started after a process
+    Why: on the H200 (12-05e), arms of one model in identical processes, started after a process
     had compiled it into the cache, sometimes loaded that compile and sometimes missed it and
-    compiled cold; two lookups of one model under different keys, compared component by component
+    compiled cold; two misses of one model under different keys, compared component by component
     (``scripts/cache_keys.py``), say which input to the key differs. Wraps
     ``FxGraphCache.load_with_key`` for the block; a torch without it records nothing."""
     from torch._inductor import codecache
@@ -106,8 +120,10 @@ def recording_cache_keys() -> Iterator[list[dict[str, Any]]]:
 
     def load_with_key(key: str, debug_lines: list[str], *args: Any, **kwargs: Any) -> Any:
         graph, info = original(key, debug_lines, *args, **kwargs)
-        lookups.append({"key": key, "state": (info or {}).get("cache_state"),
-                        "components": [str(line)[:COMPONENT_CHARS] for line in debug_lines or []]})
+        lookup: dict[str, Any] = {"key": key, "state": (info or {}).get("cache_state")}
+        if graph is None:
+            lookup["components"] = [compact_component(line) for line in debug_lines or []]
+        lookups.append(lookup)
         return graph, info
 
     cache.load_with_key = staticmethod(load_with_key)

@@ -270,19 +270,25 @@ WARM_LOAD_MIN_S = 10.0
 STOP_WAIT_S = 10.0
 
 
-def compiled_cold(info: dict[str, Any] | None) -> bool:
-    """Whether an arm compiled some graph anew and stored it in the compiler's cache, as its ready
-    message (``info``) says (``cache``: :func:`~kernelopt_bot.capture.recorder.counting_cache_use`):
-    a process started after it would load that graph instead. A graph the cache cannot hold
-    ("bypass") or could not store is compiled anew by every arm alike: not cold."""
+def cache_counts(info: dict[str, Any] | None) -> dict[str, int] | None:
+    """The compiler-cache counts of an arm's ready message (``info["cache"]``:
+    :func:`~kernelopt_bot.capture.recorder.counting_cache_use`): ``hit``, ``miss``, ``bypass`` and
+    ``unstored``, one the message left out read as 0; None where it says none or they are not counts."""
     cache = (info or {}).get("cache")
     if not isinstance(cache, dict):
-        return False
-    misses, unstored = cache.get("miss"), cache.get("unstored", 0)
-    counts = (misses, unstored)
-    if not all(isinstance(c, int) and not isinstance(c, bool) for c in counts):
-        return False
-    return misses > unstored
+        return None
+    counts = {key: cache.get(key, 0) for key in ("hit", "miss", "bypass", "unstored")}
+    if not all(isinstance(c, int) and not isinstance(c, bool) for c in counts.values()):
+        return None
+    return counts
+
+
+def compiled_cold(info: dict[str, Any] | None) -> bool:
+    """Whether an arm compiled some graph anew and stored it in the compiler's cache, as its ready
+    message (``info``) says: a process started after it would load that graph instead. A graph the
+    cache cannot hold ("bypass") or could not store is compiled anew by every arm alike: not cold."""
+    counts = cache_counts(info)
+    return counts is not None and counts["miss"] > counts["unstored"]
 
 
 def effective_start(info: dict[str, Any] | None) -> str | None:
@@ -290,16 +296,12 @@ def effective_start(info: dict[str, Any] | None) -> str | None:
     ``"compiled"`` where it compiled some graph itself (anew, or one the cache cannot hold),
     ``"loaded"`` where every graph came from the compiler's cache (a cold arm's replacement
     included: ``cache`` is the replacement's own), None where it does not say."""
-    cache = (info or {}).get("cache")
-    if not isinstance(cache, dict):
+    counts = cache_counts(info)
+    if counts is None:
         return None
-    counts = [cache.get(key, 0) for key in ("hit", "miss", "bypass")]
-    if not all(isinstance(c, int) and not isinstance(c, bool) for c in counts):
-        return None
-    hits, misses, bypassed = counts
-    if misses or bypassed:
+    if counts["miss"] or counts["bypass"]:
         return "compiled"
-    return "loaded" if hits else None
+    return "loaded" if counts["hit"] else None
 
 
 def started_unlike(info: dict[str, Any] | None, baseline: dict[str, Any] | None) -> str | None:
@@ -351,15 +353,10 @@ def how_started(info: dict[str, Any] | None) -> str | None:
     and a cache load replaced it: ``ArmProcess``'s ``warm_load``), ``"compiled"`` (it compiled some
     graph anew, or its replacement did again), ``"loaded"`` (every graph from the compiler's cache), or None where it does not say
     (a kernel target's arm, or a torch that counts nothing)."""
-    info = info or {}
-    warm = info.get("warm_load")
+    warm = (info or {}).get("warm_load")
     if isinstance(warm, dict):  # replaced, unless the replacement compiled again
         return "compiled" if warm.get("replacement_cold") is True else "replaced"
-    cache = info.get("cache")
-    misses = cache.get("miss") if isinstance(cache, dict) else None
-    if misses is None:
-        return None
-    return "compiled" if misses else "loaded"
+    return effective_start(info)
 
 
 def arm_process_name(label: str) -> str:

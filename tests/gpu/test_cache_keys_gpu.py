@@ -1,0 +1,45 @@
+"""Arms of one model, started one after another in identical processes, load each other's compile
+from the compiler's cache on the GPU.
+
+On the H200 (12-05e) 35 of 51 arm starts of `kernelopt bench` compiled cold although a process
+had compiled the same model into the cache just before (on the CPU every arm loads: the
+warm-cache test). Each cold start costs a compile and a replacement load (13-34 s and 12-19 s on a
+level-2/3 problem). This test names the component of Inductor's cache key that differs when it
+fails (``scripts/cache_keys.py``'s comparison, from the arms' recorded lookups).
+
+Run on the GPU by scripts/gpu_check.sh (tests part); skipped without CUDA."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from kernelopt_bot.harness.arm_process import ArmProcess, ArmSpec
+
+pytestmark = pytest.mark.gpu
+
+ROOT = Path(__file__).resolve().parents[2]
+PROBLEMS = [("level2/conv2d_bn_relu.py", "bf16"), ("level3/mixer_block.py", "bf16")]
+
+
+@pytest.mark.parametrize(("problem", "dtype"), PROBLEMS)
+def test_a_second_arm_loads_the_first_arms_compile(problem: str, dtype: str, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "cache"))  # empty: the first arm compiles
+    target = str(ROOT / "benchmarks" / problem)
+    lookups = []
+    for label in ("first", "second", "third"):
+        with ArmProcess(ArmSpec(label, target, "cuda", dtype)) as arm:
+            info = arm.wait_ready()
+            lookups.append((label, info.get("cache_keys") or []))
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import cache_keys
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    report = "\n".join(cache_keys.report({f"{problem}:{dtype}": [(who, k) for who, keys in lookups for k in keys]}))
+    states = {who: [k.get("state") for k in keys] for who, keys in lookups}
+    assert states["first"] and all(s == "miss" for s in states["first"]), report
+    assert all(s == "hit" for s in states["second"] + states["third"]), report
