@@ -168,12 +168,15 @@ class RunResult:
     @property
     def step_halves(self) -> list[dict[str, Any]]:
         """A training step's split as rows: ``half`` (forward, backward), ``baseline`` and
-        ``optimized`` ms, and the half's ``speedup`` (None where either time is missing or not
-        positive: a backward is the step less its forward, which noise can make so)."""
+        ``optimized`` ms, and the half's ``speedup``: the passes' paired median the harness
+        measured where it says one, else the ratio of the two times (None where either is missing
+        or not positive: a backward is the step less its forward, which noise can make so)."""
         rows = []
         for half, times in self.step_split_ms.items():
             before, after = times.get("baseline"), times.get("optimized")
-            speedup = before / after if before and after and before > 0 and after > 0 else None
+            speedup = times.get("speedup")
+            if speedup is None:
+                speedup = before / after if before and after and before > 0 and after > 0 else None
             rows.append({"half": half, "baseline": before, "optimized": after, "speedup": speedup})
         return rows
 

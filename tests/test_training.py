@@ -213,7 +213,7 @@ def test_the_step_split_is_the_forward_and_the_step_less_its_forward_in_device_t
                           baseline_step_device_ms=3.0 + 0.1 * i, packed_step_device_ms=2.5) for i in range(3)]
     rounds.append(RoundResult(9, 3.0, 2.5, 3.0, baseline_forward_ms=1.0, packed_forward_ms=0.9))  # no device step
     split = _step_split(rounds)
-    assert split["forward"] == {"baseline": 1.0, "optimized": 0.9}
+    assert split["forward"] == {"baseline": 1.0, "optimized": 0.9, "speedup": pytest.approx(1.0 / 0.9)}
     assert split["backward"]["baseline"] == pytest.approx(2.1) and split["backward"]["optimized"] == pytest.approx(1.6)
     assert _step_split([RoundResult(0, 1.0, 1.0, 1.0)]) == {}
 
@@ -246,9 +246,37 @@ def test_a_split_step_comparison_asks_each_arm_for_both_halves_with_the_host_hid
     finally:
         bench._max_abs_diff = real  # type: ignore[assignment]
     assert ("forward", True) in base.asked and ("step", True) in base.asked and () in base.asked
-    assert result.step_split_ms["forward"] == {"baseline": 1.0, "optimized": 0.8}
-    assert result.step_split_ms["backward"] == {"baseline": 2.0, "optimized": pytest.approx(2.0)}
+    assert result.step_split_ms["forward"] == {"baseline": 1.0, "optimized": 0.8, "speedup": pytest.approx(1.25)}
+    assert result.step_split_ms["backward"] == {"baseline": 2.0, "optimized": pytest.approx(2.0),
+                                                "speedup": pytest.approx(1.0)}
     assert result.baseline_ms == 8.0 and result.packed_ms == 7.8  # the headline: the step as it runs
+
+
+def test_each_halfs_speedup_pairs_the_arms_within_a_pass() -> None:
+    """A host that is fast in some passes and slow in others: in the third pass the packed model
+    ran fast while the baseline ran slow. Each half's speedup is the median of the passes' paired
+    ratios (1.25 forward, 1.0 backward), as the step's own; the ratio of the arms' medians would
+    read 2.5 and 2.0 (each arm's median lands on another state)."""
+    from kernelopt_bot.harness import bench
+
+    def med(values: list[float]) -> float:
+        return sorted(values)[len(values) // 2]
+
+    b_fwd, p_fwd, b_step, p_step = [1.0, 2.0, 2.0], [0.8, 1.6, 0.8], [3.0, 6.0, 6.0], [2.8, 5.6, 2.8]
+    round_ = bench.RoundResult(1000, 8.0, 7.8, 8.0, baseline_forward_ms=med(b_fwd), packed_forward_ms=med(p_fwd),
+                               baseline_step_device_ms=med(b_step), packed_step_device_ms=med(p_step),
+                               baseline_forward_passes_ms=b_fwd, packed_forward_passes_ms=p_fwd,
+                               baseline_step_passes_ms=b_step, packed_step_passes_ms=p_step)
+    split = bench._step_split([round_])
+    assert split["forward"]["baseline"] / split["forward"]["optimized"] == pytest.approx(2.5)
+    assert split["forward"]["speedup"] == pytest.approx(1.25)
+    assert split["backward"]["baseline"] / split["backward"]["optimized"] == pytest.approx(2.0)
+    assert split["backward"]["speedup"] == pytest.approx(1.0)
+    result = RunResult(target="m.py", name="m", device="cuda", dtype="bf16", train=True, step_split_ms=split)
+    assert [h["speedup"] for h in result.step_halves] == [pytest.approx(1.25), pytest.approx(1.0)]
+    # A round written before the passes were kept pairs its medians as one pass.
+    old = bench.RoundResult.from_json({k: v for k, v in round_.__dict__.items() if "passes" not in k})
+    assert old.step_half_ratios("forward") == [pytest.approx(2.5)]
 
 
 def test_dropout_batchnorm_and_integer_outputs_compare_like_with_like() -> None:

@@ -168,7 +168,7 @@ class ResultDoc(_Strict):
     llm_error: str | None = Field(default=None, max_length=500)
     source_edits: list[dict[str, Any]] = Field(default_factory=list, max_length=64)
     train: bool = False
-    step_split_ms: dict[Literal["forward", "backward"], dict[Literal["baseline", "optimized"],
+    step_split_ms: dict[Literal["forward", "backward"], dict[Literal["baseline", "optimized", "speedup"],
                                                             Annotated[Num, Field(ge=-MAX_MS, le=MAX_MS)] | None]] = Field(
         default_factory=dict)
 

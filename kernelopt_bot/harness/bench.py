@@ -88,6 +88,33 @@ class RoundResult:
     baseline_host_passes_ms: list[float | None] = field(default_factory=list)
     packed_host_passes_ms: list[float | None] = field(default_factory=list)
     baseline_repeat_host_passes_ms: list[float | None] = field(default_factory=list)
+    # A training step's halves, pass by pass (the baseline's and the packed model's in the same
+    # pass): each half's speedup pairs them as the step's does (step_half_ratios)
+    baseline_forward_passes_ms: list[float | None] = field(default_factory=list)
+    packed_forward_passes_ms: list[float | None] = field(default_factory=list)
+    baseline_step_passes_ms: list[float | None] = field(default_factory=list)
+    packed_step_passes_ms: list[float | None] = field(default_factory=list)
+
+    def step_half_ratios(self, half: str) -> list[float]:
+        """Baseline over packed of a training step's ``forward`` or ``backward`` (the step less its
+        forward, pass by pass), paired within each pass; a round without stored passes counts as
+        one pass of its medians."""
+        if half == "forward":
+            return pass_ratios(self.baseline_forward_passes_ms, self.packed_forward_passes_ms,
+                               self.baseline_forward_ms, self.packed_forward_ms)
+
+        def backward(step: list[float | None], forward: list[float | None]) -> list[float | None]:
+            if len(step) != len(forward):
+                return []
+            return [s - f if s is not None and f is not None else None for s, f in zip(step, forward)]
+
+        def backward_ms(step: float | None, forward: float | None) -> float | None:
+            return step - forward if step is not None and forward is not None else None
+
+        return pass_ratios(backward(self.baseline_step_passes_ms, self.baseline_forward_passes_ms),
+                           backward(self.packed_step_passes_ms, self.packed_forward_passes_ms),
+                           backward_ms(self.baseline_step_device_ms, self.baseline_forward_ms),
+                           backward_ms(self.packed_step_device_ms, self.packed_forward_ms))
 
     def speedups(self, host: bool = False) -> list[float]:
         """Baseline over packed, pass by pass (:func:`pass_ratios`); ``host``: of the host latencies."""
@@ -387,7 +414,11 @@ def _time_rounds(result: BenchResult, base: Arm, packed: Arm, repeat: Arm | None
             baseline_forward_ms=_median_of(halves[("baseline", "forward")]),
             packed_forward_ms=_median_of(halves[("packed", "forward")]),
             baseline_step_device_ms=_median_of(halves[("baseline", "step")]),
-            packed_step_device_ms=_median_of(halves[("packed", "step")])))
+            packed_step_device_ms=_median_of(halves[("packed", "step")]),
+            baseline_forward_passes_ms=halves[("baseline", "forward")],
+            packed_forward_passes_ms=halves[("packed", "forward")],
+            baseline_step_passes_ms=halves[("baseline", "step")],
+            packed_step_passes_ms=halves[("packed", "step")]))
         round_s = time.monotonic() - began
 
 
@@ -498,16 +529,22 @@ def _summarize(result: BenchResult) -> None:
 def _step_split(rounds: list[RoundResult]) -> dict[str, dict[str, float | None]]:
     """Forward and backward of a training step, baseline and optimized, in device time (the host
     hidden: see :func:`~kernelopt_bot.harness.timing.time_request`): medians over the rounds that
-    timed both halves (the backward of a round is its step less its forward)."""
+    timed both halves (the backward of a round is its step less its forward), and each half's
+    ``speedup`` as the step's own is taken: the median of the passes' paired ratios (a host that
+    changes speed from pass to pass weighs on both sides of a ratio alike, not on one arm's median)."""
     timed = [r for r in rounds if r.baseline_forward_ms and r.packed_forward_ms
              and r.baseline_step_device_ms and r.packed_step_device_ms]
     if not timed:
         return {}
     return {
         "forward": {"baseline": statistics.median(r.baseline_forward_ms for r in timed),  # type: ignore[misc]
-                    "optimized": statistics.median(r.packed_forward_ms for r in timed)},  # type: ignore[misc]
+                    "optimized": statistics.median(r.packed_forward_ms for r in timed),  # type: ignore[misc]
+                    "speedup": ratio_median([x for r in timed for x in r.step_half_ratios("forward")])},
         "backward": {"baseline": statistics.median(r.baseline_step_device_ms - r.baseline_forward_ms  # type: ignore[operator]
                                                    for r in timed),
                      "optimized": statistics.median(r.packed_step_device_ms - r.packed_forward_ms  # type: ignore[operator]
-                                                    for r in timed)},
+                                                    for r in timed),
+                     "speedup": ratio_median([x for r in timed for x in r.step_half_ratios("backward")])},
     }
+
+

@@ -53,6 +53,18 @@ def test_an_options_compile_and_timing_seconds_survive_validation_and_nonsense_d
             validate_result(json.dumps(_result(recommendations=[{**rec, key: bad}])), name="mlp", dtype="fp32")
 
 
+def test_a_training_steps_split_and_its_paired_speedups_survive_validation() -> None:
+    """The PR's table shows each half's speedup as the harness measured it (the passes' paired
+    median), not the ratio of the two medians: the publish stage must keep it."""
+    split = {"forward": {"baseline": 1.0, "optimized": 0.8, "speedup": 1.2},
+             "backward": {"baseline": 2.0, "optimized": 1.9, "speedup": None}}
+    r = validate_result(json.dumps(_result(train=True, step_split_ms=split)), name="mlp", dtype="fp32")
+    assert r.step_split_ms == split
+    assert [h["speedup"] for h in r.step_halves] == [1.2, pytest.approx(2.0 / 1.9)]
+    with pytest.raises(UntrustedResultError, match="step_split_ms"):
+        validate_result(json.dumps(_result(step_split_ms={"forward": {"ratio": 1.2}})), name="mlp", dtype="fp32")
+
+
 def test_the_llm_status_survives_validation() -> None:
     """The publish stage rebuilds the result: "LLM agents unavailable" must not be lost on the way."""
     r = validate_result(json.dumps(_result(llm_status="unavailable", llm_error="endpoint unreachable")),
