@@ -14,7 +14,8 @@
 #   bash scripts/gpu_check.sh gpus       the same suite problems on one GPU, then on all (SUITE_ARGS without --gpus;
 #                                        GPUS_RUNS=one or all for one half)
 #   bash scripts/gpu_check.sh noise      the harness's noise floor with an empty pack (NOISE_PROBLEMS="level3/x.py:fp32 ...";
-#                                        NOISE_PROBLEMS=all: every pair of suite.json, level 3 first, less NOISE_SKIP;
+#                                        NOISE_PROBLEMS=all: every pair of suite.json, level 3 first, less NOISE_SKIP
+#                                        and those measured under NOISE_MEASURED="benchmarks/results/DIR ...";
 #                                        NOISE_WARM=1: compiled first, NOISE_WARM_JOBS at once)
 #   bash scripts/gpu_check.sh warm       NOISE_PROBLEMS compiled into the caches only (a later call on the machine, still warm, skips them)
 #   bash scripts/gpu_check.sh kernels    kernel targets (liger-kernel, Helion): optimize, re-measure each patch on a clean
@@ -173,13 +174,9 @@ part_gpus() {  # issue 6: the same problems on one GPU, then on every GPU, each 
 
 DEFAULT_NOISE_PROBLEMS="level3/mixer_block.py:fp32 level3/gpt_block.py:bf16 level3/tiny_vit.py:fp32 level1/softmax_channels.py:fp32"
 if [ "${NOISE_PROBLEMS:-}" = all ]; then  # every problem-dtype pair of benchmarks/suite.json (not the training
-  # steps), the launch-bound networks of level 3 first, then level 2, then level 1; less those in NOISE_SKIP
-  NOISE_PROBLEMS="$(python3 -c '
-import json, sys
-skip = set(sys.argv[1].split())
-pairs = [(-p["level"], f"{p['"'"'path'"'"']}:{d}") for p in json.load(open("benchmarks/suite.json"))["problems"]
-         if not p.get("train") for d in p["dtypes"]]
-print(" ".join(spec for _, spec in sorted(pairs, key=lambda x: x[0]) if spec not in skip))' "${NOISE_SKIP:-}")"
+  # steps), level 3 first, then 2, then 1; less NOISE_SKIP and the pairs the folders in NOISE_MEASURED measured
+  # shellcheck disable=SC2086
+  NOISE_PROBLEMS="$(python3 scripts/noise_problems.py --skip ${NOISE_SKIP:-} --measured ${NOISE_MEASURED:-})"
   export NOISE_PROBLEMS
 fi
 WARMED=/tmp/kernelopt-warmed.txt  # the problems this machine has compiled into its caches (kept while it stays warm)
