@@ -169,13 +169,15 @@ class RunResult:
     def step_halves(self) -> list[dict[str, Any]]:
         """A training step's split as rows: ``half`` (forward, backward), ``baseline`` and
         ``optimized`` ms, and the half's ``speedup``: the passes' paired median the harness
-        measured where it says one, else the ratio of the two times (None where either is missing
-        or not positive: a backward is the step less its forward, which noise can make so)."""
+        measured (None where no pass had both halves positive: a backward is the step less its
+        forward, which noise can make negative); a result written before the harness paired them
+        has the ratio of the two times (None where either is missing or not positive)."""
         rows = []
         for half, times in self.step_split_ms.items():
             before, after = times.get("baseline"), times.get("optimized")
-            speedup = times.get("speedup")
-            if speedup is None:
+            if "speedup" in times:
+                speedup = times["speedup"]
+            else:
                 speedup = before / after if before and after and before > 0 and after > 0 else None
             rows.append({"half": half, "baseline": before, "optimized": after, "speedup": speedup})
         return rows

@@ -68,25 +68,40 @@ def differing_components(a: Lookup, b: Lookup) -> list[str]:
 
 
 def report(found: dict[str, list[tuple[str, Lookup]]]) -> list[str]:
+    """One block per problem and graph: a process's i-th lookup is its i-th graph (a graph break,
+    or a training step's forward and backward, makes several), compared only with the other
+    processes' i-th lookups."""
     out = []
     for spec in sorted(found):
-        by_key: dict[str, list[tuple[str, Lookup]]] = defaultdict(list)
+        by_graph: dict[int, list[tuple[str, Lookup]]] = defaultdict(list)
+        seen: dict[str, int] = defaultdict(int)
         for who, lookup in found[spec]:
-            by_key[str(lookup.get("key"))].append((who, lookup))
-        out.append(f"{spec}: {len(by_key)} key(s)")
-        for key, uses in by_key.items():
-            out.append(f"  {key[:16]}: " + ", ".join(f"{who} {lookup.get('state')}" for who, lookup in uses))
-        # A key's components are recorded where a process missed it (it compiled and stored it).
-        described = {key: next((lookup for _, lookup in uses if lookup.get("components")), None)
-                     for key, uses in by_key.items()}
-        keys = [key for key, lookup in described.items() if lookup is not None]
-        for key in by_key:
-            if described[key] is None:
-                out.append(f"  {key[:16]}: no components recorded (no process here compiled it)")
-        for other in keys[1:]:
-            out.append(f"  {keys[0][:16]} against {other[:16]}:")
-            out.extend(differing_components(described[keys[0]], described[other])  # type: ignore[arg-type]
-                       or ["    (the recorded components are alike: the difference is past what was kept)"])
+            by_graph[seen[who]].append((who, lookup))
+            seen[who] += 1
+        for graph, lookups in sorted(by_graph.items()):
+            title = spec if len(by_graph) == 1 else f"{spec} graph {graph}"
+            out.extend(_graph_block(title, lookups))
+    return out
+
+
+def _graph_block(title: str, lookups: list[tuple[str, Lookup]]) -> list[str]:
+    by_key: dict[str, list[tuple[str, Lookup]]] = defaultdict(list)
+    for who, lookup in lookups:
+        by_key[str(lookup.get("key"))].append((who, lookup))
+    out = [f"{title}: {len(by_key)} key(s)"]
+    for key, uses in by_key.items():
+        out.append(f"  {key[:16]}: " + ", ".join(f"{who} {lookup.get('state')}" for who, lookup in uses))
+    # A key's components are recorded where a process missed it (it compiled and stored it).
+    described = {key: next((lookup for _, lookup in uses if lookup.get("components")), None)
+                 for key, uses in by_key.items()}
+    keys = [key for key, lookup in described.items() if lookup is not None]
+    for key in by_key:
+        if described[key] is None:
+            out.append(f"  {key[:16]}: no components recorded (no process here compiled it)")
+    for other in keys[1:]:
+        out.append(f"  {keys[0][:16]} against {other[:16]}:")
+        out.extend(differing_components(described[keys[0]], described[other])  # type: ignore[arg-type]
+                   or ["    (the recorded components are alike: the difference is past what was kept)"])
     return out
 
 

@@ -176,7 +176,9 @@ DEFAULT_NOISE_PROBLEMS="level3/mixer_block.py:fp32 level3/gpt_block.py:bf16 leve
 if [ "${NOISE_PROBLEMS:-}" = all ]; then  # every problem-dtype pair of benchmarks/suite.json (not the training
   # steps), level 3 first, then 2, then 1; less NOISE_SKIP and the pairs the folders in NOISE_MEASURED measured
   # shellcheck disable=SC2086
-  NOISE_PROBLEMS="$(python3 scripts/noise_problems.py --skip ${NOISE_SKIP:-} --measured ${NOISE_MEASURED:-})"
+  NOISE_PROBLEMS="$(python3 scripts/noise_problems.py --skip ${NOISE_SKIP:-} --measured ${NOISE_MEASURED:-})" \
+    || { echo "noise: scripts/noise_problems.py failed" >&2; exit 2; }
+  [ -n "$NOISE_PROBLEMS" ] || NOISE_PROBLEMS=none  # every pair measured: nothing to do (not the defaults)
   export NOISE_PROBLEMS
 fi
 WARMED=/tmp/kernelopt-warmed.txt  # the problems this machine has compiled into its caches (kept while it stays warm)
@@ -185,7 +187,8 @@ part_warm() {  # NOISE_PROBLEMS compiled into the caches, NOISE_WARM_JOBS at onc
   # those this machine already warmed in an earlier call; nothing timed
   local spec todo=()
   for spec in ${NOISE_PROBLEMS:-$DEFAULT_NOISE_PROBLEMS}; do
-    grep -qxF "$spec" "$WARMED" 2> /dev/null || todo+=("$spec")
+    [ "$spec" = none ] && continue
+    grep -qxF "$spec" "$WARMED" "$NOISED" 2> /dev/null || todo+=("$spec")  # warmed, or measured already
   done
   if [ ${#todo[@]} -eq 0 ]; then echo "warm: every problem already warmed on this machine" | tee -a "$summary"; return 0; fi
   python3 scripts/warm_cache.py --jobs "${NOISE_WARM_JOBS:-6}" --deadline "${NOISE_WARM_S:-240}" \
@@ -210,6 +213,7 @@ part_noise() {  # the harness's noise floor (baseline against baseline, and an e
   # keys (r/cache_keys.txt) are to say why first
   [ "${NOISE_WARM:-0}" = 0 ] || part_warm
   for spec in ${NOISE_PROBLEMS:-$DEFAULT_NOISE_PROBLEMS}; do
+    [ "$spec" = none ] && { echo "noise: every pair already measured" | tee -a "$summary"; continue; }
     # measured by an earlier call on this machine (still warm): that call's results hold it
     grep -qxF "$spec" "$NOISED" 2> /dev/null && [ "${NOISE_AGAIN:-0}" = 0 ] && continue
     if [ $(( PART_END - $(date +%s) )) -lt "${NOISE_MIN_S:-60}" ]; then  # a bench cut midway measures nothing
@@ -217,7 +221,9 @@ part_noise() {  # the harness's noise floor (baseline against baseline, and an e
     fi
     file="${spec%%:*}" dtype="${spec##*:}" slug="$(basename "$file" .py)_$dtype"
     python3 -m kernelopt_bot.cli bench "benchmarks/$file" --pack "$R/empty_pack.json" --dtype "$dtype" --json \
-      > "$R/noise_$slug.json" 2> "$R/noise_$slug.log" && echo "$spec" >> "$NOISED" || rc=1
+      > "$R/noise_$slug.json" 2> "$R/noise_$slug.log" || rc=1
+    python3 -c 'import json, sys; sys.exit(0 if json.load(open(sys.argv[1])).get("measured") else 1)' \
+      "$R/noise_$slug.json" 2> /dev/null && echo "$spec" >> "$NOISED"  # only what timed rounds (a GPU run)
     if [ -n "$pin" ]; then
       taskset -c "$pin" python3 -m kernelopt_bot.cli bench "benchmarks/$file" --pack "$R/empty_pack.json" \
         --dtype "$dtype" --json > "$R/noise_${slug}_pinned.json" 2> "$R/noise_${slug}_pinned.log" || rc=1

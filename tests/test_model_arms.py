@@ -492,6 +492,10 @@ def test_a_replacement_that_compiled_again_does_not_read_as_replaced() -> None:
     again = {**COLD, "warm_load": {"cold_compile_s": 20.0, "load_s": 4.0, "replacement_cold": True}}
     assert how_started(again) == "compiled"
     assert how_started({**LOADED, "warm_load": {"replacement_cold": False}}) == "replaced"
+    # A graph the cache cannot hold is compiled by every process: "compiled", as effective_start says;
+    # an arm that counted no graph at all says nothing
+    assert how_started({"cache": {"hit": 0, "miss": 0, "bypass": 1, "unstored": 0}}) == "compiled"
+    assert how_started({"cache": {"hit": 0, "miss": 0, "bypass": 0, "unstored": 0}}) is None
 
 
 def test_an_option_timed_against_baselines_started_otherwise_says_so(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -64,6 +64,22 @@ def test_two_keys_of_one_problem_show_the_components_that_differ() -> None:
     assert not any("fx_kwargs" in line for line in lines)  # alike in both: not shown
 
 
+def test_each_processs_graphs_are_compared_graph_by_graph() -> None:
+    """Two graphs (a break, or a step's forward and backward): a process's second lookup is
+    compared with the others' second, never with their first."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import cache_keys
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    first = [("warm", {"key": "a", "state": "miss", "components": ["[1] gm: one"]}),
+             ("warm", {"key": "b", "state": "miss", "components": ["[2] gm: two"]})]
+    second = [("baseline", {"key": "a", "state": "hit"}), ("baseline", {"key": "b", "state": "hit"})]
+    lines = cache_keys.report({"l3/x.py:bf16": first + second})
+    assert lines == ["l3/x.py:bf16 graph 0: 1 key(s)", "  a: warm miss, baseline hit",
+                     "l3/x.py:bf16 graph 1: 1 key(s)", "  b: warm miss, baseline hit"]
+
+
 def test_a_key_component_is_kept_short() -> None:
     from kernelopt_bot.capture.recorder import compact_component
 
@@ -78,3 +94,18 @@ def test_a_malformed_problem_is_refused_before_anything_compiles() -> None:
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
     assert "expected level/file.py:dtype" in done.stderr
+
+
+def test_recording_cache_keys_puts_inductors_lookup_back_even_after_an_error() -> None:
+    import inspect
+
+    import pytest
+    from torch._inductor.codecache import FxGraphCache
+
+    from kernelopt_bot.capture.recorder import recording_cache_keys
+
+    before = inspect.getattr_static(FxGraphCache, "load_with_key")
+    with pytest.raises(RuntimeError), recording_cache_keys():
+        assert inspect.getattr_static(FxGraphCache, "load_with_key") is not before  # wrapped inside
+        raise RuntimeError("a compile failed")
+    assert inspect.getattr_static(FxGraphCache, "load_with_key") is before

@@ -109,28 +109,37 @@ def recording_cache_keys() -> Iterator[list[dict[str, Any]]]:
     compiled cold; two misses of one model under different keys, compared component by component
     (``scripts/cache_keys.py``), say which input to the key differs. Wraps
     ``FxGraphCache.load_with_key`` for the block; a torch without it records nothing."""
+    import inspect
+
     from torch._inductor import codecache
 
     lookups: list[dict[str, Any]] = []
     cache = getattr(codecache, "FxGraphCache", None)
-    original = getattr(cache, "load_with_key", None)
-    if cache is None or original is None:
+    stored = inspect.getattr_static(cache, "load_with_key", None) if cache is not None else None
+    if not isinstance(stored, staticmethod):  # another torch: record nothing rather than guess its shape
         yield lookups
         return
+    original, own = stored.__func__, "load_with_key" in vars(cache)
 
     def load_with_key(key: str, debug_lines: list[str], *args: Any, **kwargs: Any) -> Any:
-        graph, info = original(key, debug_lines, *args, **kwargs)
-        lookup: dict[str, Any] = {"key": key, "state": (info or {}).get("cache_state")}
-        if graph is None:
-            lookup["components"] = [compact_component(line) for line in debug_lines or []]
-        lookups.append(lookup)
-        return graph, info
+        answer = original(key, debug_lines, *args, **kwargs)
+        if isinstance(answer, tuple) and len(answer) == 2:  # (graph or None, cache info)
+            graph, info = answer
+            lookup: dict[str, Any] = {"key": key,
+                                      "state": info.get("cache_state") if isinstance(info, dict) else None}
+            if graph is None:
+                lookup["components"] = [compact_component(line) for line in debug_lines or []]
+            lookups.append(lookup)
+        return answer
 
     cache.load_with_key = staticmethod(load_with_key)
     try:
         yield lookups
     finally:
-        cache.load_with_key = staticmethod(original)
+        if own:
+            cache.load_with_key = stored
+        else:  # it was inherited: the class goes back to inheriting it
+            del cache.load_with_key
 
 
 @dataclass

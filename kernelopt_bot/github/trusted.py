@@ -196,6 +196,15 @@ class ResultDoc(_Strict):
             raise ValueError("not a device name")
         return v
 
+    @field_validator("step_split_ms")
+    @classmethod
+    def _split(cls, v: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        for half, times in v.items():
+            speedup = times.get("speedup")
+            if speedup is not None and speedup <= 0:  # a ratio of two device times is positive
+                raise ValueError(f"{half}: speedup {speedup} is not positive")
+        return v
+
     @field_validator("source_edits")
     @classmethod
     def _edits(cls, v: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -57,12 +57,16 @@ def test_a_training_steps_split_and_its_paired_speedups_survive_validation() -> 
     """The PR's table shows each half's speedup as the harness measured it (the passes' paired
     median), not the ratio of the two medians: the publish stage must keep it."""
     split = {"forward": {"baseline": 1.0, "optimized": 0.8, "speedup": 1.2},
-             "backward": {"baseline": 2.0, "optimized": 1.9, "speedup": None}}
+             "backward": {"baseline": 2.0, "optimized": 1.9, "speedup": 1.04}}
     r = validate_result(json.dumps(_result(train=True, step_split_ms=split)), name="mlp", dtype="fp32")
     assert r.step_split_ms == split
-    assert [h["speedup"] for h in r.step_halves] == [1.2, pytest.approx(2.0 / 1.9)]
-    with pytest.raises(UntrustedResultError, match="step_split_ms"):
-        validate_result(json.dumps(_result(step_split_ms={"forward": {"ratio": 1.2}})), name="mlp", dtype="fp32")
+    assert [h["speedup"] for h in r.step_halves] == [1.2, 1.04]  # as measured, not 2.0 / 1.9
+    for bad in ({"forward": {"ratio": 1.2}}, {"forward": {"baseline": 1.0, "optimized": 0.8, "speedup": -1.25}}):
+        with pytest.raises(UntrustedResultError, match="step_split_ms"):
+            validate_result(json.dumps(_result(step_split_ms=bad)), name="mlp", dtype="fp32")
+    # Every pass's backward came out negative (noise): no speedup, not the ratio of the medians.
+    none = {"backward": {"baseline": -0.1, "optimized": 0.2, "speedup": None}}
+    assert validate_result(json.dumps(_result(step_split_ms=none)), name="mlp", dtype="fp32").step_halves[0]["speedup"] is None
 
 
 def test_the_llm_status_survives_validation() -> None:

@@ -42,4 +42,5 @@ def test_a_second_arm_loads_the_first_arms_compile(problem: str, dtype: str, tmp
     report = "\n".join(cache_keys.report({f"{problem}:{dtype}": [(who, k) for who, keys in lookups for k in keys]}))
     states = {who: [k.get("state") for k in keys] for who, keys in lookups}
     assert states["first"] and all(s == "miss" for s in states["first"]), report
+    assert states["second"] and states["third"], report  # each looked its graphs up (none bypassed the cache)
     assert all(s == "hit" for s in states["second"] + states["third"]), report
