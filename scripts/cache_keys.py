@@ -18,13 +18,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from warm_cache import spec_of  # this folder: the problems' spelling
+
 Lookup = dict[str, Any]
-
-
-def spec_of(target: str, dtype: str) -> str:
-    """``benchmarks/level1/x.py`` and ``bf16`` as ``level1/x.py:bf16`` (warm_cache.py's spelling)."""
-    parts = Path(target).parts
-    return f"{'/'.join(parts[-2:])}:{dtype}"
 
 
 def lookups_by_problem(paths: list[Path]) -> dict[str, list[tuple[str, Lookup]]]:

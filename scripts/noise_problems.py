@@ -15,6 +15,8 @@ import json
 import sys
 from pathlib import Path
 
+from warm_cache import spec_of  # this folder: the problems' spelling
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -36,8 +38,7 @@ def measured_pairs(folders: list[Path]) -> set[str]:
             except (OSError, ValueError):
                 continue  # a bench cut midway wrote nothing readable: not measured
             if isinstance(data, dict) and data.get("measured") and data.get("target") and data.get("dtype"):
-                parts = Path(str(data["target"])).parts
-                found.add(f"{'/'.join(parts[-2:])}:{data['dtype']}")
+                found.add(spec_of(str(data["target"]), str(data["dtype"])))
     return found
 
 

@@ -39,6 +39,14 @@ def parse_spec(spec: str) -> tuple[str, str]:
     return str(BENCHMARKS / path), dtype
 
 
+def spec_of(target: str, dtype: str) -> str:
+    """A target's path (``benchmarks/level1/x.py``, relative or not) and dtype as the problem's
+    spec, ``level1/x.py:bf16``: what :func:`parse_spec` reads, for the scripts that map results
+    back to the problems they measured."""
+    parts = Path(target).parts
+    return f"{'/'.join(parts[-2:])}:{dtype}"
+
+
 def warm_one(spec: str, device: str) -> tuple[str, list[dict[str, Any]]]:
     """Compile one problem as a baseline arm would, in this (fresh) process: a line saying how, and
     the cache keys it stored under (``scripts/cache_keys.py`` compares them with the arms')."""

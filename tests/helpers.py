@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import importlib
 import os
 import re
 import subprocess
@@ -63,3 +64,14 @@ def other_tiling(kernel: Any, chosen: dict | None) -> Any:
     name = next(iter(blocks))
     blocks[name] = blocks[name] // 2 if blocks[name] > 8 else blocks[name] * 2
     return LaunchConfig(blocks, num_warps=4, num_stages=1)
+
+
+def script_module(name: str) -> Any:
+    """A module of ``scripts/`` imported as its script runs (that folder first on the path, so
+    its imports of the other scripts resolve), for tests of its functions."""
+    folder = str(ROOT / "scripts")
+    sys.path.insert(0, folder)
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(folder)

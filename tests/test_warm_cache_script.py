@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.helpers import script_module
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -47,11 +49,7 @@ def test_a_warmed_problem_is_loaded_from_the_cache_by_its_bench_and_a_broken_one
 
 
 def test_two_keys_of_one_problem_show_the_components_that_differ() -> None:
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        import cache_keys
-    finally:
-        sys.path.remove(str(ROOT / "scripts"))
+    cache_keys = script_module("cache_keys")
     shared = "[abc] fx_kwargs: {'is_inference': True}"
     warm = {"key": "f1", "state": "miss", "components": [shared, "[h1] example_inputs[0]: TensorMetadata(stride=(64, 1))"]}
     arm = {"key": "f2", "state": "miss", "components": [shared, "[h2] example_inputs[0]: TensorMetadata(stride=(1, 64))"]}
@@ -67,11 +65,7 @@ def test_two_keys_of_one_problem_show_the_components_that_differ() -> None:
 def test_each_processs_graphs_are_compared_graph_by_graph() -> None:
     """Two graphs (a break, or a step's forward and backward): a process's second lookup is
     compared with the others' second, never with their first."""
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        import cache_keys
-    finally:
-        sys.path.remove(str(ROOT / "scripts"))
+    cache_keys = script_module("cache_keys")
     first = [("warm", {"key": "a", "state": "miss", "components": ["[1] gm: one"]}),
              ("warm", {"key": "b", "state": "miss", "components": ["[2] gm: two"]})]
     second = [("baseline", {"key": "a", "state": "hit"}), ("baseline", {"key": "b", "state": "hit"})]

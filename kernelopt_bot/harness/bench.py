@@ -546,5 +546,3 @@ def _step_split(rounds: list[RoundResult]) -> dict[str, dict[str, float | None]]
                                                     for r in timed),
                      "speedup": ratio_median([x for r in timed for x in r.step_half_ratios("backward")])},
     }
-
-

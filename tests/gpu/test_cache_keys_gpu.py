@@ -11,12 +11,12 @@ Run on the GPU by scripts/gpu_check.sh (tests part); skipped without CUDA."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
 from kernelopt_bot.harness.arm_process import ArmProcess, ArmSpec
+from tests.helpers import script_module
 
 pytestmark = pytest.mark.gpu
 
@@ -34,11 +34,7 @@ def test_a_second_arm_loads_the_first_arms_compile(problem: str, dtype: str, tmp
         with ArmProcess(ArmSpec(label, target, "cuda", dtype)) as arm:
             info = arm.wait_ready()
             lookups.append((label, info.get("cache_keys") or []))
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        import cache_keys
-    finally:
-        sys.path.remove(str(ROOT / "scripts"))
+    cache_keys = script_module("cache_keys")
     report = "\n".join(cache_keys.report({f"{problem}:{dtype}": [(who, k) for who, keys in lookups for k in keys]}))
     states = {who: [k.get("state") for k in keys] for who, keys in lookups}
     assert states["first"] and all(s == "miss" for s in states["first"]), report
