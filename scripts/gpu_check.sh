@@ -209,8 +209,8 @@ part_noise() {  # the harness's noise floor (baseline against baseline, and an e
     pin="$(python3 scripts/gpu_local_core.py)" && echo "noise: pinned runs on core $pin" | tee -a "$summary"
   fi
   # NOISE_WARM=1: compile them all first, several at once, so the benches only load. Off by default: on the
-  # H200 (12-05e) 35 of 51 arms still missed the warm compile and compiled cold; the arms' recorded cache
-  # keys (r/cache_keys.txt) are to say why first
+  # H200 (12-05e) 35 of 51 arms missed the warm compile (then made in plain spawned processes; now in
+  # model arms started as the benches' are) and compiled cold; r/cache_keys.txt says whether they still do
   [ "${NOISE_WARM:-0}" = 0 ] || part_warm
   for spec in ${NOISE_PROBLEMS:-$DEFAULT_NOISE_PROBLEMS}; do
     [ "$spec" = none ] && { echo "noise: every pair already measured" | tee -a "$summary"; continue; }

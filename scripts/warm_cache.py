@@ -5,12 +5,18 @@ its arms compile cold side by side, and each is then replaced by a process that 
 compile from the cache (a cold start's offset would otherwise stay in the measurement:
 ``ArmProcess``'s warm load). Measuring the noise floor of every problem of ``benchmarks/`` one
 after the other so costs about 50 s a problem on the GPU machine. Compiling them first, several at
-once (each in its own fresh process, through the arms' own :func:`compile_arm`), is meant to leave
-the timed benches nothing to do but load: what they measure is unchanged (every arm starts from
-the cache, as a run's final benchmark does), and nothing is timed while this runs. On the CPU the
-arms do load it; on the H200 (12-05e) 35 of 51 arms still missed it and compiled cold, so
-``--keys`` records the keys it stored under, for ``scripts/cache_keys.py`` to compare with the
-arms' (the noise part runs it only with NOISE_WARM=1 until that is understood).
+once, is meant to leave the timed benches nothing to do but load: what they measure is unchanged
+(every arm starts from the cache, as a run's final benchmark does), and nothing is timed while
+this runs.
+
+Each problem compiles in a model arm started exactly as a bench starts its arms (``ArmProcess``:
+the same isolation wrapper, environment, private home and target path), not in a process of this
+script's own. Why: on the H200 (12-05e) the first version compiled in a plain spawned process, and
+35 of 51 arms then missed its compile and compiled cold, while every arm that replaced a cold
+start loaded what that cold start (an arm) had stored. On the CPU both kinds of process load each
+other's compiles, so whatever in Inductor's key differs, it differs between the two ways of
+starting a process on the GPU machine. ``--keys`` records the keys the warm stored under, for
+``scripts/cache_keys.py`` to compare with the arms'.
 
 Usage: python scripts/warm_cache.py [--jobs 6] [--deadline 300] [--device cuda] [--keys keys.json] level1/x.py:bf16 level3/y.py:fp32 ...
 (paths under benchmarks/; a failure is reported and leaves that problem to compile in its bench).
@@ -20,9 +26,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
+import os
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -47,16 +54,30 @@ def spec_of(target: str, dtype: str) -> str:
     return f"{'/'.join(parts[-2:])}:{dtype}"
 
 
-def warm_one(spec: str, device: str) -> tuple[str, list[dict[str, Any]]]:
-    """Compile one problem as a baseline arm would, in this (fresh) process: a line saying how, and
-    the cache keys it stored under (``scripts/cache_keys.py`` compares them with the arms')."""
-    from kernelopt_bot.harness.arm_process import ArmSpec, compile_arm
+def bench_target(path: str) -> str:
+    """The target as the GPU check's benches name it (``benchmarks/level1/x.py`` from the
+    repository's root): an arm gets the path it is given, so the warm gives the same one."""
+    relative = os.path.relpath(path)
+    return path if relative.startswith("..") else relative
+
+
+def warm_one(spec: str, device: str, deadline: float) -> tuple[str, list[dict[str, Any]]]:
+    """Compile one problem in a model arm started as a bench's are, then close it: a line saying
+    how, and the cache keys it stored under (``scripts/cache_keys.py`` compares them with the
+    arms'). ``deadline``: ``time.monotonic()`` by which the compile must be done (killed after)."""
+    from kernelopt_bot.harness.arm_process import ArmProcess, ArmSpec, ArmTimeout
 
     path, dtype = parse_spec(spec)
     start = time.monotonic()
-    arm = compile_arm(ArmSpec(label="warm", target=path, device=device, dtype=dtype))
-    cache = ", ".join(f"{k} {v}" for k, v in arm.cache.items() if v)
-    return f"{spec}: compiled in {time.monotonic() - start:.1f} s (cache: {cache or 'not counted'})", arm.cache_keys
+    if deadline <= start:  # its turn came after the deadline: nothing is started
+        raise ArmTimeout(f"{spec}: not started before the deadline")
+    with ArmProcess(ArmSpec(label="warm", target=bench_target(path), device=device, dtype=dtype),
+                    start_timeout_s=deadline - start) as arm:
+        info = arm.wait_ready()
+    counts = info.get("cache") or {}
+    cache = ", ".join(f"{k} {v}" for k, v in counts.items() if v)
+    return f"{spec}: compiled in {time.monotonic() - start:.1f} s (cache: {cache or 'not counted'})", \
+        info.get("cache_keys") or []
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -74,26 +95,28 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    from kernelopt_bot.harness.arm_process import ArmRaised, ArmTimeout
+
     start, failed, keys = time.monotonic(), 0, {}
-    # One fresh process per problem (maxtasksperchild=1): a compile's Dynamo and Inductor state,
-    # and its GPU memory, go with its process.
-    ctx = multiprocessing.get_context("spawn")
-    with ctx.Pool(processes=max(1, args.jobs), maxtasksperchild=1) as pool:
-        pending = [(spec, pool.apply_async(warm_one, (spec, args.device))) for spec in args.problems]
-        for spec, result in pending:
-            left = args.deadline - (time.monotonic() - start)
+    deadline = start + args.deadline
+    # Threads only wait: each problem compiles in its own arm process (its Dynamo and Inductor
+    # state, and its GPU memory, go with it), at most --jobs at once.
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        pending = [(spec, pool.submit(warm_one, spec, args.device, deadline)) for spec in args.problems]
+        for spec, future in pending:
             try:
-                if left <= 0 and not result.ready():  # past the deadline: no more waiting, one problem at a time
-                    raise multiprocessing.TimeoutError
-                line, keys[spec] = result.get(timeout=max(left, 0.01))
+                line, keys[spec] = future.result()
                 print(line, flush=True)
-            except multiprocessing.TimeoutError:
+            except ArmTimeout as exc:
                 failed += 1
-                print(f"{spec}: not warmed (still compiling at the {args.deadline:.0f} s deadline)", flush=True)
+                when = "its turn came after" if "not started" in str(exc) else "still compiling at"
+                print(f"{spec}: not warmed ({when} the {args.deadline:.0f} s deadline)", flush=True)
+            except ArmRaised as exc:  # the problem's own error, without the arm's traceback
+                failed += 1
+                print(f"{spec}: not warmed ({exc.payload.split(' | ')[0][:200]})", flush=True)
             except Exception as exc:  # noqa: BLE001 - one problem's failure leaves it to compile in its own bench
                 failed += 1
                 print(f"{spec}: not warmed ({type(exc).__name__}: {str(exc)[:200]})", flush=True)
-        pool.terminate()
     if args.keys is not None:
         args.keys.write_text(json.dumps(keys, indent=1))
     print(f"warmed {len(args.problems) - failed} of {len(args.problems)} problems in {time.monotonic() - start:.0f} s")

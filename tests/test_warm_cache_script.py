@@ -48,6 +48,15 @@ def test_a_warmed_problem_is_loaded_from_the_cache_by_its_bench_and_a_broken_one
     assert set(lines[1].split(": ", 1)[1].split(", ")) == {"warm miss", "baseline hit", "packed hit"}, keys.stdout
 
 
+def test_a_problem_whose_turn_comes_after_the_deadline_is_reported_and_not_started(tmp_path: Path) -> None:
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache")}
+    warm = subprocess.run([sys.executable, "scripts/warm_cache.py", "--device", "cpu", "--deadline", "0",
+                           "level1/hardswish.py:fp32"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert warm.returncode == 1, warm.stderr[-2000:]
+    assert "level1/hardswish.py:fp32: not warmed (its turn came after the 0 s deadline)" in warm.stdout
+    assert not (tmp_path / "cache").exists()  # nothing compiled
+
+
 def test_two_keys_of_one_problem_show_the_components_that_differ() -> None:
     cache_keys = script_module("cache_keys")
     shared = "[abc] fx_kwargs: {'is_inference': True}"

@@ -128,8 +128,7 @@ class CompiledArm:
 
 def compile_arm(spec: ArmSpec) -> CompiledArm:
     """Load ``spec``'s module target, compile it as the arm's settings say (the target file's own
-    compile settings unless the spec names some; the pack installed first) and run it once.
-    Shared by the arm and ``scripts/warm_cache.py``, whose compiles must hit the same cache keys."""
+    compile settings unless the spec names some; the pack installed first) and run it once."""
     import torch
 
     from kernelopt_bot.capture.chosen_configs import seeing_kernels

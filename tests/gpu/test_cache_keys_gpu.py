@@ -40,3 +40,26 @@ def test_a_second_arm_loads_the_first_arms_compile(problem: str, dtype: str, tmp
     assert states["first"] and all(s == "miss" for s in states["first"]), report
     assert states["second"] and states["third"], report  # each looked its graphs up (none bypassed the cache)
     assert all(s == "hit" for s in states["second"] + states["third"]), report
+
+
+def test_an_arm_loads_what_the_warm_script_compiled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The case the H200 showed (12-05e): ``scripts/warm_cache.py`` compiled, a bench's arm missed it.
+    The warm now starts its compiles as model arms; an arm started after it loads them."""
+    import json
+    import subprocess
+    import sys
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "cache"))
+    problem, dtype = PROBLEMS[0]
+    warm = subprocess.run([sys.executable, "scripts/warm_cache.py", "--keys", str(tmp_path / "keys.json"),
+                           f"{problem}:{dtype}"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert warm.returncode == 0, warm.stdout + warm.stderr[-2000:]
+    warm_keys = json.loads((tmp_path / "keys.json").read_text())[f"{problem}:{dtype}"]
+    monkeypatch.chdir(ROOT)  # the arm gets the target's path as a bench from the root names it
+    with ArmProcess(ArmSpec("baseline", f"benchmarks/{problem}", "cuda", dtype)) as arm:
+        arm_keys = arm.wait_ready().get("cache_keys") or []
+    cache_keys = script_module("cache_keys")
+    report = "\n".join(cache_keys.report({f"{problem}:{dtype}": [("warm", k) for k in warm_keys]
+                                          + [("baseline", k) for k in arm_keys]}))
+    assert warm_keys and all(k.get("state") == "miss" for k in warm_keys), report
+    assert arm_keys and all(k.get("state") == "hit" for k in arm_keys), report
