@@ -193,7 +193,8 @@ part_warm() {  # NOISE_PROBLEMS compiled into the caches, NOISE_WARM_JOBS at onc
   if [ ${#todo[@]} -eq 0 ]; then echo "warm: every problem already warmed on this machine" | tee -a "$summary"; return 0; fi
   python3 scripts/warm_cache.py --jobs "${NOISE_WARM_JOBS:-6}" --deadline "${NOISE_WARM_S:-240}" \
     --keys "$R/warm_keys_$(date +%s).json" "${todo[@]}" >> "$R/warm.log" 2>&1
-  sed -n 's/: compiled in .*//p' "$R/warm.log" >> "$WARMED"
+  { cat "$WARMED" 2> /dev/null; sed -n 's/: compiled in .*//p' "$R/warm.log"; } | sort -u > "$WARMED.new" \
+    && mv "$WARMED.new" "$WARMED"  # warm.log holds every call's lines: each problem listed once
   tail -1 "$R/warm.log" | tee -a "$summary"
   return 0  # a problem not warmed compiles in its own bench
 }
