@@ -95,6 +95,32 @@ def row(path: Path) -> str:
             f"{arm_starts(data.get('arm_starts') or {})} | {configs_unlike(data.get('arm_starts') or {})} |")
 
 
+def phases(value: Any) -> str:
+    """An arm start's seconds as ``import + target + first call``, or "-" where it did not say."""
+    if not isinstance(value, dict) or not value:
+        return "-"
+    parts = [value.get(k) for k in ("import", "target", "first_call")]
+    return " + ".join("?" if not isinstance(v, (int, float)) else f"{v:.1f}" for v in parts)
+
+
+def start_rows(path: Path) -> list[str]:
+    """Where each arm's start went (written since 2026-12-05: ``start_phases_s``), and for an arm
+    that compiled cold and was replaced, its cold start's too: which part of a 10-19 s cache load
+    is torch's import, the target's load, and the first call (Dynamo, the cache's load, the kernels)."""
+    try:
+        starts = json.loads(path.read_text()).get("arm_starts") or {}
+    except (OSError, ValueError, AttributeError):
+        return []
+    rows = []
+    for label, start in starts.items():
+        if not isinstance(start, dict) or "start_phases_s" not in start:
+            continue
+        warm = start.get("warm_load") if isinstance(start.get("warm_load"), dict) else {}
+        rows.append(f"| {path.stem.removeprefix('noise_')} | {label} | {how_started(start) or '-'} | "
+                    f"{phases(start.get('start_phases_s'))} | {phases(warm.get('cold_start_phases_s'))} |")
+    return rows
+
+
 def main(paths: list[str]) -> int:
     print("| problem | GPU ms | host ms | noise floor as written (GPU) | paired floor, recomputed (GPU) | "
           "medians floor, recomputed (GPU) | A/A, paired median (GPU) | "
@@ -103,6 +129,12 @@ def main(paths: list[str]) -> int:
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|")
     for path in paths:
         print(row(Path(path)))
+    starts = [line for path in paths for line in start_rows(Path(path))]
+    if starts:
+        print("\n| problem | arm | started | its start, s (import + target + first call) | "
+              "the cold start it replaced, s |")
+        print("|---|---|---|---:|---:|")
+        print("\n".join(starts))
     return 0
 
 

@@ -124,6 +124,9 @@ class CompiledArm:
     configs: dict[str, str]  # each kernel's launch config as this compile settled it
     cache: dict[str, int]  # the compiler's cache: graphs loaded from it, compiled anew, or not cacheable
     cache_keys: list[dict[str, Any]]  # each cache lookup's key, hit or miss, and what went into the key
+    # Seconds of the start's parts: loading the target (its model and inputs made), and the first
+    # call (Dynamo's trace, the compile or the cache's load, the kernels' loads and first run).
+    phases: dict[str, float] = field(default_factory=dict)
 
 
 def compile_arm(spec: ArmSpec) -> CompiledArm:
@@ -141,8 +144,10 @@ def compile_arm(spec: ArmSpec) -> CompiledArm:
 
     # The engine checked the target runs eagerly; an arm does not run it eagerly again (on a large
     # model that is the arm's memory peak, beside the others).
+    began = time.monotonic()
     target = load_target(spec.target, spec.device, spec.dtype, check=False, train=spec.train)
     prepare_device(target.device)
+    loaded = time.monotonic()
     mode, config = spec.mode, spec.config
     own = target_settings(target.torch_compile, spec.target)
     if mode is None and not config and own is not None:  # as the target's file says
@@ -157,8 +162,10 @@ def compile_arm(spec: ArmSpec) -> CompiledArm:
         runtime.install(KernelPack.from_json(spec.pack))
     with seeing_kernels() as seen, counting_cache_use() as cache, recording_cache_keys() as keys:
         compiled = compile_fresh(target.model, mode=mode)
+        called = time.monotonic()
         target.run(compiled, target.make_inputs(0))
-    return CompiledArm(target, compiled, seen.configs(), dict(cache), keys)
+    phases = {"target": round(loaded - began, 2), "first_call": round(time.monotonic() - called, 2)}
+    return CompiledArm(target, compiled, seen.configs(), dict(cache), keys, phases)
 
 
 def _serve(spec: ArmSpec, conn: Channel) -> None:
@@ -172,6 +179,7 @@ def _serve(spec: ArmSpec, conn: Channel) -> None:
 
     if target_kind(spec.target) != "module":
         return _serve_kernel_target(spec, conn)
+    imported = time.monotonic()
     arm = compile_arm(spec)
     target, compiled = arm.target, arm.compiled
     if target.device == "cuda":  # compiled (with every core): its timing keeps to one (harness.cpu_pin)
@@ -186,6 +194,8 @@ def _serve(spec: ArmSpec, conn: Channel) -> None:
         "compile_s": round(time.monotonic() - started, 2),  # torch's import, the target's load, the compile
         "cache": arm.cache,  # the compiler's cache: graphs loaded from it, compiled anew, or not cacheable
         "cache_keys": arm.cache_keys,  # under which keys (a cold start beside a stored compile: why it missed)
+        # where the start's seconds went (on the H200 a cache load took 10-19 s: which part?)
+        "start_phases_s": {"import": round(imported - started, 2), **arm.phases},
     }))
     while True:
         op, *args = conn.recv()
@@ -496,6 +506,7 @@ class ArmProcess:
         cold_s, load_s = compile_seconds(cold), compile_seconds(payload)
         merged = {**payload, "warm_load": {"cold_compile_s": cold_s, "load_s": load_s, "cold_cache": cold.get("cache"),
                                            "cold_cache_keys": cold.get("cache_keys"),
+                                           "cold_start_phases_s": cold.get("start_phases_s"),
                                            "replacement_cold": compiled_cold(payload)}}
         if cold_s is not None and load_s is not None:  # what the arm's start cost: both starts
             merged["compile_s"] = round(cold_s + load_s, 2)
