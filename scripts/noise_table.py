@@ -96,17 +96,18 @@ def row(path: Path) -> str:
 
 
 def phases(value: Any) -> str:
-    """An arm start's seconds as ``import + target + first call``, or "-" where it did not say."""
+    """An arm start's seconds as ``import + target + setup + first call``, or "-" where it did not say."""
     if not isinstance(value, dict) or not value:
         return "-"
-    parts = [value.get(k) for k in ("import", "target", "first_call")]
+    parts = [value.get(k) for k in ("import", "target", "setup", "first_call")]
     return " + ".join("?" if not isinstance(v, (int, float)) else f"{v:.1f}" for v in parts)
 
 
 def start_rows(path: Path) -> list[str]:
     """Where each arm's start went (written since 2026-12-05: ``start_phases_s``), and for an arm
     that compiled cold and was replaced, its cold start's too: which part of a 10-19 s cache load
-    is torch's import, the target's load, and the first call (Dynamo, the cache's load, the kernels)."""
+    is torch's import, the target's load, the setup (settings, pack, inputs) and the first call
+    (Dynamo, the cache's load, the kernels)."""
     try:
         starts = json.loads(path.read_text()).get("arm_starts") or {}
     except (OSError, ValueError, AttributeError):
@@ -131,7 +132,7 @@ def main(paths: list[str]) -> int:
         print(row(Path(path)))
     starts = [line for path in paths for line in start_rows(Path(path))]
     if starts:
-        print("\n| problem | arm | started | its start, s (import + target + first call) | "
+        print("\n| problem | arm | started | its start, s (import + target + setup + first call) | "
               "the cold start it replaced, s |")
         print("|---|---|---|---:|---:|")
         print("\n".join(starts))

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from tests.helpers import script_module
@@ -50,11 +51,25 @@ def test_a_warmed_problem_is_loaded_from_the_cache_by_its_bench_and_a_broken_one
 
 def test_a_problem_whose_turn_comes_after_the_deadline_is_reported_and_not_started(tmp_path: Path) -> None:
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache")}
-    warm = subprocess.run([sys.executable, "scripts/warm_cache.py", "--device", "cpu", "--deadline", "0",
+    warm = subprocess.run([sys.executable, "scripts/warm_cache.py", "--device", "cpu", "--deadline", "3",
                            "level1/hardswish.py:fp32"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert warm.returncode == 1, warm.stderr[-2000:]
-    assert "level1/hardswish.py:fp32: not warmed (its turn came after the 0 s deadline)" in warm.stdout
+    assert "level1/hardswish.py:fp32: not warmed (its turn came 5 s or less before the deadline)" in warm.stdout
     assert not (tmp_path / "cache").exists()  # nothing compiled
+
+
+def test_a_compile_still_running_at_the_deadline_is_killed_and_reported(tmp_path: Path) -> None:
+    slow = tmp_path / "slow.py"  # a model file whose import takes longer than the warm may
+    slow.write_text("import time\n\nimport torch\n\ntime.sleep(120)\n\n\n"
+                    "class Model(torch.nn.Module):\n    def forward(self, x):\n        return x + 1\n\n\n"
+                    "def get_inputs():\n    return [torch.randn(4)]\n\n\ndef get_init_inputs():\n    return []\n")
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache")}
+    start = time.monotonic()
+    warm = subprocess.run([sys.executable, "scripts/warm_cache.py", "--device", "cpu", "--deadline", "8", f"{slow}:fp32"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert warm.returncode == 1, warm.stderr[-2000:]
+    assert f"{slow}:fp32: not warmed (still compiling at the 8 s deadline)" in warm.stdout
+    assert time.monotonic() - start < 60  # killed at the deadline, not left to finish its sleep
 
 
 def test_two_keys_of_one_problem_show_the_components_that_differ() -> None:

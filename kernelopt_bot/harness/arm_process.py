@@ -124,8 +124,10 @@ class CompiledArm:
     configs: dict[str, str]  # each kernel's launch config as this compile settled it
     cache: dict[str, int]  # the compiler's cache: graphs loaded from it, compiled anew, or not cacheable
     cache_keys: list[dict[str, Any]]  # each cache lookup's key, hit or miss, and what went into the key
-    # Seconds of the start's parts: loading the target (its model and inputs made), and the first
-    # call (Dynamo's trace, the compile or the cache's load, the kernels' loads and first run).
+    # Seconds of the start's parts: loading the target (its module run, the model built and put on
+    # the device, the CUDA context made), the setup (compile settings, the pack installed, the
+    # first inputs made) and the first call (Dynamo's trace, the compile or the cache's load, the
+    # kernels' loads and their first run, to its end on the GPU).
     phases: dict[str, float] = field(default_factory=dict)
 
 
@@ -160,11 +162,16 @@ def compile_arm(spec: ArmSpec) -> CompiledArm:
         torch._inductor.config.patch(config).__enter__()  # this process only, for its lifetime
     if spec.pack is not None:
         runtime.install(KernelPack.from_json(spec.pack))
+    inputs = target.make_inputs(0)
     with seeing_kernels() as seen, counting_cache_use() as cache, recording_cache_keys() as keys:
         compiled = compile_fresh(target.model, mode=mode)
         called = time.monotonic()
-        target.run(compiled, target.make_inputs(0))
-    phases = {"target": round(loaded - began, 2), "first_call": round(time.monotonic() - called, 2)}
+        target.run(compiled, inputs)
+        if target.device == "cuda":  # the first call's GPU work is part of it
+            torch.cuda.synchronize()
+    done = time.monotonic()
+    phases = {"target": round(loaded - began, 2), "setup": round(called - loaded, 2),
+              "first_call": round(done - called, 2)}
     return CompiledArm(target, compiled, seen.configs(), dict(cache), keys, phases)
 
 

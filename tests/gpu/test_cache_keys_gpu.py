@@ -42,24 +42,30 @@ def test_a_second_arm_loads_the_first_arms_compile(problem: str, dtype: str, tmp
     assert all(s == "hit" for s in states["second"] + states["third"]), report
 
 
-def test_an_arm_loads_what_the_warm_script_compiled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The case the H200 showed (12-05e): ``scripts/warm_cache.py`` compiled, a bench's arm missed it.
-    The warm now starts its compiles as model arms; an arm started after it loads them."""
+def test_a_bench_loads_what_the_warm_script_compiled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The case the H200 showed (12-05e): ``scripts/warm_cache.py`` compiled a problem, then the
+    arms of its ``kernelopt bench`` missed that compile and compiled cold. The warm now compiles in
+    a model arm started as a bench's are; every arm of the bench after it loads."""
     import json
     import subprocess
     import sys
 
-    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "cache"))
+    from kernelopt_bot.harness.arm_process import how_started
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "cache"))  # reaches both commands and their arms
     problem, dtype = PROBLEMS[0]
     warm = subprocess.run([sys.executable, "scripts/warm_cache.py", "--keys", str(tmp_path / "keys.json"),
                            f"{problem}:{dtype}"], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert warm.returncode == 0, warm.stdout + warm.stderr[-2000:]
-    warm_keys = json.loads((tmp_path / "keys.json").read_text())[f"{problem}:{dtype}"]
-    monkeypatch.chdir(ROOT)  # the arm gets the target's path as a bench from the root names it
-    with ArmProcess(ArmSpec("baseline", f"benchmarks/{problem}", "cuda", dtype)) as arm:
-        arm_keys = arm.wait_ready().get("cache_keys") or []
-    cache_keys = script_module("cache_keys")
-    report = "\n".join(cache_keys.report({f"{problem}:{dtype}": [("warm", k) for k in warm_keys]
-                                          + [("baseline", k) for k in arm_keys]}))
-    assert warm_keys and all(k.get("state") == "miss" for k in warm_keys), report
-    assert arm_keys and all(k.get("state") == "hit" for k in arm_keys), report
+    empty = tmp_path / "empty.json"
+    empty.write_text(json.dumps({"format": "kernelopt-pack", "version": 1, "entries": []}))
+    bench = subprocess.run([sys.executable, "-m", "kernelopt_bot.cli", "bench", f"benchmarks/{problem}", "--pack",
+                            str(empty), "--dtype", dtype, "--rounds", "1", "--reps", "1", "--json"],
+                           cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert bench.returncode == 0, bench.stderr[-2000:]
+    (tmp_path / "bench.json").write_text(bench.stdout)
+    keys = subprocess.run([sys.executable, "scripts/cache_keys.py", str(tmp_path / "bench.json"), str(tmp_path / "keys.json")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    starts = json.loads(bench.stdout)["arm_starts"]
+    assert set(starts) == {"baseline", "packed", "baseline-repeat"}, starts
+    assert all(how_started(start) == "loaded" for start in starts.values()), keys.stdout + keys.stderr
