@@ -37,7 +37,14 @@ from kernelopt_bot.launchers import (
 )
 from kernelopt_bot.result import KernelOutcome, RunResult
 from kernelopt_bot.search.tuner import MIN_KERNEL_GAIN
-from kernelopt_bot.source_patch import DEFAULT_OPTIONS, PatchError, SourceEdit, launch_keywords, unified_diff
+from kernelopt_bot.source_patch import (
+    DEFAULT_OPTIONS,
+    NOTE_CHARS,
+    PatchError,
+    SourceEdit,
+    launch_keywords,
+    unified_diff,
+)
 from kernelopt_bot.targets import dtype_name
 from kernelopt_bot.verify.launcher import InfrastructureFailure, check_config_outputs, check_config_static
 from kernelopt_bot.verify.perf import agree_after_timing, judge
@@ -314,7 +321,7 @@ def _write_patch(verified: dict[str, tuple[KernelLaunch, dict[str, Any], Verdict
     edits: list[tuple[Path, SourceEdit]] = []
     for launch, config, verdict in verified.values():
         edit = _launch_edit(launch, config, verdict, root, device_name, log) if not launch.autotuned \
-            else _autotune_edit(launch, config, root, log)
+            else _autotune_edit(launch, config, verdict, root, device_name, log)
         if edit is not None:
             edits.append(edit)
     return write_edits(edits, root, out_dir, result, log)
@@ -342,9 +349,10 @@ def write_edits(edits: list[tuple[Path, SourceEdit]], root: Path, out_dir: Path,
     return patch
 
 
-def _autotune_edit(launch: KernelLaunch, config: dict[str, Any], root: Path,
+def _autotune_edit(launch: KernelLaunch, config: dict[str, Any], verdict: Verdict, root: Path, device_name: str,
                    log: Callable[[str], None]) -> tuple[Path, SourceEdit] | None:
-    """An autotuned kernel's verified config, first in its ``@triton.autotune`` list."""
+    """An autotuned kernel's verified config, first in its ``@triton.autotune`` list, with a
+    comment saying where it was verified and how fast (or that it was not timed)."""
     if launch.file is None:
         return None
     if config in (launch.autotune_configs or []):
@@ -353,7 +361,9 @@ def _autotune_edit(launch: KernelLaunch, config: dict[str, Any], root: Path,
             f"picked another); no patch for it")
         return None
     path = Path(launch.file)
-    return path, SourceEdit(_relative(path, root), "autotune", launch.name, _written(config))
+    written = _written(config)
+    note = _note(f"{_describe(written).removeprefix('config ')} added to the list", device_name, verdict)
+    return path, SourceEdit(_relative(path, root), "autotune", launch.name, written, note)
 
 
 def _launch_edit(launch: KernelLaunch, config: dict[str, Any], verdict: Verdict, root: Path, device_name: str,
@@ -364,14 +374,22 @@ def _launch_edit(launch: KernelLaunch, config: dict[str, Any], verdict: Verdict,
         log(f"warning: {launch.name}: where it is launched is unknown; no patch for it")
         return None
     changed = {k: v for k, v in config.items() if (launch.chosen or {}).get(k) != v}
-    speed = f"{verdict.speedup:.3f}x end to end" if verdict.speedup is not None else "gates 1-3 only, not timed"
-    note = f"{_describe(changed).removeprefix('config ')} for this shape, verified on {device_name} ({speed})"
+    note = _note(f"{_describe(changed).removeprefix('config ')} for this shape", device_name, verdict)
     values = {k: v for k, v in {**dict(zip(launch.arg_names, launch.args)), **launch.constexprs}.items()
               if isinstance(v, int) and not isinstance(v, bool)}
     path = Path(launch.call_file)
     grid = [] if launch.grid_function else list(launch.grid)  # a grid function's value is no tuple to compare
     return path, SourceEdit(_relative(path, root), "launch", launch.name, changed, note, launch.call_line,
                             list(launch.arg_names), values, grid)
+
+
+def _note(what: str, device_name: str, verdict: Verdict) -> str:
+    """A patch's comment line: what it sets, where it was verified and how fast (or that it was
+    not timed); kept to what a source edit's note may be (one printable line, 300 characters)."""
+    speed = f"{verdict.speedup:.3f}x end to end" if verdict.speedup is not None else "gates 1-3 only, not timed"
+    text = f"{what}, verified on {device_name} ({speed})"
+    text = "".join(c if " " <= c <= "~" and c != "\\" else "?" for c in text)
+    return text if len(text) <= NOTE_CHARS else text[:NOTE_CHARS - 3] + "..."
 
 
 def _settable_options(launch: KernelLaunch) -> set[str]:

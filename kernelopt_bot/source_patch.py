@@ -37,7 +37,8 @@ class PatchError(KerneloptError):
 EDIT_KINDS = ("autotune", "launch", "helion")
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,99}$")
 _WORD = re.compile(r"^[A-Za-z0-9_.-]{0,40}$")  # a Helion config's string values: 'pointer', 'flat', ''
-_NOTE = re.compile(r"^[ -\[\]-~]{0,300}$")  # one line of printable ASCII but "\\": it becomes a comment line
+NOTE_CHARS = 300  # the longest note an edit may carry
+_NOTE = re.compile(rf"^[ -\[\]-~]{{0,{NOTE_CHARS}}}$")  # one line of printable ASCII but "\\": it becomes a comment line
 _PATH = re.compile(r"^[A-Za-z0-9_./-]{1,300}\.py$")
 MAX_EDIT_INT = 1 << 40
 
@@ -66,7 +67,7 @@ class SourceEdit:
         cannot take it, whatever went wrong."""
         try:
             if self.kind == "autotune":
-                return with_config_first(text, self.kernel, self.config)
+                return with_config_first(text, self.kernel, self.config, note=self.note)
             if self.kind == "launch":
                 return with_launch_options(text, self.line, self.kernel, self.config, arg_names=self.arg_names,
                                            values=self.values, grid=tuple(self.grid), note=self.note)
@@ -244,8 +245,10 @@ def with_helion_config(text: str, kernel: str, config: dict[str, Any], *, note: 
     return source.result()
 
 
-def with_config_first(text: str, kernel: str, config: dict[str, Any]) -> str:
-    """``text`` with ``config`` inserted before the first entry of ``kernel``'s autotune list."""
+def with_config_first(text: str, kernel: str, config: dict[str, Any], *, note: str = "") -> str:
+    """``text`` with ``config`` inserted before the first entry of ``kernel``'s autotune list; with
+    a ``note``, a comment line ``# kernelopt: <note>`` above the ``@triton.autotune`` decorator (what
+    was verified where, or that it was not timed), as the other edits have."""
     source = _Source(text)
     fn = next((n for n in source.tree.body if isinstance(n, ast.FunctionDef) and n.name == kernel), None)
     if fn is None:
@@ -262,6 +265,9 @@ def with_config_first(text: str, kernel: str, config: dict[str, Any]) -> str:
     before = text[text.rfind("\n", 0, at) + 1:at]
     # the first entry starts its own line: so does ours
     source.replace(at, at, f"{entry},{source.newline}{before}" if before.strip() == "" else f"{entry}, ")
+    if note:
+        decorator = next(d for d in fn.decorator_list if any(n is configs for n in ast.walk(d)))
+        source.comment_before(decorator.lineno, f"kernelopt: {note}")
     return source.result()
 
 

@@ -42,6 +42,21 @@ def test_the_patch_applies_and_the_kernel_then_tries_the_new_config_first(tmp_pa
     assert launch.chosen == launch.autotune_configs[0]  # what the interpreter runs: the first
 
 
+def test_an_autotune_edits_note_is_a_comment_above_its_decorator_and_survives_the_publish_check() -> None:
+    """What was verified where, or that it was not timed: an autotuned kernel's patch says it as
+    a launch's and a Helion kernel's do (the comment goes above ``@triton.autotune``, which may
+    follow another decorator)."""
+    source = ("import functools\nimport triton\n\n\n@functools.wraps(print)\n"
+              "@triton.autotune(configs=[triton.Config({'B': 16})], key=[])\n@triton.jit\ndef k(x, B: 'tl.constexpr'):\n"
+              "    pass\n")
+    note = "B=64, num_warps=4 added to the list, verified on the CPU interpreter (gates 1-3 only, not timed)"
+    edit = SourceEdit.from_json(SourceEdit("k.py", "autotune", "k", {"B": 64, "num_warps": 4}, note).to_json())
+    patched = edit.apply(source).splitlines()
+    at = patched.index("@triton.autotune(configs=[triton.Config({'B': 64}, num_warps=4), triton.Config({'B': 16})], key=[])")
+    assert patched[at - 1] == f"# kernelopt: {note}" and patched[at - 2] == "@functools.wraps(print)"
+    assert "kernelopt" not in SourceEdit("k.py", "autotune", "k", {"B": 64}).apply(source)  # no note, no comment
+
+
 def test_an_inline_list_and_another_spelling_are_kept() -> None:
     source = ("from triton import Config, autotune, jit\n\n@autotune(configs=[Config({'B': 16}), Config({'B': 32})], key=[])\n"
               "@jit\ndef k(x, B: 'tl.constexpr'):\n    pass\n")
