@@ -42,6 +42,7 @@ from kernelopt_bot.source_patch import (
     NOTE_CHARS,
     PatchError,
     SourceEdit,
+    edit_order,
     launch_keywords,
     unified_diff,
 )
@@ -329,18 +330,30 @@ def _write_patch(verified: dict[str, tuple[KernelLaunch, dict[str, Any], Verdict
 
 def write_edits(edits: list[tuple[Path, SourceEdit]], root: Path, out_dir: Path, result: RunResult,
                 log: Callable[[str], None]) -> Path | None:
-    """``patch.diff`` from the edits (each made to its file as it is now, paths relative to the
-    target's folder, or the file's own where it lives outside), and the edits as data in the
-    result (what the bot's publish stage rebuilds the change from); None when none applies."""
-    pieces, kept = [], []
+    """``patch.diff`` from the edits (each file's made together, in :func:`edit_order`, to the file
+    as it is now: one diff per file; paths relative to the target's folder, or the file's own where
+    it lives outside), and the edits as data in the result (what the bot's publish stage rebuilds
+    the change from); None when none applies."""
+    by_file: dict[Path, list[SourceEdit]] = {}
     for path, edit in edits:
+        by_file.setdefault(path, []).append(edit)
+    pieces, kept = [], []
+    for path, file_edits in by_file.items():
         try:
-            SourceEdit.from_json(edit.to_json())  # what the bot's publish stage will accept of it
             text = path.read_text()
-            pieces.append(unified_diff(path, text, edit.apply(text), _root_for(path, root)))
-            kept.append(edit.to_json())
-        except (PatchError, OSError, ValueError) as exc:
-            log(f"warning: {edit.kernel}'s config could not be written into {path}: {exc}")
+        except OSError as exc:
+            log(f"warning: {path} could not be read; {', '.join(e.kernel for e in file_edits)} not written: {exc}")
+            continue
+        new = text
+        for edit in edit_order(file_edits):
+            try:
+                SourceEdit.from_json(edit.to_json())  # what the bot's publish stage will accept of it
+                new = edit.apply(new)
+                kept.append(edit.to_json())
+            except (PatchError, ValueError) as exc:
+                log(f"warning: {edit.kernel}'s config could not be written into {path}: {exc}")
+        if new != text:
+            pieces.append(unified_diff(path, text, new, _root_for(path, root)))
     if not pieces:
         return None
     patch = out_dir / PATCH_FILE

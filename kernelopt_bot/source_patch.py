@@ -132,6 +132,18 @@ class SourceEdit:
         return cls(file, kind, kernel, dict(config), note, line, list(arg_names), dict(values), list(grid))
 
 
+def edit_order(edits: list[SourceEdit]) -> list[SourceEdit]:
+    """The order one file's edits are made in, each on what the ones before it made: launch edits
+    from the bottom of the file up, then those that find their kernel by name (an autotune list,
+    a Helion decorator). Why: a launch edit finds its launch by the line it had when the run saw
+    the file, and changes only that statement and the lines after it (a comment above it, options
+    in it); made top-down, the first one's comment line moved every later launch down a line, and
+    the second edit missed its launch (two kernels launched from one file got a patch that
+    ``git apply`` refused, and a follow-up PR without the second kernel's config)."""
+    launches = sorted((e for e in edits if e.kind == "launch"), key=lambda e: e.line, reverse=True)
+    return launches + [e for e in edits if e.kind != "launch"]
+
+
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 

@@ -3,6 +3,7 @@ first in the @triton.autotune list, written as the file writes the others (issue
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
@@ -235,3 +236,75 @@ def test_lone_carriage_returns_and_other_surprises_are_patch_errors() -> None:
         edit.apply("from kernels import k\rk[(n,)](n)\r")
     with pytest.raises(PatchError):
         edit.apply("from kernels import k\nk[(n,)](n, **kw)\n")  # **kwargs may hold the option: refused
+
+
+TWO_LAUNCHES = '''import triton
+import triton.language as tl
+
+
+@triton.jit
+def scale(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + i, tl.load(x_ptr + i, mask=i < n) * 2, mask=i < n)
+
+
+@triton.jit
+def shift(y_ptr, n, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + i, tl.load(y_ptr + i, mask=i < n) + 1, mask=i < n)
+
+
+def launch(x, y):
+    n = x.numel()
+    scale[(triton.cdiv(n, 256),)](x, y, n, BLOCK=256, num_warps=4)
+    shift[(triton.cdiv(n, 256),)](y, n, BLOCK=256)
+    return y
+'''
+
+
+def _launch_edits() -> list[SourceEdit]:
+    lines = TWO_LAUNCHES.splitlines()
+    at = {name: 1 + next(i for i, ln in enumerate(lines) if ln.strip().startswith(f"{name}[")) for name in ("scale", "shift")}
+    params = {"scale": ["x_ptr", "y_ptr", "n"], "shift": ["y_ptr", "n"]}  # the kernels' parameters, in call order
+    return [SourceEdit("k.py", "launch", name, {"num_stages": 2}, f"num_stages=2 for {name}", at[name], params[name],
+                       {"n": 4096}) for name in ("scale", "shift")]  # top-down, as a run lists them
+
+
+def test_two_launch_edits_in_one_file_make_one_patch_that_git_applies(tmp_path: Path) -> None:
+    """Each launch edit finds its launch by the line the run saw: made top-down, the first one's
+    comment line moved the second launch, and the patch held two diffs of one file that ``git
+    apply`` refused. One diff per file, its edits from the bottom up."""
+    from kernelopt_bot.launcher_run import write_edits
+    from kernelopt_bot.result import RunResult
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "k.py").write_text(TWO_LAUNCHES)
+    assert _git(repo, "init", "-q").returncode == 0
+    result = RunResult("k.py", "k", "cpu", "fp32")
+    out = tmp_path / "out"
+    out.mkdir()
+    patch = write_edits([(repo / "k.py", e) for e in _launch_edits()], repo, out, result, log=print)
+    assert patch is not None and patch.read_text().count("--- a/k.py") == 1
+    assert len(result.source_edits) == 2
+    assert _git(repo, "apply", str(patch)).returncode == 0
+    patched = (repo / "k.py").read_text()
+    for name in ("scale", "shift"):
+        assert f"# kernelopt: num_stages=2 for {name}" in patched
+        assert re.search(rf"{name}\[.*num_stages=\(2 if n == 4096 else 3\)\)", patched), patched
+
+
+def test_the_publish_stage_makes_one_files_launch_edits_from_the_bottom_up() -> None:
+    from kernelopt_bot.config import parse_config
+    from kernelopt_bot.github.proposal import source_changes
+    from kernelopt_bot.github.runner import JobOutcome, TargetJob
+    from kernelopt_bot.result import KernelOutcome, RunResult
+
+    cfg = parse_config("targets:\n  - name: k\n    kind: triton\n    entry: kernels/k.py\n", root=None)
+    result = RunResult("kernels/k.py", "k", "cuda", "fp32", source_edits=[e.to_json() for e in _launch_edits()],
+                       kernels=[KernelOutcome(name, "triton", status="accepted") for name in ("scale", "shift")])
+    outcome = JobOutcome(TargetJob("k", "kernels/k.py", "fp32", "cuda"), result, Path("."))
+    changes = source_changes([outcome], cfg, lambda path: TWO_LAUNCHES if path == "kernels/k.py" else None)
+    assert changes.problems == []
+    after = changes.after["kernels/k.py"]
+    assert after.count("# kernelopt: num_stages=2 for") == 2 and after.count("num_stages=(2 if n == 4096 else 3)") == 2

@@ -26,7 +26,7 @@ from kernelopt_bot.config import KerneloptConfig
 from kernelopt_bot.github.affected import glob_match
 from kernelopt_bot.github.runner import JobOutcome
 from kernelopt_bot.pack.format import KernelPack, PackError
-from kernelopt_bot.source_patch import PatchError, SourceEdit, unified_text
+from kernelopt_bot.source_patch import PatchError, SourceEdit, edit_order, unified_text
 
 PACKS_DIR = "kernelopt/packs"
 README_PATH = "kernelopt/README.md"
@@ -112,11 +112,13 @@ class SourceChanges:
 def source_changes(outcomes: Iterable[JobOutcome], cfg: KerneloptConfig,
                    read: Callable[[str], str | None]) -> SourceChanges:
     """The kernel source files the outcomes' verified edits change, each file read once through
-    ``read`` (at the proposal's parent) and every edit to it made in order; and the edits that
-    could not be made (a file the config does not name for the target, a file missing, a source
-    that no longer has the launch)."""
+    ``read`` (at the proposal's parent) and all its edits made together, in
+    :func:`~kernelopt_bot.source_patch.edit_order` (every launch edit's line is the one the run saw);
+    and the edits that could not be made (a file the config does not name for the target, a file
+    missing, a source that no longer has the launch)."""
     changes = SourceChanges()
-    files, problems = changes.after, changes.problems
+    problems = changes.problems
+    wanted: dict[str, list[tuple[str, SourceEdit]]] = {}  # path -> (target, edit), as the outcomes came
     for outcome in outcomes:
         target = cfg.target(outcome.job.name)
         if outcome.failed or target is None or not outcome.result.source_edits:
@@ -133,17 +135,21 @@ def source_changes(outcomes: Iterable[JobOutcome], cfg: KerneloptConfig,
                 problems.append(f"{target.name}: {path} is not the target's entry nor matched by its paths; "
                                 f"{edit.kernel}'s config was not written")
                 continue
-            text = files.get(path)
-            if text is None:
-                text = read(path)
-                if text is None:
-                    problems.append(f"{target.name}: {path} was not found; {edit.kernel}'s config was not written")
-                    continue
-                changes.before[path] = text
+            wanted.setdefault(path, []).append((target.name, edit))
+    for path, edits in wanted.items():
+        text = read(path)
+        if text is None:
+            problems.extend(f"{name}: {path} was not found; {edit.kernel}'s config was not written" for name, edit in edits)
+            continue
+        changes.before[path] = new = text
+        whose = {id(edit): name for name, edit in edits}
+        for edit in edit_order([edit for _, edit in edits]):
             try:
-                files[path] = edit.apply(text)
+                new = edit.apply(new)
             except (PatchError, ValueError) as exc:
-                problems.append(f"{target.name}: {edit.kernel}'s config could not be written into {path}: {exc}")
+                problems.append(f"{whose[id(edit)]}: {edit.kernel}'s config could not be written into {path}: {exc}")
+        if new != text:
+            changes.after[path] = new
     return changes
 
 
