@@ -10,7 +10,8 @@ is the user's own code, so a verified launch config goes back into it, as a unif
   guarded by the shape they were verified on: ``num_warps=(16 if (n_rows, n_cols) == (4096,
   8192) else num_warps)``. The launcher computes its options for every shape; a config verified
   on one shape must not change the others. The guard is built from the call's own arguments that
-  are plain names (the grid's, the kernel's integer arguments), so it reads the launcher's values.
+  are plain names or shape entries (``x.shape[1]``; the grid's, the kernel's integer arguments),
+  so it reads the launcher's values.
 """
 
 from __future__ import annotations
@@ -185,7 +186,7 @@ def with_launch_options(text: str, line: int, kernel: str, options: dict[str, An
     guard = _shape_guard(call, arg_names, values, grid)
     if not guard:
         raise PatchError(f"the launch of {kernel} at line {line} passes no shape as a plain name "
-                         f"(nothing to guard the verified options with)")
+                         f"or a shape entry (nothing to guard the verified options with)")
     names, numbers = ", ".join(n for n, _ in guard), ", ".join(repr(v) for _, v in guard)
     condition = f"{names} == {numbers}" if len(guard) == 1 else f"({names}) == ({numbers})"
     keywords = {k.arg: k for k in call.keywords if k.arg}
@@ -382,7 +383,7 @@ def _helion_config_name(tree: ast.Module) -> str:
 
 def _shape_guard(call: ast.Call, arg_names: list[str], values: dict[str, Any],
                  grid: tuple[int, ...]) -> list[tuple[str, int | tuple[int, ...]]]:
-    """The call's integer arguments written as plain names, with the values they had: the
+    """The call's integer arguments written as plain names or shape entries (:func:`_guard_text`), with the values they had: the
     grid's entries (or the grid, where the call names a grid variable: compared as a tuple), then
     the kernel's positional arguments (up to the first ``*args``) and keyword arguments; each
     name once. A grid given as a function (a lambda of the constexprs) is left out: its value is
@@ -390,8 +391,9 @@ def _shape_guard(call: ast.Call, arg_names: list[str], values: dict[str, Any],
     found: dict[str, int | tuple[int, ...]] = {}
 
     def take(node: ast.expr, value: Any) -> None:
-        if isinstance(node, ast.Name) and isinstance(value, int) and not isinstance(value, bool):
-            found.setdefault(node.id, value)
+        text = _guard_text(node)
+        if text is not None and isinstance(value, int) and not isinstance(value, bool):
+            found.setdefault(text, value)
 
     index = call.func.slice if isinstance(call.func, ast.Subscript) else None
     if isinstance(index, ast.Tuple):  # kernel[(n_rows,)](...): each entry's name
@@ -407,6 +409,23 @@ def _shape_guard(call: ast.Call, arg_names: list[str], values: dict[str, Any],
         if kw.arg and kw.arg not in LAUNCH_OPTIONS:
             take(kw.value, values.get(kw.arg))
     return list(found.items())
+
+
+def _guard_text(node: ast.expr) -> str | None:
+    """A launch argument a guard may read again, as source: a plain name (``n_cols``), or a name's
+    attribute or constant index, chained (``x.shape[1]``, ``x.shape[-1]``, ``self.rows``); None for
+    anything else (a call, arithmetic: reading it again might not give the same value, or do more).
+    Launchers often pass ``x.shape[1]`` straight to the kernel; the guard compares it as written."""
+    inner = node
+    while isinstance(inner, (ast.Attribute, ast.Subscript)):
+        if isinstance(inner, ast.Subscript):
+            index = inner.slice
+            if isinstance(index, ast.UnaryOp) and isinstance(index.op, ast.USub):
+                index = index.operand
+            if not (isinstance(index, ast.Constant) and _is_int(index.value)):
+                return None
+        inner = inner.value
+    return ast.unparse(node) if isinstance(inner, ast.Name) else None
 
 
 def _parsed(text: str) -> ast.Module:

@@ -109,10 +109,21 @@ def test_a_missing_launch_option_is_added_with_tritons_default_otherwise() -> No
     assert "BLOCK=BLOCK, num_stages=(2 if (n_rows, n_cols, BLOCK) == (32, 64, 128) else 3))" in new
 
 
+def test_a_launch_that_passes_its_shape_as_shape_entries_is_guarded_by_them() -> None:
+    """``kernel[(x.shape[0],)](x, x.shape[-1])``, as launchers often write it: the guard reads the
+    same entries again (a name's attribute or constant index, nothing that calls or computes)."""
+    from kernelopt_bot.source_patch import with_launch_options
+
+    source = "from kernels import k\n\n\ndef launch(x):\n    k[(x.shape[0],)](x, x.shape[-1])\n"
+    new = with_launch_options(source, 5, "k", {"num_warps": 8}, arg_names=["x", "n"], values={"n": 5}, grid=(3,),
+                              note="n")
+    assert "k[(x.shape[0],)](x, x.shape[-1], num_warps=(8 if (x.shape[0], x.shape[-1]) == (3, 5) else 4))" in new
+
+
 def test_a_launch_with_no_plain_name_for_its_shape_is_not_patched() -> None:
     from kernelopt_bot.source_patch import with_launch_options
 
-    source = "from kernels import k, k2\n\n\ndef launch(x):\n    k[(x.shape[0],)](x, x.shape[1])\n"
+    source = "from kernels import k, k2\n\n\ndef launch(x):\n    k[(x.size(0),)](x, x.shape[1] * 2)\n"
     with pytest.raises(PatchError, match="no shape as a plain name"):
         with_launch_options(source, 5, "k", {"num_warps": 8}, arg_names=["x", "n"], values={"n": 5}, grid=(3,),
                             note="n")
