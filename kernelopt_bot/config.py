@@ -414,6 +414,10 @@ def _suggestion(loc: tuple[int | str, ...]) -> str | None:
     return close[0] if close else None
 
 
+def _top_level_keys() -> set[str]:
+    return {name for name, info in KerneloptConfig.model_fields.items() if not info.exclude}
+
+
 def _one_error(err: dict[str, Any]) -> tuple[str, str]:
     loc: tuple[int | str, ...] = tuple(p for p in err.get("loc", ()) if not (isinstance(p, str) and "[" in p))
     kind = err.get("type", "")
@@ -430,6 +434,8 @@ def _one_error(err: dict[str, Any]) -> tuple[str, str]:
     if kind == "extra_forbidden":
         guess = _suggestion(loc)
         hint = f"; did you mean {guess!r}?" if guess else ""
+        if not guess and len(loc) > 1 and loc[-1] in _top_level_keys():  # targets[0].budget: set for every target
+            hint = f"; {loc[-1]!r} is set once for every target, at the top level of the file"
         return format_loc(loc), f"is not a known setting{hint}"
     if kind == "literal_error":
         expected = str(ctx.get("expected", "")).replace("'", "").replace(" or ", ", ")

@@ -25,6 +25,12 @@ def test_check_names_the_bad_key_its_line_and_exits_2(tmp_path: Path) -> None:
     proc = run_cli("config", "check", str(config))
     assert proc.returncode == 2
     assert "targets[0].mdoe: is not a known setting; did you mean 'mode'?" in proc.stderr
+    per_target = tmp_path / "per_target.yml"  # a key of the whole file, put under a target
+    per_target.write_text("targets:\n  - name: mlp\n    entry: pkg.m:f\n    budget: {wall_seconds: 60}\n")
+    proc = run_cli("config", "check", str(per_target))
+    assert proc.returncode == 2
+    assert ("targets[0].budget: is not a known setting; 'budget' is set once for every target, at the top level "
+            "of the file") in proc.stderr
     missing = tmp_path / "missing.yml"
     missing.write_text("targets:\n  - name: mlp\n    entry: models/none.py\n")
     proc = run_cli("config", "check", str(missing))
