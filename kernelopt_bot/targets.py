@@ -339,10 +339,15 @@ def _call_user(fn: Callable[[], Any], what: str) -> Any:
 
 
 def _check_eager(target: Target) -> None:
+    """The model runs eagerly; a training step twice, since every later phase takes many steps
+    and a model that cannot take a second one (a buffer updated with the first step's gradient
+    history, whose graph the backward freed) is the user's to fix, not an internal error of the
+    run's (it was reported as one)."""
     inputs = target.make_inputs(0)
-    try:
-        target.eager(*inputs)
-    except Exception as exc:
-        what = "a training step fails eagerly" if target.train else "model fails eagerly"
-        raise TargetError(f"{target.spec}: {what}: {one_line(exc)}") from exc
+    steps = ("a training step", "a second training step") if target.train else ("model",)
+    for what in steps:
+        try:
+            target.eager(*inputs)
+        except Exception as exc:
+            raise TargetError(f"{target.spec}: {what} fails eagerly: {one_line(exc)}") from exc
 

@@ -136,6 +136,22 @@ def test_a_broken_training_step_is_bad_input(tmp_path: Path) -> None:
     assert "a training step fails eagerly" in proc.stderr and "one-element tensor" in proc.stderr
 
 
+def test_a_model_that_cannot_take_a_second_training_step_is_bad_input(tmp_path: Path) -> None:
+    """A buffer updated in forward from the input (which a training step gives gradients) keeps
+    the first step's graph; the second step's backward runs into it once freed. Every phase takes
+    many steps: this was an internal error of the run (exit 1) before the load checked two."""
+    model = tmp_path / "running_mean.py"
+    model.write_text(
+        "import torch\n\n\nclass Model(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.register_buffer('running', torch.zeros(6))\n\n    def forward(self, x):\n"
+        "        self.running.mul_(0.9).add_(x.mean(0) * 0.1)\n        return torch.tanh(x - self.running)\n\n\n"
+        "def get_inputs():\n    return [torch.randn(4, 6)]\n\n\ndef get_init_inputs():\n    return []\n")
+    proc = run_cli("optimize", str(model), "--train", "--out", str(tmp_path / "o"))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "a second training step fails eagerly" in proc.stderr and "backward through the graph a second time" in proc.stderr
+    assert run_cli("inspect", str(model)).returncode == 0  # inference is fine
+
+
 @pytest.mark.parametrize("split", [{}, {"forward": {"baseline": 1.0, "optimized": 0.9},
                                         "backward": {"baseline": 2.0, "optimized": 1.6}}])
 def test_report_shows_the_step_split(split: dict) -> None:
