@@ -27,6 +27,7 @@ from kernelopt_bot.launcher_run import (
     SearchContext,
     Verified,
     device_name,
+    edit_note,
     measure_together,
     search_kernel,
     write_edits,
@@ -88,8 +89,7 @@ def run_helion_target(spec: str, device: str | None, dtype: str, *, gamma: float
     config, verdict = verified[target.kernel_name]
     if target.device == "cuda":
         measure_together(target, {target.kernel_name: (original, config)}, rounds, result)
-    speed = f"{verdict.speedup:.3f}x end to end" if verdict.speedup is not None else "gates 1-3 only, not timed"
-    note = f"config verified for get_inputs()'s shapes on {device_name(target.device)} ({speed})"
+    note = edit_note("config verified for get_inputs()'s shapes", device_name(target.device), verdict)
     file = Path(target.file)
     edit = SourceEdit(file.name, "helion", target.kernel_name, written_config(target, config), note)
     return write_edits([(file, edit)], file.parent, out_dir, result, log)

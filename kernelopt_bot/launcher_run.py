@@ -375,7 +375,7 @@ def _autotune_edit(launch: KernelLaunch, config: dict[str, Any], verdict: Verdic
         return None
     path = Path(launch.file)
     written = _written(config)
-    note = _note(f"{_describe(written).removeprefix('config ')} added to the list", device_name, verdict)
+    note = edit_note(f"{_describe(written).removeprefix('config ')} added to the list, verified", device_name, verdict)
     return path, SourceEdit(_relative(path, root), "autotune", launch.name, written, note)
 
 
@@ -387,7 +387,7 @@ def _launch_edit(launch: KernelLaunch, config: dict[str, Any], verdict: Verdict,
         log(f"warning: {launch.name}: where it is launched is unknown; no patch for it")
         return None
     changed = {k: v for k, v in config.items() if (launch.chosen or {}).get(k) != v}
-    note = _note(f"{_describe(changed).removeprefix('config ')} for this shape", device_name, verdict)
+    note = edit_note(f"{_describe(changed).removeprefix('config ')} for this shape, verified", device_name, verdict)
     values = {k: v for k, v in {**dict(zip(launch.arg_names, launch.args)), **launch.constexprs}.items()
               if isinstance(v, int) and not isinstance(v, bool)}
     path = Path(launch.call_file)
@@ -396,11 +396,12 @@ def _launch_edit(launch: KernelLaunch, config: dict[str, Any], verdict: Verdict,
                             list(launch.arg_names), values, grid)
 
 
-def _note(what: str, device_name: str, verdict: Verdict) -> str:
-    """A patch's comment line: what it sets, where it was verified and how fast (or that it was
-    not timed); kept to what a source edit's note may be (one printable line, 300 characters)."""
+def edit_note(what: str, device_name: str, verdict: Verdict) -> str:
+    """A patch's comment line, for every kind of edit: ``what`` (what it sets and how it was
+    verified), on which device, and how fast (or that it was not timed); kept to what a source
+    edit's note may be (one printable line, 300 characters)."""
     speed = f"{verdict.speedup:.3f}x end to end" if verdict.speedup is not None else "gates 1-3 only, not timed"
-    text = f"{what}, verified on {device_name} ({speed})"
+    text = f"{what} on {device_name} ({speed})"
     text = "".join(c if " " <= c <= "~" and c != "\\" else "?" for c in text)
     return text if len(text) <= NOTE_CHARS else text[:NOTE_CHARS - 3] + "..."
 

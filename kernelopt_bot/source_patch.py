@@ -383,10 +383,10 @@ def _helion_config_name(tree: ast.Module) -> str:
 
 def _shape_guard(call: ast.Call, arg_names: list[str], values: dict[str, Any],
                  grid: tuple[int, ...]) -> list[tuple[str, int | tuple[int, ...]]]:
-    """The call's integer arguments written as plain names or shape entries (:func:`_guard_text`), with the values they had: the
-    grid's entries (or the grid, where the call names a grid variable: compared as a tuple), then
-    the kernel's positional arguments (up to the first ``*args``) and keyword arguments; each
-    name once. A grid given as a function (a lambda of the constexprs) is left out: its value is
+    """The call's integer arguments written as plain names or shape entries (:func:`_guard_text`),
+    with the values they had: the grid's entries (or the grid, where the call names a grid
+    variable: compared as a tuple), then the kernel's positional arguments (up to the first
+    ``*args``) and keyword arguments; each name once. A grid given as a function (a lambda of the constexprs) is left out: its value is
     no plain number."""
     found: dict[str, int | tuple[int, ...]] = {}
 
