@@ -466,6 +466,7 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
         if settings.config:  # this process's compiles, for its lifetime (as in every arm)
             torch._inductor.config.patch(check_config(settings.config)).__enter__()
         cap = capture(tgt, mode=settings.mode)
+        result.graphs = len(cap.artifact.graphs)
         log("profiling")
         prof = profile(cap)
         if tgt.device == "cuda":

@@ -119,6 +119,10 @@ class RunResult:
     # compiled, the other loaded from the compiler's cache: harness.arm_process.started_unlike),
     # which way that leans; None where they started alike or did not say.
     started_unlike: str | None = None
+    # How many graphs torch.compile captured (a module target; None before the capture or for a
+    # kernel target). 0: Dynamo traced nothing (an nn.LSTM, say), so the model runs eagerly and
+    # no kernel was generated.
+    graphs: int | None = None
     kernels: list[KernelOutcome] = field(default_factory=list)
     recommendations: list[Recommendation] = field(default_factory=list)
     pack_entries: int = 0
@@ -237,10 +241,15 @@ class RunResult:
 
     @property
     def nothing_to_search(self) -> str | None:
-        """Why the run had no kernel to search, said once where the kernel table would be empty
-        (an LSTM, say: Inductor keeps it one library call); None where it had kernels."""
+        """Why the run had no kernel to search, said once where the kernel table would be empty;
+        None where it had kernels. Two cases: Dynamo captured no graph (an nn.LSTM: the model
+        runs eagerly under torch.compile), or Inductor compiled every op to a library call."""
         if self.status != "ok" or self.kernels:
             return None
+        if self.graphs == 0:
+            return ("torch.compile captured no graph: Dynamo did not trace this model (an nn.LSTM, "
+                    "say), so it runs eagerly, no Triton kernel was generated and there was nothing "
+                    "to search.")
         return ("The compiled model has no Triton kernels: torch.compile left every op to library "
                 "calls (cuBLAS, cuDNN, ATen), which kernelopt keeps, so there was nothing to search.")
 

@@ -143,19 +143,37 @@ def get_init_inputs():
 
 
 def test_a_model_without_triton_kernels_says_there_was_nothing_to_search(tmp_path: Path) -> None:
-    """Inductor keeps an LSTM one library call: the run succeeds and says why nothing was searched,
-    in the terminal and the report, instead of an empty table; on the CPU it starts no model arm
-    for an end-to-end benchmark that has nothing to compare (it took 19 s for nothing)."""
+    """Dynamo does not trace an nn.LSTM (torch.compile captures no graph and runs it eagerly): the
+    run succeeds and says why nothing was searched, in the terminal and the report, instead of an
+    empty table; on the CPU it starts no model arm for an end-to-end benchmark that has nothing
+    to compare (it took 19 s for nothing). ``inspect`` says the same, not that every op became a
+    Triton kernel (it did, before: an empty list of library calls read as all Triton)."""
     model = tmp_path / "lstm.py"
     model.write_text(LSTM_MODEL)
     result = run_cli("optimize", str(model), "--out", str(tmp_path / "out"), "--store", str(tmp_path / "s.db"))
     assert result.returncode == 0, result.stderr + result.stdout
     said = " ".join(result.stdout.split())  # the terminal wraps long lines
-    assert "The compiled model has no Triton kernels" in said and "nothing to search" in said
+    assert "torch.compile captured no graph" in said and "nothing to search" in said
     report = (tmp_path / "out" / "report.md").read_text()
-    assert "no Triton kernels" in report and "| kernel | kind |" not in report
+    assert "captured no graph" in report and "| kernel | kind |" not in report
     run = RunResult.load(tmp_path / "out" / "result.json")
-    assert run.status == "ok" and run.kernels == []
+    assert run.status == "ok" and run.kernels == [] and run.graphs == 0
+    inspected = run_cli("inspect", str(model))
+    assert inspected.returncode == 0, inspected.stderr + inspected.stdout
+    shown = " ".join(inspected.stdout.split())
+    assert "captured no graph" in shown and "every op became a Triton kernel" not in shown
     if run.device == "cpu":
         assert run.phases.get("end-to-end benchmark", 0.0) < 5.0
         assert json.loads((tmp_path / "out" / "result.json").read_text())["processes"]["started"] == 1
+
+
+def test_a_model_whose_every_op_is_a_library_call_says_so(tmp_path: Path) -> None:
+    """A plain matmul compiles to one graph and no Triton kernel (Inductor keeps the library's
+    GEMM): the run says that, not that nothing was traced."""
+    result = run_cli("optimize", "benchmarks/level1/matmul.py", "--out", str(tmp_path / "out"),
+                     "--store", str(tmp_path / "s.db"))
+    assert result.returncode == 0, result.stderr + result.stdout
+    run = RunResult.load(tmp_path / "out" / "result.json")
+    assert run.status == "ok" and run.kernels == [] and run.graphs == 1
+    said = " ".join(result.stdout.split())
+    assert "The compiled model has no Triton kernels" in said and "library calls" in said

@@ -90,6 +90,9 @@ def _model_kernels(report: InspectReport) -> None:
         for c in art.extern_calls:
             ext.add_row(c.op, c.kind, str(c.graph))
         console.print(ext)
+    elif not art.graphs:
+        console.print("nothing compiled: torch.compile captured no graph (Dynamo did not trace the "
+                      "model, an nn.LSTM say), so it runs eagerly and has no kernel to search")
     else:
         console.print("vendor / fallback calls: none (every op became a Triton kernel)")
     if prof.measured:
