@@ -50,6 +50,8 @@ from kernelopt_bot.target_kinds import target_kind
 # result.json and report.md, and a step that took longer than its estimate. The run ends within
 # ``wall_seconds + WALL_MARGIN_S`` (tests/test_wall_budget.py holds a CPU run to it).
 WALL_MARGIN_S = 10.0
+# The work key under which the engine's load and capture of the model are watched (_model_start_watch).
+MODEL_START_WORK = "model start"
 
 
 def reproduce_command(target: str, device: str | None, dtype: str, budget: dict[str, Any],
@@ -423,6 +425,27 @@ class _PhaseLog:
         self._log(f"[{time.time() - self._start:4.0f} s] {message}")
 
 
+def _model_start_watch(work_watch: WorkWatch, plan: RunPlan, elapsed: float,
+                       device: str) -> Callable[[], contextlib.AbstractContextManager[None]]:
+    """The model's load, compile, capture and profile, watched as work the run cannot go on
+    without: each part may take what is left of the whole wall budget (none without one). Past
+    the deadline the supervisor kills the engine and the run fails, saying so, at the deadline:
+    on the CPU a large model's kernels run in the Triton interpreter for many minutes, and a
+    run held there kept a sweep's runner past its budget (it waited 2 x budget + 15 minutes)."""
+    ends_at = None if plan.wall_seconds is None else time.monotonic() + float(plan.wall_seconds) - elapsed
+    why = (f"the wall budget ({plan.wall_seconds:g} s) ran out while loading, compiling and capturing the model "
+           "(the engine was killed): the model takes longer than the whole budget to start here, so nothing "
+           "was searched; give it more time (--budget wall_seconds=N)"
+           + (" or smaller shapes (on the CPU its kernels run in the Triton interpreter)" if device == "cpu" else "")
+           if plan.wall_seconds is not None else None)
+
+    def watching() -> contextlib.AbstractContextManager[None]:
+        left = None if ends_at is None else max(0.0, ends_at - time.monotonic())
+        return work_watch.watching(MODEL_START_WORK, "loading and compiling the model", left, ends_run=why)
+
+    return watching
+
+
 def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: CompileSettings,
          llm: dict[str, Any] | None,
          store_path: str | Path | None, result: RunResult, log: Callable[[str], None], elapsed: float,
@@ -451,8 +474,10 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
     # benchmark its time on a GPU (it compiles the packed model once more and times it).
     reserve = final_reserve_s(resolve_device(device), train)
     budget = plan.budget(elapsed_before=elapsed, reserve_s=reserve)
+    model_start = _model_start_watch(work_watch, plan, elapsed, resolve_device(device))
     log("loading the target" + (" (a training step)" if train else ""))
-    tgt = load_target(target, device, dtype, train=train)
+    with model_start():
+        tgt = load_target(target, device, dtype, train=train)
     result.device = tgt.device
     own = target_settings(tgt.torch_compile, target)
     if settings.is_default and own is not None and not own.is_default:
@@ -465,10 +490,11 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
         log("compiling and capturing")
         if settings.config:  # this process's compiles, for its lifetime (as in every arm)
             torch._inductor.config.patch(check_config(settings.config)).__enter__()
-        cap = capture(tgt, mode=settings.mode)
-        result.graphs = len(cap.artifact.graphs)
-        log("profiling")
-        prof = profile(cap)
+        with model_start():
+            cap = capture(tgt, mode=settings.mode)
+            result.graphs = len(cap.artifact.graphs)
+            log("profiling")
+            prof = profile(cap)
         if tgt.device == "cuda":
             # The profile was the capture's inputs' one use (arms and gates make their own):
             # on a large model they are a copy of its activations the search would hold.

@@ -23,7 +23,8 @@ def engine(conn: Channel, request: dict[str, Any]) -> None:
     for key in request.get("keys", ["variant-a"]):
         if key in quarantine:
             continue  # skipped, as a real engine's quarantine does
-        conn.send(("begin", {"key": key, "label": f"timing {key}", "deadline_s": request.get("deadline_s", 30)}))
+        conn.send(("begin", {"key": key, "label": f"timing {key}", "deadline_s": request.get("deadline_s", 30),
+                             "ends_run": request.get("ends_run")}))
         if script == "crash in work" or (script == "crash in every work"):
             ctypes.string_at(0)  # a real segmentation fault (a signal sent to itself is ignored by a namespace's PID 1)
         if script == "hang in work":

@@ -46,6 +46,16 @@ def test_work_past_its_deadline_is_killed_and_skipped() -> None:
     assert outcome.restarts[0]["key"] == "slow" and "deadline" in outcome.restarts[0]["reason"]
 
 
+def test_work_the_run_cannot_go_on_without_ends_the_run_at_its_deadline() -> None:
+    """The model's load and capture (``ends_run``): past its deadline no engine is started to skip
+    it; the run fails with the error the work named, at the deadline."""
+    start = time.monotonic()
+    outcome, _ = _run("hang in work", keys=["model start"], deadline_s=2, ends_run="the budget ran out")
+    assert time.monotonic() - start < 30
+    assert outcome.result_json is None and not outcome.restarts
+    assert outcome.error == "the budget ran out"
+
+
 def test_a_poisoned_device_is_reported_and_the_engine_replaced() -> None:
     outcome, _ = _run("poisoned in work", keys=["bad"])
     assert outcome.result_json is not None and json.loads(outcome.result_json)["quarantine"] == {

@@ -424,6 +424,45 @@ def test_a_tiny_wall_budget_ends_the_run_on_time(tmp_path: Path) -> None:
     assert "starting the engine" in result["phases"]
 
 
+SLOW_CAPTURE_MODEL = """
+import torch
+
+
+class Model(torch.nn.Module):
+    \"\"\"A row softmax large enough that its compiled kernels take minutes in the Triton
+    interpreter, where its eager run takes milliseconds.\"\"\"
+
+    def forward(self, x):
+        return torch.softmax(x * 2.0, dim=-1)
+
+
+def get_inputs():
+    return [torch.randn(2048, 4096)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_a_model_that_cannot_compile_within_the_budget_ends_the_run_at_the_deadline(tmp_path: Path) -> None:
+    """`kernelopt optimize` as a user runs it, CPU: the model loads at once but its capture (the
+    compiled model's first run, in the interpreter) takes minutes. The run ends at the wall
+    budget's deadline, failed, saying that the budget ran out while the model compiled and what
+    to do, where it ran on for the engine's own limit (2 x the budget + 15 minutes)."""
+    (tmp_path / "slow_capture.py").write_text(SLOW_CAPTURE_MODEL)
+    wall = 25
+    began = time.monotonic()
+    run = shell(f"kernelopt optimize slow_capture.py --out out --store db --budget wall_seconds={wall}", tmp_path)
+    took = time.monotonic() - began
+    assert run.returncode == 1, run.stdout[-2000:] + run.stderr[-2000:]
+    assert took <= wall + WALL_MARGIN_S + 10
+    said = " ".join((run.stdout + run.stderr).split())
+    assert "ran out while loading, compiling and capturing the model" in said and "wall_seconds" in said
+    result = json.loads((tmp_path / "out" / "result.json").read_text())
+    assert result["status"] == "failed" and "ran out while loading" in result["error"]
+
+
 class _SlowArm:
     """An arm whose compile outlives its start timeout: waiting for it runs the clock to the
     timeout (counted from its start), then it is killed."""

@@ -36,6 +36,7 @@ class Supervised:
 class _InFlight:
     label: str
     ends_at: float | None
+    ends_run: str | None = None  # the run's error if this work outlives its deadline (no restart)
 
 
 def supervise(start: Callable[[dict[str, Any]], IsolatedProcess], request: dict[str, Any],
@@ -84,6 +85,9 @@ def _watch(engine: IsolatedProcess, ends: float | None, deadline_s: float | None
         for key, work in in_flight.items():
             if work.ends_at is not None and now >= work.ends_at:
                 engine.kill()
+                if work.ends_run is not None:
+                    outcome.error = work.ends_run
+                    return None
                 return {"key": key, "label": work.label, "reason": "it ran past its deadline (the engine was killed)"}
         wait = POLL_S if ends is None else max(0.0, min(POLL_S, ends - now))
         if not engine.conn.poll(wait):
@@ -105,8 +109,10 @@ def _watch(engine: IsolatedProcess, ends: float | None, deadline_s: float | None
             log(str(payload))
         elif kind == "begin":
             limit = payload.get("deadline_s")
+            ends_run = payload.get("ends_run")
             in_flight[str(payload["key"])] = _InFlight(str(payload.get("label") or "work"),
-                                                       None if limit is None else time.monotonic() + float(limit))
+                                                       None if limit is None else time.monotonic() + float(limit),
+                                                       None if ends_run is None else str(ends_run))
         elif kind == "end":
             in_flight.pop(str(payload), None)
         elif kind == "poisoned":

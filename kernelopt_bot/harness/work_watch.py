@@ -40,11 +40,16 @@ class WorkWatch:
         return None if reason is None else f"not run again: it brought the engine down before ({reason})"
 
     @contextmanager
-    def watching(self, key: str, label: str, deadline_s: float | None) -> Iterator[None]:
+    def watching(self, key: str, label: str, deadline_s: float | None, *,
+                 ends_run: str | None = None) -> Iterator[None]:
         """Run the block as work ``key``: announced before, and after it the device is checked
         (a sticky CUDA error surfaces at the next synchronization, whoever catches the first
-        one): a poisoned device raises :class:`WorkerPoisoned` for this work."""
-        self._tell("begin", {"key": key, "label": label, "deadline_s": deadline_s})
+        one): a poisoned device raises :class:`WorkerPoisoned` for this work.
+
+        ``ends_run``: work no run can go on without (the model's load and capture). If it
+        outlives its deadline the supervisor ends the run with this error instead of starting
+        an engine that would skip it."""
+        self._tell("begin", {"key": key, "label": label, "deadline_s": deadline_s, "ends_run": ends_run})
         try:
             yield
         except Exception as exc:
