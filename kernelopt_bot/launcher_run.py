@@ -16,6 +16,7 @@ then says it was not timed).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -27,7 +28,7 @@ from typing import Any
 from kernelopt_bot.harness.arm_process import ArmRaised
 from kernelopt_bot.harness.bench import compare_arms
 from kernelopt_bot.harness.launcher_arm import LauncherArm
-from kernelopt_bot.harness.work_watch import NO_WATCH, WorkWatch
+from kernelopt_bot.harness.work_watch import NO_WATCH, StartWatch, WorkWatch
 from kernelopt_bot.launchers import (
     LAUNCH_OPTIONS,
     KernelLaunch,
@@ -134,18 +135,23 @@ Verified = dict[str, tuple[dict[str, Any], Verdict]]
 def run_launcher_target(spec: str, device: str | None, dtype: str, *, gamma: float, rounds: int,
                         candidates_per_kernel: int, result: RunResult, out_dir: Path,
                         log: Callable[[str], None], work_watch: WorkWatch = NO_WATCH,
-                        ends_at: float | None = None, untimed_patch: bool = False) -> Path | None:
+                        ends_at: float | None = None, untimed_patch: bool = False,
+                        start_watch: StartWatch = contextlib.nullcontext) -> Path | None:
     """The whole run on a launcher file; fills ``result`` and returns the patch's path (None
     when nothing was verified). Each config's probe and gates are announced work
     (:class:`WorkWatch`): one that poisons the device or crashes the engine is skipped by the next.
     ``ends_at`` (:func:`time.time`): the wall budget's deadline; no config's gates start after
     :data:`GATES_RESERVE_S` before it. ``untimed_patch``: with no GPU, the first config that
-    passes gates 1-3 goes into the patch, marked as not timed."""
+    passes gates 1-3 goes into the patch, marked as not timed. ``start_watch``: around the
+    launcher's load and first run, which the run cannot go on without (the pipeline's, bounded
+    by the wall budget)."""
     log("loading the launcher")
-    target = load_launcher(spec, device, dtype)
+    with start_watch():
+        target = load_launcher(spec, device, dtype)
     result.device = target.device
     log("running the launcher and recording its kernel launches")
-    launches = capture_launches(target)
+    with start_watch():
+        launches = capture_launches(target)
     seen: dict[str, KernelLaunch] = {}
     for launch in launches:
         seen.setdefault(launch.name, launch)

@@ -25,6 +25,7 @@ from typing import Any
 from kernelopt_bot import __version__
 from kernelopt_bot.candidate import DEFAULT_GAMMA
 from kernelopt_bot.capture.settings import CompileSettings, check_config, target_settings
+from kernelopt_bot.device import resolve_device
 from kernelopt_bot.errors import BadInputError, KerneloptError
 from kernelopt_bot.final_bench import benchmark_pack, empty_pack_need_s, final_need_s, final_pack_arm
 from kernelopt_bot.folders import make_dirs
@@ -50,8 +51,8 @@ from kernelopt_bot.target_kinds import target_kind
 # result.json and report.md, and a step that took longer than its estimate. The run ends within
 # ``wall_seconds + WALL_MARGIN_S`` (tests/test_wall_budget.py holds a CPU run to it).
 WALL_MARGIN_S = 10.0
-# The work key under which the engine's load and capture of the model are watched (_model_start_watch).
-MODEL_START_WORK = "model start"
+# The work key under which the engine's load and first run of the target are watched (_start_watch).
+TARGET_START_WORK = "target start"
 
 
 def reproduce_command(target: str, device: str | None, dtype: str, budget: dict[str, Any],
@@ -230,7 +231,6 @@ def engine_main(conn: Channel, request: dict[str, Any]) -> None:
     """The engine process: run the pipeline here, send each log line and then the result. Its
     risky work is announced to the parent (:class:`WorkWatch`); after a poisoned device it says
     so and exits, and the parent starts another (:mod:`kernelopt_bot.harness.supervisor`)."""
-    from kernelopt_bot.device import resolve_device
     from kernelopt_bot.harness.isolation import protect_this_process
 
     protect_this_process()
@@ -309,14 +309,15 @@ def _run_pipeline_here(target: str, *, device: str | None, dtype: str, out_dir: 
             from kernelopt_bot.launcher_run import run_launcher_target
 
             run_kernel_target = run_launcher_target if kind == "triton" else run_helion_target
+            start_watch = _start_watch(work_watch, plan, time.time() - start, resolve_device(device),
+                                       "loading and running the kernel file's launcher")
             patch = run_kernel_target(target, device, dtype, gamma=plan.gamma, rounds=plan.rounds,
                                         candidates_per_kernel=plan.candidates_per_kernel, result=result,
                                         out_dir=out_dir, log=phase_log, work_watch=work_watch,
                                         ends_at=None if plan.wall_seconds is None else start + plan.wall_seconds,
-                                        untimed_patch=untimed_patch)
+                                        untimed_patch=untimed_patch, start_watch=start_watch)
             result.patch_path = None if patch is None else str(patch)
         else:
-            from kernelopt_bot.device import resolve_device
             from kernelopt_bot.harness.device_watch import DeviceMemoryWatch
 
             watch = DeviceMemoryWatch(resolve_device(device), phase=lambda: phase_log.clock.current)
@@ -425,23 +426,25 @@ class _PhaseLog:
         self._log(f"[{time.time() - self._start:4.0f} s] {message}")
 
 
-def _model_start_watch(work_watch: WorkWatch, plan: RunPlan, elapsed: float,
-                       device: str) -> Callable[[], contextlib.AbstractContextManager[None]]:
-    """The model's load, compile, capture and profile, watched as work the run cannot go on
-    without: each part may take what is left of the whole wall budget (none without one). Past
-    the deadline the supervisor kills the engine and the run fails, saying so, at the deadline:
-    on the CPU a large model's kernels run in the Triton interpreter for many minutes, and a
-    run held there kept a sweep's runner past its budget (it waited 2 x budget + 15 minutes)."""
+def _start_watch(work_watch: WorkWatch, plan: RunPlan, elapsed: float, device: str,
+                 what: str) -> Callable[[], contextlib.AbstractContextManager[None]]:
+    """The target's load and first run (a model's compile, capture and profile; a kernel file's
+    launcher run and recorded), watched as work the run cannot go on without: each part may take
+    what is left of the whole wall budget (no limit without one). Past the deadline the
+    supervisor kills the engine and the run fails at the deadline, saying so: on the CPU a large
+    model's kernels run in the Triton interpreter for many minutes, and a run held there kept a
+    sweep's runner past its budget (it waited 2 x budget + 15 minutes). ``what``: the step, as
+    the error names it ("loading, compiling and capturing the model")."""
     ends_at = None if plan.wall_seconds is None else time.monotonic() + float(plan.wall_seconds) - elapsed
-    why = (f"the wall budget ({plan.wall_seconds:g} s) ran out while loading, compiling and capturing the model "
-           "(the engine was killed): the model takes longer than the whole budget to start here, so nothing "
-           "was searched; give it more time (--budget wall_seconds=N)"
+    why = (f"the wall budget ({plan.wall_seconds:g} s) ran out while {what} (the engine was killed): the "
+           "target takes longer than the whole budget to start here, so nothing was searched; give it more "
+           "time (--budget wall_seconds=N)"
            + (" or smaller shapes (on the CPU its kernels run in the Triton interpreter)" if device == "cpu" else "")
            if plan.wall_seconds is not None else None)
 
     def watching() -> contextlib.AbstractContextManager[None]:
         left = None if ends_at is None else max(0.0, ends_at - time.monotonic())
-        return work_watch.watching(MODEL_START_WORK, "loading and compiling the model", left, ends_run=why)
+        return work_watch.watching(TARGET_START_WORK, what, left, ends_run=why)
 
     return watching
 
@@ -457,7 +460,6 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
 
     from kernelopt_bot.capture.recorder import capture, versions
     from kernelopt_bot.compile_options import bench_need_s, calls_templates, template_tune_s
-    from kernelopt_bot.device import resolve_device
     from kernelopt_bot.harness.arm_process import compile_seconds
     from kernelopt_bot.harness.compile_pool import start_pool
     from kernelopt_bot.harness.kernel_service import compile_threads
@@ -474,7 +476,8 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
     # benchmark its time on a GPU (it compiles the packed model once more and times it).
     reserve = final_reserve_s(resolve_device(device), train)
     budget = plan.budget(elapsed_before=elapsed, reserve_s=reserve)
-    model_start = _model_start_watch(work_watch, plan, elapsed, resolve_device(device))
+    model_start = _start_watch(work_watch, plan, elapsed, resolve_device(device),
+                               "loading, compiling and capturing the model")
     log("loading the target" + (" (a training step)" if train else ""))
     with model_start():
         tgt = load_target(target, device, dtype, train=train)

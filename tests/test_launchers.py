@@ -6,6 +6,7 @@ that it does not take them yet; bad launcher files are bad input."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ import torch
 
 from kernelopt_bot.errors import TargetError
 from kernelopt_bot.launchers import capture_launches, load_launcher
+from kernelopt_bot.pipeline import WALL_MARGIN_S
 from kernelopt_bot.target_kinds import target_kind
 from tests.helpers import EXAMPLES, ROOT, run_cli
 
@@ -114,8 +116,49 @@ def test_a_launcher_file_without_get_inputs_is_bad_input(tmp_path: Path) -> None
         load_launcher(str(path), None, "fp32")
 
 
+SLOW_LAUNCHER = """
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def add_one_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) + 1.0, mask=offs < n)
+
+
+def launch(x):
+    out = torch.empty_like(x)
+    add_one_kernel[(x.numel(),)](x, out, x.numel(), BLOCK=1)  # a program an element: slow in the interpreter
+    return out
+
+
+def reference(x):
+    return x + 1.0
+
+
+def get_inputs():
+    return [torch.randn(1 << 20)]
+"""
+
+
+def test_a_launcher_that_cannot_run_once_within_the_budget_ends_the_run_at_the_deadline(tmp_path: Path) -> None:
+    """A million one-element programs take minutes in the CPU's interpreter: the run ends at the
+    wall budget's deadline, failed, naming the launcher's run, instead of holding the engine to
+    its own limit (2 x the budget + 15 minutes)."""
+    path = tmp_path / "slow_launcher.py"
+    path.write_text(SLOW_LAUNCHER)
+    wall = 12
+    began = time.monotonic()
+    run = run_cli("optimize", str(path), "--out", str(tmp_path / "out"), "--budget", f"wall_seconds={wall}")
+    assert run.returncode == 1, run.stderr[-2000:]
+    assert time.monotonic() - began <= wall + WALL_MARGIN_S + 10
+    assert "ran out while loading and running the kernel file's launcher" in " ".join(run.stderr.split())
+
+
 def test_the_wall_budget_stops_a_launchers_search(tmp_path: Path) -> None:
-    run = run_cli("optimize", str(ROW_SOFTMAX), "--out", str(tmp_path / "out"), "--budget", "wall_seconds=5")
+    run = run_cli("optimize", str(ROW_SOFTMAX), "--out", str(tmp_path / "out"), "--budget", "wall_seconds=10")
     assert run.returncode == 0, run.stderr[-2000:]
     (kernel,) = json.loads((tmp_path / "out" / "result.json").read_text())["kernels"]
     assert kernel["status"] == "not searched (budget)" and "budget ran out after 0 of 3 configs" in kernel["detail"]
