@@ -10,12 +10,11 @@ it end to end.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from kernelopt_bot.harness.work_watch import NO_WATCH, StartWatch, WorkWatch
+from kernelopt_bot.harness.work_watch import NO_WATCH, StartWatch, WorkWatch, no_start_watch
 from kernelopt_bot.helion_targets import (
     autotuned_config,
     changes,
@@ -47,11 +46,11 @@ def run_helion_target(spec: str, device: str | None, dtype: str, *, gamma: float
                       candidates_per_kernel: int, result: RunResult, out_dir: Path,
                       log: Callable[[str], None], work_watch: WorkWatch = NO_WATCH,
                       ends_at: float | None = None, untimed_patch: bool = False,
-                      start_watch: StartWatch = contextlib.nullcontext) -> Path | None:
+                      start_watch: StartWatch = no_start_watch) -> Path | None:
     """The whole run on a Helion kernel file; fills ``result`` and returns the patch's path
     (None when nothing was verified). Arguments as :func:`~kernelopt_bot.launcher_run.run_launcher_target`."""
     log("loading the Helion kernel")
-    with start_watch():
+    with start_watch("loading the Helion kernel file"):
         target = load_helion(spec, device, dtype)
     result.device = target.device
     original = target.original_config()

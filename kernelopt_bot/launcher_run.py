@@ -16,7 +16,6 @@ then says it was not timed).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import time
@@ -28,7 +27,7 @@ from typing import Any
 from kernelopt_bot.harness.arm_process import ArmRaised
 from kernelopt_bot.harness.bench import compare_arms
 from kernelopt_bot.harness.launcher_arm import LauncherArm
-from kernelopt_bot.harness.work_watch import NO_WATCH, StartWatch, WorkWatch
+from kernelopt_bot.harness.work_watch import NO_WATCH, StartWatch, WorkWatch, no_start_watch
 from kernelopt_bot.launchers import (
     LAUNCH_OPTIONS,
     KernelLaunch,
@@ -136,7 +135,7 @@ def run_launcher_target(spec: str, device: str | None, dtype: str, *, gamma: flo
                         candidates_per_kernel: int, result: RunResult, out_dir: Path,
                         log: Callable[[str], None], work_watch: WorkWatch = NO_WATCH,
                         ends_at: float | None = None, untimed_patch: bool = False,
-                        start_watch: StartWatch = contextlib.nullcontext) -> Path | None:
+                        start_watch: StartWatch = no_start_watch) -> Path | None:
     """The whole run on a launcher file; fills ``result`` and returns the patch's path (None
     when nothing was verified). Each config's probe and gates are announced work
     (:class:`WorkWatch`): one that poisons the device or crashes the engine is skipped by the next.
@@ -146,11 +145,11 @@ def run_launcher_target(spec: str, device: str | None, dtype: str, *, gamma: flo
     launcher's load and first run, which the run cannot go on without (the pipeline's, bounded
     by the wall budget)."""
     log("loading the launcher")
-    with start_watch():
+    with start_watch("loading the kernel file"):
         target = load_launcher(spec, device, dtype)
     result.device = target.device
     log("running the launcher and recording its kernel launches")
-    with start_watch():
+    with start_watch("running the kernel file's launcher", kernels=True):
         launches = capture_launches(target)
     seen: dict[str, KernelLaunch] = {}
     for launch in launches:

@@ -31,7 +31,7 @@ from kernelopt_bot.final_bench import benchmark_pack, empty_pack_need_s, final_n
 from kernelopt_bot.folders import make_dirs
 from kernelopt_bot.harness.failures import poisoned_in
 from kernelopt_bot.harness.isolation import Channel
-from kernelopt_bot.harness.work_watch import NO_WATCH, WorkWatch
+from kernelopt_bot.harness.work_watch import NO_WATCH, StartWatch, WorkWatch
 from kernelopt_bot.pack.format import KernelPack
 from kernelopt_bot.plan import DEFAULT_BUDGET, RunPlan
 from kernelopt_bot.result import RunResult
@@ -309,8 +309,7 @@ def _run_pipeline_here(target: str, *, device: str | None, dtype: str, out_dir: 
             from kernelopt_bot.launcher_run import run_launcher_target
 
             run_kernel_target = run_launcher_target if kind == "triton" else run_helion_target
-            start_watch = _start_watch(work_watch, plan, time.time() - start, resolve_device(device),
-                                       "loading and running the kernel file's launcher")
+            start_watch = _start_watch(work_watch, plan, time.time() - start, resolve_device(device))
             patch = run_kernel_target(target, device, dtype, gamma=plan.gamma, rounds=plan.rounds,
                                         candidates_per_kernel=plan.candidates_per_kernel, result=result,
                                         out_dir=out_dir, log=phase_log, work_watch=work_watch,
@@ -426,24 +425,26 @@ class _PhaseLog:
         self._log(f"[{time.time() - self._start:4.0f} s] {message}")
 
 
-def _start_watch(work_watch: WorkWatch, plan: RunPlan, elapsed: float, device: str,
-                 what: str) -> Callable[[], contextlib.AbstractContextManager[None]]:
-    """The target's load and first run (a model's compile, capture and profile; a kernel file's
-    launcher run and recorded), watched as work the run cannot go on without: each part may take
-    what is left of the whole wall budget (no limit without one). Past the deadline the
-    supervisor kills the engine and the run fails at the deadline, saying so: on the CPU a large
-    model's kernels run in the Triton interpreter for many minutes, and a run held there kept a
-    sweep's runner past its budget (it waited 2 x budget + 15 minutes). ``what``: the step, as
-    the error names it ("loading, compiling and capturing the model")."""
+def _start_watch(work_watch: WorkWatch, plan: RunPlan, elapsed: float, device: str) -> StartWatch:
+    """The target's load and first run (a model's eager check, compile, capture and profile; a
+    kernel file's load and launcher run), watched as work the run cannot go on without: each
+    step may take what is left of the whole wall budget (no limit without one). Past the
+    deadline the supervisor kills the engine and the run fails at the deadline, saying so: on
+    the CPU a large model's kernels run in the Triton interpreter for many minutes, and a run
+    held there kept a sweep's runner past its budget (it waited 2 x budget + 15 minutes). Each
+    step is named as the error names it: ``watching("compiling and capturing the model",
+    kernels=True)``; ``kernels``: the step runs the target's Triton kernels (on the CPU, in the
+    interpreter, which smaller shapes speed up)."""
     ends_at = None if plan.wall_seconds is None else time.monotonic() + float(plan.wall_seconds) - elapsed
-    why = (f"the wall budget ({plan.wall_seconds:g} s) ran out while {what} (the engine was killed): the "
-           "target takes longer than the whole budget to start here, so nothing was searched; give it more "
-           "time (--budget wall_seconds=N)"
-           + (" or smaller shapes (on the CPU its kernels run in the Triton interpreter)" if device == "cpu" else "")
-           if plan.wall_seconds is not None else None)
 
-    def watching() -> contextlib.AbstractContextManager[None]:
+    def watching(what: str, *, kernels: bool = False) -> contextlib.AbstractContextManager[None]:
         left = None if ends_at is None else max(0.0, ends_at - time.monotonic())
+        why = None if plan.wall_seconds is None else (
+            f"the wall budget ({plan.wall_seconds:g} s) ran out while {what} (the engine was killed): the "
+            "target takes longer than the whole budget to start here, so nothing was searched; give it more "
+            "time (--budget wall_seconds=N, or budget: {wall_seconds: N} in .kernelopt.yml)"
+            + (" or smaller shapes (on the CPU its kernels run in the Triton interpreter)"
+               if kernels and device == "cpu" else ""))
         return work_watch.watching(TARGET_START_WORK, what, left, ends_run=why)
 
     return watching
@@ -476,10 +477,9 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
     # benchmark its time on a GPU (it compiles the packed model once more and times it).
     reserve = final_reserve_s(resolve_device(device), train)
     budget = plan.budget(elapsed_before=elapsed, reserve_s=reserve)
-    model_start = _start_watch(work_watch, plan, elapsed, resolve_device(device),
-                               "loading, compiling and capturing the model")
+    model_start = _start_watch(work_watch, plan, elapsed, resolve_device(device))
     log("loading the target" + (" (a training step)" if train else ""))
-    with model_start():
+    with model_start("loading the model and running it eagerly"):
         tgt = load_target(target, device, dtype, train=train)
     result.device = tgt.device
     own = target_settings(tgt.torch_compile, target)
@@ -493,7 +493,7 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
         log("compiling and capturing")
         if settings.config:  # this process's compiles, for its lifetime (as in every arm)
             torch._inductor.config.patch(check_config(settings.config)).__enter__()
-        with model_start():
+        with model_start("compiling and capturing the model", kernels=True):
             cap = capture(tgt, mode=settings.mode)
             result.graphs = len(cap.artifact.graphs)
             log("profiling")

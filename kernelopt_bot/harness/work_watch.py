@@ -13,16 +13,25 @@ failure is that candidate's and the run goes on.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
-from typing import Any
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from typing import Any, Protocol
 
 from kernelopt_bot.errors import one_line
 from kernelopt_bot.harness.failures import WorkerPoisoned, is_sticky_device_error
 
 Send = Callable[[tuple[str, Any]], None]
-# A fresh context around a step the run cannot go on without (the target's load and first run:
-# pipeline._start_watch); contextlib.nullcontext where nothing bounds it.
-StartWatch = Callable[[], AbstractContextManager[None]]
+
+
+class StartWatch(Protocol):
+    """A fresh context around a step the run cannot go on without (the target's load and first
+    run: ``pipeline._start_watch``), named as an error would name it; :func:`no_start_watch`
+    where nothing bounds it."""
+
+    def __call__(self, what: str, *, kernels: bool = False) -> AbstractContextManager[None]: ...
+
+
+def no_start_watch(what: str, *, kernels: bool = False) -> AbstractContextManager[None]:
+    return nullcontext()
 
 
 class WorkWatch:
