@@ -96,9 +96,10 @@ ENGINE_ENTRY = "kernelopt_bot.pipeline.engine_main"
 
 
 def engine_deadline_s(wall_seconds: float | None) -> float | None:
-    """How long the parent waits for the engine: twice the wall budget (which covers the search,
-    not the start, the capture or a gate already running when it ends) plus 15 minutes for an
-    arm's compile on a GPU; ``None`` (no wall budget) waits as long as the run takes."""
+    """How long the parent waits for the engine at most: twice the wall budget plus 15 minutes for
+    an arm's compile on a GPU, a net under what the budget does not bound (a gate or a step
+    already running at the deadline; the target's start is bounded by the budget itself:
+    ``_start_watch``); ``None`` (no wall budget) waits as long as the run takes."""
     return None if wall_seconds is None else 2.0 * float(wall_seconds) + 900.0
 
 
