@@ -31,7 +31,7 @@ from kernelopt_bot.final_bench import benchmark_pack, empty_pack_need_s, final_n
 from kernelopt_bot.folders import make_dirs
 from kernelopt_bot.harness.failures import poisoned_in
 from kernelopt_bot.harness.isolation import Channel
-from kernelopt_bot.harness.work_watch import NO_WATCH, StartWatch, WorkWatch
+from kernelopt_bot.harness.work_watch import NO_WATCH, StartWatch, WorkWatch, no_start_watch
 from kernelopt_bot.pack.format import KernelPack
 from kernelopt_bot.plan import DEFAULT_BUDGET, RunPlan
 from kernelopt_bot.result import RunResult
@@ -302,6 +302,10 @@ def _run_pipeline_here(target: str, *, device: str | None, dtype: str, out_dir: 
         settings = CompileSettings.from_json(compile_settings)
         result.compile = settings.to_json()
         kind = target_kind(target)
+        # The target's start within the wall budget; not for an engine that replaces one that went
+        # down: its start already fit once, and its result keeps the record of that restart.
+        start_watch = (no_start_watch if restarts
+                       else _start_watch(work_watch, plan, time.time() - start, resolve_device(device)))
         if kind != "module" and train:
             raise BadInputError(f"{target}: --train optimizes a module's training step; a {kind} kernel target "
                                 "runs as its launcher calls it")
@@ -310,7 +314,6 @@ def _run_pipeline_here(target: str, *, device: str | None, dtype: str, out_dir: 
             from kernelopt_bot.launcher_run import run_launcher_target
 
             run_kernel_target = run_launcher_target if kind == "triton" else run_helion_target
-            start_watch = _start_watch(work_watch, plan, time.time() - start, resolve_device(device))
             patch = run_kernel_target(target, device, dtype, gamma=plan.gamma, rounds=plan.rounds,
                                         candidates_per_kernel=plan.candidates_per_kernel, result=result,
                                         out_dir=out_dir, log=phase_log, work_watch=work_watch,
@@ -324,7 +327,7 @@ def _run_pipeline_here(target: str, *, device: str | None, dtype: str, out_dir: 
             try:
                 with watch:
                     pack = _run(target, device, dtype, plan, settings, llm, store_path, result, phase_log,
-                                time.time() - start, work_watch, train, watch)
+                                time.time() - start, work_watch, train, watch, start_watch)
             finally:
                 _record_device_peaks(result, watch)
     except Exception as exc:  # one target's failure never kills a sweep
@@ -454,10 +457,12 @@ def _start_watch(work_watch: WorkWatch, plan: RunPlan, elapsed: float, device: s
 def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: CompileSettings,
          llm: dict[str, Any] | None,
          store_path: str | Path | None, result: RunResult, log: Callable[[str], None], elapsed: float,
-         work_watch: WorkWatch = NO_WATCH, train: bool = False, watch: Any = None) -> KernelPack:
+         work_watch: WorkWatch = NO_WATCH, train: bool = False, watch: Any = None,
+         start_watch: StartWatch = no_start_watch) -> KernelPack:
     """The module pipeline: capture, profile, search, the compiler's options, the final benchmark.
     ``watch``: the run's :class:`~kernelopt_bot.harness.device_watch.DeviceMemoryWatch`, already
-    sampling (its peak goes into the store's record of the run)."""
+    sampling (its peak goes into the store's record of the run); ``start_watch``: around the
+    target's load and capture (:func:`_start_watch`)."""
     import torch
 
     from kernelopt_bot.capture.recorder import capture, versions
@@ -478,9 +483,8 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
     # benchmark its time on a GPU (it compiles the packed model once more and times it).
     reserve = final_reserve_s(resolve_device(device), train)
     budget = plan.budget(elapsed_before=elapsed, reserve_s=reserve)
-    model_start = _start_watch(work_watch, plan, elapsed, resolve_device(device))
     log("loading the target" + (" (a training step)" if train else ""))
-    with model_start("loading the model and running it eagerly"):
+    with start_watch("loading the model and running it eagerly"):
         tgt = load_target(target, device, dtype, train=train)
     result.device = tgt.device
     own = target_settings(tgt.torch_compile, target)
@@ -494,7 +498,7 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
         log("compiling and capturing")
         if settings.config:  # this process's compiles, for its lifetime (as in every arm)
             torch._inductor.config.patch(check_config(settings.config)).__enter__()
-        with model_start("compiling and capturing the model", kernels=True):
+        with start_watch("compiling and capturing the model", kernels=True):
             cap = capture(tgt, mode=settings.mode)
             result.graphs = len(cap.artifact.graphs)
             log("profiling")
