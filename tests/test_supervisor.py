@@ -56,6 +56,13 @@ def test_work_the_run_cannot_go_on_without_ends_the_run_at_its_deadline() -> Non
     assert outcome.error == "the budget ran out"
 
 
+def test_a_crash_in_work_the_run_cannot_go_on_without_fails_the_run_without_a_restart() -> None:
+    """A model whose compile crashes would crash every new engine too."""
+    outcome, _ = _run("crash in work", keys=["target start"], ends_run="the budget ran out")
+    assert outcome.result_json is None and not outcome.restarts
+    assert "crashed" in (outcome.error or "") and "while timing target start" in (outcome.error or "")
+
+
 def test_a_poisoned_device_is_reported_and_the_engine_replaced() -> None:
     outcome, _ = _run("poisoned in work", keys=["bad"])
     assert outcome.result_json is not None and json.loads(outcome.result_json)["quarantine"] == {

@@ -71,6 +71,16 @@ def supervise(start: Callable[[dict[str, Any]], IsolatedProcess], request: dict[
             "which skips that work")
 
 
+def _downed(key: str, work: _InFlight, reason: str, outcome: Supervised) -> dict[str, Any] | None:
+    """The work that brought the engine down, for a new engine to skip; ``None`` (the run's
+    error set in ``outcome``) where the run cannot go on without it (the target's start: a
+    model that crashes its compile would crash every engine)."""
+    if work.ends_run is not None:
+        outcome.error = f"{reason} while {work.label}"
+        return None
+    return {"key": key, "label": work.label, "reason": reason}
+
+
 def _watch(engine: IsolatedProcess, ends: float | None, deadline_s: float | None, log: Callable[[str], None],
            outcome: Supervised) -> dict[str, Any] | None:
     """Read one engine's messages until it is done (``None``: ``outcome`` holds the result or the
@@ -88,7 +98,7 @@ def _watch(engine: IsolatedProcess, ends: float | None, deadline_s: float | None
                 if work.ends_run is not None:
                     outcome.error = work.ends_run
                     return None
-                return {"key": key, "label": work.label, "reason": "it ran past its deadline (the engine was killed)"}
+                return _downed(key, work, "it ran past its deadline (the engine was killed)", outcome)
         wait = POLL_S if ends is None else max(0.0, min(POLL_S, ends - now))
         if not engine.conn.poll(wait):
             continue
@@ -99,7 +109,7 @@ def _watch(engine: IsolatedProcess, ends: float | None, deadline_s: float | None
             reason = f"the engine process crashed ({describe_exit(code)})"
             if in_flight:
                 key, work = next(reversed(in_flight.items()))
-                return {"key": key, "label": work.label, "reason": reason}
+                return _downed(key, work, reason, outcome)
             outcome.error = reason
             return None
         except OSError as exc:
@@ -117,8 +127,9 @@ def _watch(engine: IsolatedProcess, ends: float | None, deadline_s: float | None
             in_flight.pop(str(payload), None)
         elif kind == "poisoned":
             engine.kill()
-            return {"key": str(payload["key"]), "label": str(payload.get("label") or "work"),
-                    "reason": str(payload.get("reason") or "the device is unusable")}
+            key = str(payload["key"])
+            work = in_flight.get(key) or _InFlight(str(payload.get("label") or "work"), None)
+            return _downed(key, work, str(payload.get("reason") or "the device is unusable"), outcome)
         elif kind == "done":
             outcome.result_json = str(payload)
             return None
