@@ -39,10 +39,10 @@ from kernelopt_bot.result import KernelOutcome, RunResult
 from kernelopt_bot.search.tuner import MIN_KERNEL_GAIN
 from kernelopt_bot.source_patch import (
     DEFAULT_OPTIONS,
-    NOTE_CHARS,
     PatchError,
     SourceEdit,
-    edit_order,
+    apply_edits,
+    fit_note,
     launch_keywords,
     unified_diff,
 )
@@ -335,7 +335,7 @@ def _write_patch(verified: dict[str, tuple[KernelLaunch, dict[str, Any], Verdict
 
 def write_edits(edits: list[tuple[Path, SourceEdit]], root: Path, out_dir: Path, result: RunResult,
                 log: Callable[[str], None]) -> Path | None:
-    """``patch.diff`` from the edits (each file's made together, in :func:`edit_order`, to the file
+    """``patch.diff`` from the edits (each file's made together, in ``edit_order``, to the file
     as it is now: one diff per file; paths relative to the target's folder, or the file's own where
     it lives outside), and the edits as data in the result (what the bot's publish stage rebuilds
     the change from); None when none applies."""
@@ -349,21 +349,24 @@ def write_edits(edits: list[tuple[Path, SourceEdit]], root: Path, out_dir: Path,
         except OSError as exc:
             log(f"warning: {path} could not be read; {', '.join(e.kernel for e in file_edits)} not written: {exc}")
             continue
-        new = text
-        for edit in edit_order(file_edits):
+        acceptable = []
+        for edit in file_edits:
             try:
                 SourceEdit.from_json(edit.to_json())  # what the bot's publish stage will accept of it
-                new = edit.apply(new)
-                kept.append(edit.to_json())
+                acceptable.append(edit)
             except (PatchError, ValueError) as exc:
                 log(f"warning: {edit.kernel}'s config could not be written into {path}: {exc}")
+        new, made, failed = apply_edits(text, acceptable)
+        for edit, why in failed:
+            log(f"warning: {edit.kernel}'s config could not be written into {path}: {why}")
+        kept.extend(edit.to_json() for edit in made)
         if new != text:
             pieces.append(unified_diff(path, text, new, _root_for(path, root)))
     if not pieces:
         return None
     patch = out_dir / PATCH_FILE
     patch.write_text("".join(pieces))
-    result.pack_entries, result.source_edits = len(pieces), kept
+    result.pack_entries, result.source_edits = len(kept), kept
     return patch
 
 
@@ -406,9 +409,7 @@ def edit_note(what: str, device_name: str, verdict: Verdict) -> str:
     verified), on which device, and how fast (or that it was not timed); kept to what a source
     edit's note may be (one printable line, 300 characters)."""
     speed = f"{verdict.speedup:.3f}x end to end" if verdict.speedup is not None else "gates 1-3 only, not timed"
-    text = f"{what} on {device_name} ({speed})"
-    text = "".join(c if " " <= c <= "~" and c != "\\" else "?" for c in text)
-    return text if len(text) <= NOTE_CHARS else text[:NOTE_CHARS - 3] + "..."
+    return fit_note(f"{what} on {device_name} ({speed})")
 
 
 def _settable_options(launch: KernelLaunch) -> set[str]:

@@ -145,6 +145,29 @@ def edit_order(edits: list[SourceEdit]) -> list[SourceEdit]:
     return launches + [e for e in edits if e.kind != "launch"]
 
 
+def apply_edits(text: str, edits: list[SourceEdit]) -> tuple[str, list[SourceEdit], list[tuple[SourceEdit, str]]]:
+    """``text`` with one file's ``edits`` made in :func:`edit_order`, each on what the ones before
+    it made; the edits made, and those that could not be, each with why (the patch of a run and
+    the publish stage's change are both made so)."""
+    made: list[SourceEdit] = []
+    failed: list[tuple[SourceEdit, str]] = []
+    for edit in edit_order(edits):
+        try:
+            text = edit.apply(text)
+        except (PatchError, ValueError) as exc:
+            failed.append((edit, str(exc)))
+            continue
+        made.append(edit)
+    return text, made, failed
+
+
+def fit_note(text: str) -> str:
+    """``text`` as an edit's note may be (what :meth:`SourceEdit.from_json` accepts): one line of
+    printable ASCII but a backslash (anything else becomes ``?``), at most :data:`NOTE_CHARS`."""
+    text = "".join(c if " " <= c <= "~" and c != "\\" else "?" for c in text)
+    return text if len(text) <= NOTE_CHARS else text[:NOTE_CHARS - 3] + "..."
+
+
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 

@@ -297,7 +297,7 @@ def test_two_launch_edits_in_one_file_make_one_patch_that_git_applies(tmp_path: 
     out.mkdir()
     patch = write_edits([(repo / "k.py", e) for e in _launch_edits()], repo, out, result, log=print)
     assert patch is not None and patch.read_text().count("--- a/k.py") == 1
-    assert len(result.source_edits) == 2
+    assert len(result.source_edits) == 2 and result.pack_entries == 2  # two kernels written, in one file
     assert _git(repo, "apply", str(patch)).returncode == 0
     patched = (repo / "k.py").read_text()
     for name in ("scale", "shift"):

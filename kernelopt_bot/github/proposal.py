@@ -26,7 +26,7 @@ from kernelopt_bot.config import KerneloptConfig
 from kernelopt_bot.github.affected import glob_match
 from kernelopt_bot.github.runner import JobOutcome
 from kernelopt_bot.pack.format import KernelPack, PackError
-from kernelopt_bot.source_patch import PatchError, SourceEdit, edit_order, unified_text
+from kernelopt_bot.source_patch import SourceEdit, apply_edits, unified_text
 
 PACKS_DIR = "kernelopt/packs"
 README_PATH = "kernelopt/README.md"
@@ -141,13 +141,11 @@ def source_changes(outcomes: Iterable[JobOutcome], cfg: KerneloptConfig,
         if text is None:
             problems.extend(f"{name}: {path} was not found; {edit.kernel}'s config was not written" for name, edit in edits)
             continue
-        changes.before[path] = new = text
+        changes.before[path] = text
         whose = {id(edit): name for name, edit in edits}
-        for edit in edit_order([edit for _, edit in edits]):
-            try:
-                new = edit.apply(new)
-            except (PatchError, ValueError) as exc:
-                problems.append(f"{whose[id(edit)]}: {edit.kernel}'s config could not be written into {path}: {exc}")
+        new, _, failed = apply_edits(text, [edit for _, edit in edits])
+        problems.extend(f"{whose[id(edit)]}: {edit.kernel}'s config could not be written into {path}: {why}"
+                        for edit, why in failed)
         if new != text:
             changes.after[path] = new
     return changes

@@ -71,12 +71,14 @@ def supervise(start: Callable[[dict[str, Any]], IsolatedProcess], request: dict[
             "which skips that work")
 
 
-def _downed(key: str, work: _InFlight, reason: str, outcome: Supervised) -> dict[str, Any] | None:
+def _downed(key: str, work: _InFlight, reason: str, outcome: Supervised, *,
+            run_error: str | None = None) -> dict[str, Any] | None:
     """The work that brought the engine down, for a new engine to skip; ``None`` (the run's
-    error set in ``outcome``) where the run cannot go on without it (the target's start: a
-    model that crashes its compile would crash every engine)."""
+    error set in ``outcome``: ``run_error``, else the reason and the work) where the run cannot
+    go on without it (the target's start: a model that crashes its compile would crash every
+    engine)."""
     if work.ends_run is not None:
-        outcome.error = f"{reason} while {work.label}"
+        outcome.error = run_error or f"{reason} while {work.label}"
         return None
     return {"key": key, "label": work.label, "reason": reason}
 
@@ -95,10 +97,8 @@ def _watch(engine: IsolatedProcess, ends: float | None, deadline_s: float | None
         for key, work in in_flight.items():
             if work.ends_at is not None and now >= work.ends_at:
                 engine.kill()
-                if work.ends_run is not None:
-                    outcome.error = work.ends_run
-                    return None
-                return _downed(key, work, "it ran past its deadline (the engine was killed)", outcome)
+                return _downed(key, work, "it ran past its deadline (the engine was killed)", outcome,
+                               run_error=work.ends_run)
         wait = POLL_S if ends is None else max(0.0, min(POLL_S, ends - now))
         if not engine.conn.poll(wait):
             continue
