@@ -102,12 +102,14 @@ def findings(out: str) -> list[dict[str, Any]]:
 
 
 def heartbeat(conn: Any, path: str) -> None:
-    """An isolated child's entry that writes a growing counter to ``path`` until it is killed."""
+    """An isolated child's entry that writes a growing counter to ``path`` until it is killed. Each beat
+    replaces the file whole (write aside, then rename), so a reader never sees it truncated and empty."""
     beat = 0
     while True:
         beat += 1
-        with open(path, "w") as f:
+        with open(path + ".next", "w") as f:
             f.write(str(beat))
+        os.replace(path + ".next", path)
         time.sleep(0.1)
 
 
