@@ -103,6 +103,15 @@ def phases(value: Any) -> str:
     return " + ".join("?" if not isinstance(v, (int, float)) else f"{v:.1f}" for v in parts)
 
 
+def setup_parts(value: Any) -> str:
+    """An arm setup's seconds as ``settings + pack + inputs + hooks`` (written since 2026-12-06:
+    ``setup_parts_s``), or "-" where it did not say."""
+    if not isinstance(value, dict) or not value:
+        return "-"
+    parts = [value.get(k) for k in ("settings", "pack", "inputs", "hooks")]
+    return " + ".join("?" if not isinstance(v, (int, float)) else f"{v:.1f}" for v in parts)
+
+
 def start_rows(path: Path) -> list[str]:
     """Where each arm's start went (written since 2026-12-05: ``start_phases_s``), and for an arm
     that compiled cold and was replaced, its cold start's too: which part of a 10-19 s cache load
@@ -118,7 +127,8 @@ def start_rows(path: Path) -> list[str]:
             continue
         warm = start.get("warm_load") if isinstance(start.get("warm_load"), dict) else {}
         rows.append(f"| {path.stem.removeprefix('noise_')} | {label} | {how_started(start) or '-'} | "
-                    f"{phases(start.get('start_phases_s'))} | {phases(warm.get('cold_start_phases_s'))} |")
+                    f"{phases(start.get('start_phases_s'))} | {setup_parts(start.get('setup_parts_s'))} | "
+                    f"{phases(warm.get('cold_start_phases_s'))} |")
     return rows
 
 
@@ -133,8 +143,8 @@ def main(paths: list[str]) -> int:
     starts = [line for path in paths for line in start_rows(Path(path))]
     if starts:
         print("\n| problem | arm | started | its start, s (import + target + setup + first call) | "
-              "the cold start it replaced, s |")
-        print("|---|---|---|---:|---:|")
+              "its setup, s (settings + pack + inputs + hooks) | the cold start it replaced, s |")
+        print("|---|---|---|---:|---:|---:|")
         print("\n".join(starts))
     return 0
 

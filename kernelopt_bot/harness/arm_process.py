@@ -129,6 +129,9 @@ class CompiledArm:
     # first inputs made) and the first call (Dynamo's trace, the compile or the cache's load, the
     # kernels' loads and their first run, to its end on the GPU).
     phases: dict[str, float] = field(default_factory=dict)
+    # The setup's parts: settings, pack, inputs, hooks (on the H100 the setup took 5.9 s where the
+    # CPU takes 1.0 s: which part?).
+    setup_parts: dict[str, float] = field(default_factory=dict)
 
 
 def compile_arm(spec: ArmSpec) -> CompiledArm:
@@ -160,9 +163,12 @@ def compile_arm(spec: ArmSpec) -> CompiledArm:
         config = {**config, **COMPILE_CONFIG}
     if config:
         torch._inductor.config.patch(config).__enter__()  # this process only, for its lifetime
+    settled = time.monotonic()
     if spec.pack is not None:
         runtime.install(KernelPack.from_json(spec.pack))
+    packed = time.monotonic()
     inputs = target.make_inputs(0)
+    made = time.monotonic()
     with seeing_kernels() as seen, counting_cache_use() as cache, recording_cache_keys() as keys:
         compiled = compile_fresh(target.model, mode=mode)
         called = time.monotonic()
@@ -172,7 +178,9 @@ def compile_arm(spec: ArmSpec) -> CompiledArm:
     done = time.monotonic()
     phases = {"target": round(loaded - began, 2), "setup": round(called - loaded, 2),
               "first_call": round(done - called, 2)}
-    return CompiledArm(target, compiled, seen.configs(), dict(cache), keys, phases)
+    setup_parts = {"settings": round(settled - loaded, 2), "pack": round(packed - settled, 2),
+                   "inputs": round(made - packed, 2), "hooks": round(called - made, 2)}
+    return CompiledArm(target, compiled, seen.configs(), dict(cache), keys, phases, setup_parts)
 
 
 def _serve(spec: ArmSpec, conn: Channel) -> None:
@@ -203,6 +211,7 @@ def _serve(spec: ArmSpec, conn: Channel) -> None:
         "cache_keys": arm.cache_keys,  # under which keys (a cold start beside a stored compile: why it missed)
         # where the start's seconds went (on the H200 a cache load took 10-19 s: which part?)
         "start_phases_s": {"import": round(imported - started, 2), **arm.phases},
+        "setup_parts_s": arm.setup_parts,
     }))
     while True:
         op, *args = conn.recv()

@@ -341,7 +341,7 @@ def compare_arms(base: Arm, packed: Arm, repeat: Arm | None, *, target: str,
                          skipped=list(packed.info.get("skipped", [])),
                          max_abs_diff=diff)
     for label, arm in (("baseline", base), ("packed", packed), ("baseline-repeat", repeat)):
-        start = {k: arm.info[k] for k in ("cache", "cache_keys", "start_phases_s", "warm_load") if arm is not None and k in arm.info}
+        start = {k: arm.info[k] for k in ("cache", "cache_keys", "start_phases_s", "setup_parts_s", "warm_load") if arm is not None and k in arm.info}
         unlike = configs_unlike(arm.info, base.info) if label != "baseline" and arm is not None else None
         if unlike is not None:  # the kernels whose autotuned config differs from the baseline's (a pack's own aside)
             unlike = [n for n in unlike if label != "packed" or n not in result.applied]
