@@ -16,7 +16,10 @@ stock stack need patching (FINDINGS.md sections 4 and 8):
 * compile workers would not inherit these patches, so compilation stays in-process.
 * a Python ``float`` kernel argument reaches the kernel bare, not as the fp32 scalar a compiled
   kernel sees (hand-written kernels call ``.to`` on it);
-* Inductor's reduction helpers combine pairwise in Python (slow), so numpy reductions stand in.
+* Inductor's reduction helpers combine pairwise in Python (slow), so numpy reductions stand in;
+  any other combine function (an argmax's, a kernel's own) is applied to whole slices;
+* ``not`` on a block is its truth in Python (True), where a compiled kernel negates each element;
+* every call of a ``@triton.jit`` helper re-patched the whole language (40% of an argmax's time).
 
 Times measured in this mode mean nothing and are never reported as numbers.
 """
@@ -126,6 +129,9 @@ def _enable_interpreter_mode() -> None:
         pass
     _install_libdevice_shim()
     _install_reduction_shim()
+    _install_sliced_combine_shim()
+    _install_logical_not_shim()
+    _install_patch_once_shim()
     _install_float_argument_shim()
     _INTERPRETER_ENABLED = True
 
@@ -218,6 +224,208 @@ def _install_reduction_shim() -> None:
     triton_helpers.max2 = _reduced(np.max)
     triton_helpers.min2 = _reduced(np.min)
     triton_helpers.welford = _welford
+
+
+def _install_sliced_combine_shim() -> None:
+    """``tl.reduce`` and ``tl.associative_scan`` with a combine function of their own (Inductor's
+    argmax and argmin through ``max_with_index``, a user kernel's own combine) fall to the
+    interpreter's generic path, which calls the combine once per element in Python: one argmax
+    over the 256 of a 16x256x64 tensor took minutes. A combine is elementwise, so it is applied to
+    whole slices instead: a reduction combines neighbours, left before right, as a GPU's tree
+    does (log2 n calls); a scan steps along the axis (n calls). A combine that cannot take slices
+    (Python control flow on its values) keeps the interpreter's own path."""
+    from triton.runtime import interpreter
+
+    reduce_ops, scan_ops = interpreter.ReduceOps, interpreter.ScanOps
+    if getattr(reduce_ops.generic_reduce, "_kernelopt_sliced", False):
+        return
+    element_reduce, element_scan = reduce_ops.generic_reduce, scan_ops.generic_scan
+
+    def generic_reduce(op: Any, input: Any) -> Any:
+        try:
+            return _sliced_reduce(op, input)
+        except Exception:  # noqa: BLE001 - not sliceable: one element at a time, as the interpreter does
+            return element_reduce(op, input)
+
+    def generic_scan(op: Any, input: Any) -> Any:
+        try:
+            return _sliced_scan(op, input)
+        except Exception:  # noqa: BLE001 - as above
+            return element_scan(op, input)
+
+    patch_lang_tensor = interpreter._patch_lang_tensor
+
+    def patch_lang_tensor_with_block_truth(tensor: Any, scope: Any) -> None:
+        patch_lang_tensor(tensor, scope)  # every kernel and device call patches the language anew
+        scope.set_attr(tensor, "__bool__", _block_truth)
+
+    generic_reduce._kernelopt_sliced = True  # type: ignore[attr-defined]
+    reduce_ops.generic_reduce = generic_reduce
+    scan_ops.generic_scan = generic_scan
+    interpreter._patch_lang_tensor = patch_lang_tensor_with_block_truth
+
+
+_slicing = 0  # combines now running on slices (the interpreter runs one kernel at a time)
+
+
+class _NotSliceable(Exception):
+    """A combine asked for a block's truth: it branches on its values and needs them one at a time."""
+
+
+def _block_truth(tensor: Any) -> bool:
+    """A tensor's truth as the interpreter answers it (its value for one element, True for a
+    block, since in a compiled kernel only scalars have one), except inside a combine applied to
+    slices: there a block stands for many scalars, and its truth would silently pick one branch
+    for all of them."""
+    data = tensor.handle.data
+    if data.size == 1:
+        return bool(data)
+    if _slicing:
+        raise _NotSliceable("a combine branches on its values")
+    return True
+
+
+def _combined(op: Any, dtypes: list[Any], left: list[Any], right: list[Any]) -> list[Any]:
+    """``op``'s combine function applied to two lists of same-shaped numpy slices, its results
+    in the operands' own numpy dtypes (as the interpreter stores them)."""
+    import numpy as np
+    import triton.language as tl
+    from triton.runtime import interpreter
+
+    combine = op.combine_fn
+    combine = combine if isinstance(combine, interpreter.InterpretedFunction) else combine.fn  # rewritten: not
+    global _slicing
+    _slicing += 1
+    try:
+        out = combine(*(op.to_tensor(a, t) for a, t in zip(left, dtypes)),
+                      *(op.to_tensor(b, t) for b, t in zip(right, dtypes)))
+    finally:
+        _slicing -= 1
+    out = out if isinstance(out, tuple) else (out,)
+    if len(out) != len(left):
+        raise ValueError("the combine returned another number of values")
+    return [np.broadcast_to(np.asarray(o.handle.data if isinstance(o, tl.tensor) else o), a.shape).astype(a.dtype)
+            for o, a in zip(out, left)]
+
+
+def _sliced_reduce(op: Any, input: Any) -> list[Any]:
+    import numpy as np
+
+    original_axis = op.axis
+    input, axis = op.unravel(input, op.axis)
+    dtypes = [t.dtype for t in input]
+    input_shape = input[0].handle.data.shape
+    datas = [np.moveaxis(t.handle.data, axis, 0) for t in input]
+    if datas[0].shape[0] == 0:
+        raise ValueError("nothing to reduce")
+    while (n := datas[0].shape[0]) > 1:
+        pairs = 2 * (n // 2)
+        merged = _combined(op, dtypes, [d[0:pairs:2] for d in datas], [d[1:pairs:2] for d in datas])
+        datas = [np.concatenate([m, d[n - 1:]]) if n % 2 else m for m, d in zip(merged, datas)]
+    results = []
+    for data, dtype in zip(datas, dtypes):
+        data = data[0]
+        if op.keep_dims:  # as the interpreter's generic_reduce shapes it
+            data = np.expand_dims(data, axis) if original_axis is not None else data.reshape((1,) * len(input_shape))
+        elif original_axis is None:
+            data = data.item()
+        results.append(op.to_tensor(data, dtype))
+    return results
+
+
+def _sliced_scan(op: Any, input: Any) -> list[Any]:
+    import numpy as np
+
+    dtypes = [t.dtype for t in input]
+    datas = [np.moveaxis(t.handle.data, op.axis, 0) for t in input]
+    outs = [np.empty_like(d) for d in datas]
+    acc = [d[0:1] for d in datas]
+    for i in range(datas[0].shape[0]):
+        if i:
+            acc = _combined(op, dtypes, acc, [d[i:i + 1] for d in datas])
+        for out, a in zip(outs, acc):
+            out[i:i + 1] = a
+    return [op.to_tensor(np.ascontiguousarray(np.moveaxis(o, 0, op.axis)), t) for o, t in zip(outs, dtypes)]
+
+
+def _install_logical_not_shim() -> None:
+    """In a compiled kernel ``not x`` on a tensor is its elementwise logical not (Triton's code
+    generator calls ``__not__``). The interpreter runs a kernel as Python, where ``not`` asks for
+    the block's truth, which it answers True for any block of more than one element: Inductor's
+    ``maximum_with_index`` (``a_isnan & (not b_isnan)``) then let a NaN lose an argmax. The
+    interpreter already rewrites each kernel's syntax tree (chained comparisons); ``not`` is
+    rewritten there too, into what the compiler makes of it."""
+    import ast
+
+    from triton.runtime import interpreter
+
+    rewriter = interpreter.FunctionRewriter
+    if getattr(rewriter.ast_transformer, "_kernelopt_not", False):
+        return
+
+    class NotAsCompiled(type(rewriter.ast_transformer)):  # type: ignore[misc]
+        _kernelopt_not = True
+
+        def visit_UnaryOp(self, node: ast.UnaryOp) -> ast.AST:
+            node = self.generic_visit(node)  # type: ignore[assignment]
+            if not isinstance(node.op, ast.Not):
+                return node
+            call = ast.Call(func=ast.Name(id="_kernelopt_logical_not", ctx=ast.Load()), args=[node.operand],
+                            keywords=[])
+            return ast.copy_location(call, node)
+
+    interpreter._kernelopt_logical_not = _logical_not  # the rewriter gives kernels the interpreter's globals
+    rewriter.ast_transformer = NotAsCompiled()
+
+
+def _install_patch_once_shim() -> None:
+    """The interpreter patches ``triton.language`` (its builtins, the tensor class, reduce and
+    scan) when a kernel starts, and restores it when it ends; each call of a ``@triton.jit``
+    helper inside the kernel patched it again, walking every module member with ``inspect``,
+    although the kernel's patch already stands (Inductor's kernels call helpers for every
+    ``maximum``, ``where`` of an index, combine: in one argmax 40% of the time went there). A
+    helper's call while a patch of the same modules stands now keeps that patch."""
+    import inspect
+
+    import triton.language as tl
+    from triton.runtime import interpreter
+
+    patch_lang = interpreter._patch_lang
+    if getattr(patch_lang, "_kernelopt_once", False):
+        return
+    standing: list[set[int]] = []  # the modules the running kernel's patch covers, and its helpers' since
+    langs_of: dict[Any, frozenset[int]] = {}  # the language modules a function sees, as _patch_lang finds them
+
+    def patch_lang_once(fn: Any) -> Any:
+        langs = langs_of.get(fn)
+        if langs is None:
+            langs = langs_of[fn] = frozenset(id(v) for v in fn.__globals__.values()
+                                             if inspect.ismodule(v) and v in (tl, tl.core))
+        if standing and langs <= standing[0]:
+            return interpreter._LangPatchScope()  # nothing to add, nothing to restore
+        scope = patch_lang(fn)
+        if standing:  # a helper's patch of other modules: left standing, as the interpreter leaves it
+            standing[0] |= langs
+            return scope
+        standing.append(set(langs))
+        restore = scope.restore
+
+        def restore_and_forget() -> None:
+            restore()
+            standing.clear()
+
+        scope.restore = restore_and_forget
+        return scope
+
+    patch_lang_once._kernelopt_once = True  # type: ignore[attr-defined]
+    interpreter._patch_lang = patch_lang_once
+
+
+def _logical_not(value: Any) -> Any:
+    """``not value`` as a compiled kernel computes it: per element for a tensor."""
+    import triton.language as tl
+
+    return value.__not__() if isinstance(value, tl.tensor) else not value
 
 
 def _install_float_argument_shim() -> None:

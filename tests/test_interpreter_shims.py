@@ -79,3 +79,78 @@ def test_a_float_argument_is_an_fp32_scalar_as_in_a_compiled_kernel() -> None:
     out = torch.empty_like(x)
     _scaled[(1,)](x, out, 0.5, N=16)
     assert torch.equal(out, x * 0.5)
+
+
+@triton.jit
+def _pair_max(a_value, a_index, b_value, b_index):
+    """A kernel's own combine: the larger value and its index, the left one on ties."""
+    take_a = (a_value > b_value) | ((a_value == b_value) & (a_index < b_index))
+    return tl.where(take_a, a_value, b_value), tl.where(take_a, a_index, b_index)
+
+
+@triton.jit
+def _scaled_add(a, b):
+    return a * 0.5 + b
+
+
+@triton.jit
+def _branchy_max(a, b):
+    """Python control flow on the values: a compiled kernel allows it on a reduce's scalars; the
+    interpreter cannot apply it to whole slices and takes one element at a time."""
+    if a > b:
+        return a
+    return b
+
+
+@triton.jit
+def _own_combines(x_ptr, val_ptr, idx_ptr, scan_ptr, branchy_ptr, not_ptr, R: tl.constexpr):
+    rows = tl.arange(0, 4)[:, None]
+    cols = tl.arange(0, R)[None, :]
+    x = tl.load(x_ptr + rows * R + cols)
+    index = tl.broadcast_to(cols, [4, R])
+    value, where = tl.reduce((x, index), 1, _pair_max)
+    tl.store(val_ptr + tl.arange(0, 4), value)
+    tl.store(idx_ptr + tl.arange(0, 4), where)
+    tl.store(scan_ptr + rows * R + cols, tl.associative_scan(x, 1, _scaled_add))
+    tl.store(branchy_ptr + tl.arange(0, 4), tl.reduce(x, 1, _branchy_max))
+    tl.store(not_ptr + rows * R + cols, (not (x > 0)).to(tl.int8))
+
+
+def test_a_kernels_own_combine_runs_on_whole_slices_with_the_compilers_meaning() -> None:
+    """``tl.reduce``/``tl.associative_scan`` with a combine of the kernel's own gave the same
+    values one element at a time in Python (one argmax over a 16x256x64 tensor took minutes);
+    they now run on slices. A combine that branches on its values still runs, element by element;
+    ``not`` on a block negates each element, as the compiler reads it (the interpreter's Python
+    ``not`` answered False for any block)."""
+    R = 1024
+    x = torch.randn(4, R)
+    x[1, 10] = x[1, 900] = x[1].max() + 1  # a tie: the left index wins
+    val, idx = torch.empty(4), torch.empty(4, dtype=torch.int32)
+    scan, branchy, negated = torch.empty(4, R), torch.empty(4), torch.empty(4, R, dtype=torch.int8)
+    start = time.monotonic()
+    _own_combines[(1,)](x, val, idx, scan, branchy, negated, R=R)
+    took = time.monotonic() - start
+    assert torch.equal(val, x.max(1).values) and idx.tolist()[1] == 10
+    assert torch.equal(idx.long(), x.argmax(1))
+    expected = x.double().clone()
+    for i in range(1, R):
+        expected[:, i] = expected[:, i - 1] * 0.5 + expected[:, i]
+    torch.testing.assert_close(scan.double(), expected, rtol=1e-5, atol=1e-5)
+    assert torch.equal(branchy, x.max(1).values)  # the element-by-element path, unchanged
+    assert torch.equal(negated, (x <= 0).to(torch.int8))
+    assert took < 60, f"{took:.0f} s"  # the scan's 1024 steps and the branchy reduce's 4096 elements dominate
+
+
+def test_inductors_argmax_is_fast_and_lets_nan_win_as_on_a_gpu() -> None:
+    """Inductor's argmax (``max_with_index``, and ``maximum_with_index``'s ``not b_isnan`` in the
+    loop) run in the interpreter as compiled: NaN wins, as in eager; ties go left."""
+    x = torch.randn(8, 256, 16)
+    x[3, 5, 7] = float("nan")
+    x[2, :, 4] = 1.0  # all equal: index 0
+    for dim in (1, 2):
+        torch._dynamo.reset()
+        compiled = torch.compile(lambda t, d=dim: torch.argmax(t, dim=d))
+        start = time.monotonic()
+        got = compiled(x)
+        assert time.monotonic() - start < 120
+        assert torch.equal(got, torch.argmax(x, dim=dim)), dim
