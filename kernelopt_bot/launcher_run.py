@@ -186,7 +186,9 @@ def search_kernel(context: SearchContext, search: KernelSearch, result: RunResul
     counts = outcome.strategies.setdefault("config", {"gated": 0, "accepted": 0, "chosen": 0})
     counts["gated"] = len(tried)
     accepted = [(c, v) for c, v in tried if v.accepted]
-    untimed = [(c, v) for c, v in tried if context.untimed_patch and target.device != "cuda" and v.passed_first_three]
+    # Without a GPU a config that passed gates 1-3 is not settled (gate 4 never ran): not "no
+    # candidate accepted", which reads as rejected. Its patch is written only when asked for.
+    untimed = [(c, v) for c, v in tried if target.device != "cuda" and v.passed_first_three]
     counts["accepted"] = len(accepted)
     for config, verdict in tried:
         deciding = verdict.gate(verdict.rejected_by) if verdict.rejected_by else verdict.gate("performance")
@@ -198,14 +200,14 @@ def search_kernel(context: SearchContext, search: KernelSearch, result: RunResul
         outcome.status, outcome.speedup, outcome.replacement = "accepted", verdict.speedup, "config"
         outcome.detail = search.label(config)
         verified[search.name] = (config, verdict)
-    elif untimed:
+    elif untimed and context.untimed_patch:
         config, verdict = untimed[0]
         outcome.status, outcome.replacement, outcome.detail = UNTIMED, "config", search.label(config)
         verified[search.name] = (config, verdict)
     elif not tried:
         outcome.status = "not searched (budget)" if outcome.detail else "no proposal"
     else:
-        outcome.status = "no candidate accepted"
+        outcome.status = UNTIMED if untimed else "no candidate accepted"
         outcome.detail = "; ".join([*sorted({v.status for _, v in tried}), *([outcome.detail] if outcome.detail else [])])
 
 

@@ -72,6 +72,8 @@ def test_optimize_puts_a_launchers_configs_through_the_gates_and_its_reproduce_l
     result = json.loads((out / "result.json").read_text())
     (kernel,) = result["kernels"]
     assert kernel["name"] == "row_softmax_kernel" and kernel["candidates"] == 3
+    # passed, not timed: not "no candidate accepted", which reads as rejected (as a module's kernel says it)
+    assert kernel["status"] == "passed gates 1-3 (not timed: no GPU)"
     assert kernel["detail"] == "passed gates 1-3; performance not measured"
     assert kernel["strategies"] == {"config": {"gated": 3, "accepted": 0, "chosen": 0}}
     assert result["patch_path"] is None and not (out / "patch.diff").exists()
