@@ -500,7 +500,7 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
             torch._inductor.config.patch(check_config(settings.config)).__enter__()
         with start_watch("compiling and capturing the model", kernels=True):
             cap = capture(tgt, mode=settings.mode)
-            result.graphs = len(cap.artifact.graphs)
+            result.graphs, result.library_calls = len(cap.artifact.graphs), len(cap.artifact.extern_calls)
             log("profiling")
             prof = profile(cap)
         if tgt.device == "cuda":

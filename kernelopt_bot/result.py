@@ -123,6 +123,9 @@ class RunResult:
     # kernel target). 0: Dynamo traced nothing (an nn.LSTM, say), so the model runs eagerly and
     # no kernel was generated.
     graphs: int | None = None
+    # How many library calls (cuBLAS, cuDNN, ATen fallbacks) the captured graphs make (None as
+    # for ``graphs``). With no kernel and no call, the graphs only view their inputs.
+    library_calls: int | None = None
     kernels: list[KernelOutcome] = field(default_factory=list)
     recommendations: list[Recommendation] = field(default_factory=list)
     pack_entries: int = 0
@@ -242,14 +245,18 @@ class RunResult:
     @property
     def nothing_to_search(self) -> str | None:
         """Why the run had no kernel to search, said once where the kernel table would be empty;
-        None where it had kernels. Two cases: Dynamo captured no graph (an nn.LSTM: the model
-        runs eagerly under torch.compile), or Inductor compiled every op to a library call."""
+        None where it had kernels. Three cases: Dynamo captured no graph (an nn.LSTM: the model
+        runs eagerly under torch.compile), Inductor compiled every op to a library call, or the
+        graph has no op to compile (a view of the input)."""
         if self.status != "ok" or self.kernels:
             return None
         if self.graphs == 0:
             return ("torch.compile captured no graph: Dynamo did not trace this model (an nn.LSTM, "
                     "say), so it runs eagerly, no Triton kernel was generated and there was nothing "
                     "to search.")
+        if self.library_calls == 0:
+            return ("The compiled model computes nothing: its graph only views or reshapes its inputs "
+                    "(no Triton kernel, no library call), so there was nothing to search.")
         return ("The compiled model has no Triton kernels: torch.compile left every op to library "
                 "calls (cuBLAS, cuDNN, ATen), which kernelopt keeps, so there was nothing to search.")
 

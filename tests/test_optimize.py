@@ -177,3 +177,33 @@ def test_a_model_whose_every_op_is_a_library_call_says_so(tmp_path: Path) -> Non
     assert run.status == "ok" and run.kernels == [] and run.graphs == 1
     said = " ".join(result.stdout.split())
     assert "The compiled model has no Triton kernels" in said and "library calls" in said
+    assert run.library_calls == 1
+
+
+VIEW_MODEL = '''
+import torch
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return x.view(x.shape[0], -1)
+def get_inputs():
+    return [torch.randn(8, 4, 16)]
+def get_init_inputs():
+    return []
+'''
+
+
+def test_a_model_that_only_views_its_input_says_it_computes_nothing(tmp_path: Path) -> None:
+    """A view compiles to a graph with neither a Triton kernel nor a library call: neither
+    optimize nor inspect says the ops went to libraries or became Triton kernels."""
+    model = tmp_path / "view.py"
+    model.write_text(VIEW_MODEL)
+    result = run_cli("optimize", str(model), "--out", str(tmp_path / "out"), "--store", str(tmp_path / "s.db"))
+    assert result.returncode == 0, result.stderr + result.stdout
+    run = RunResult.load(tmp_path / "out" / "result.json")
+    assert run.kernels == [] and run.graphs == 1 and run.library_calls == 0
+    said = " ".join(result.stdout.split())
+    assert "computes nothing" in said and "library calls (cuBLAS" not in said
+    inspected = run_cli("inspect", str(model))
+    assert inspected.returncode == 0, inspected.stderr + inspected.stdout
+    shown = " ".join(inspected.stdout.split())
+    assert "nothing to compute" in shown and "every op became a Triton kernel" not in shown
