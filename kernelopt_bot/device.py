@@ -422,10 +422,13 @@ def _install_patch_once_shim() -> None:
 
 
 def _logical_not(value: Any) -> Any:
-    """``not value`` as a compiled kernel computes it: per element for a tensor."""
+    """``not value`` as a compiled kernel computes it: per element for a block; a scalar keeps
+    Python's ``not`` (its truth is its one value, as the interpreter already answers)."""
     import triton.language as tl
 
-    return value.__not__() if isinstance(value, tl.tensor) else not value
+    if isinstance(value, tl.tensor) and value.type.is_block():
+        return value.__not__() if value.dtype == tl.int1 else value == 0
+    return not value
 
 
 def _install_float_argument_shim() -> None:
