@@ -106,3 +106,29 @@ def test_a_packed_models_arm_stopped_at_our_deadline_is_infrastructure_not_a_ver
         assert verdict.rejected_by is None and not verdict.accepted
         assert verdict.infrastructure is not None and "the wall budget left it ran out" in verdict.infrastructure
     assert starts == ["candidate", "candidate"]
+
+
+def test_a_kernel_left_out_of_the_search_says_which_rule_left_it_out() -> None:
+    """Below the share threshold (measured), or past the kernel limit (the largest searched; on
+    the CPU, with no times, the first): one status said "the share threshold or the kernel limit"
+    for both, and on the CPU there is no share to be below."""
+    from kernelopt_bot.profiling import KernelProfile, Profile
+    from kernelopt_bot.search.orchestrator import SearchLimits
+
+    cap = captured("gelu.py")
+    kernel = cap.artifact.kernels[0]
+
+    def run(share: float | None, limits: SearchLimits) -> str:
+        row = KernelProfile(kernel.name, kernel.graph, kernel.kind, 1, None if share is None else 0.1, share,
+                            0, None, None, None)
+        profile = Profile("t", "cuda", None if share is None else 1.0, None, None, [row])
+        orch = Orchestrator(cap, profile, None, Budget(), strategies=[], limits=limits)  # type: ignore[arg-type]
+        (outcome,) = orch.run()[0]
+        return outcome.status
+
+    assert run(0.01, SearchLimits()) == ("not searched (below the share threshold: 1.0% of the model's time, "
+                                         "under 2%)")
+    assert run(0.5, SearchLimits(max_kernels=0)) == ("not searched (the kernel limit: only the 0 largest are "
+                                                     "searched)")
+    assert run(None, SearchLimits(max_kernels=0)) == ("not searched (the kernel limit: only the first 0 are "
+                                                      "searched; without a GPU no time ranks them)")

@@ -114,9 +114,19 @@ class Orchestrator:
             if (row.graph, row.name) in chosen:
                 self._search_kernel(kernel, row, outcome, pack)
             else:
-                outcome.status = "not searched (below the share threshold or the kernel limit)"
+                outcome.status = self._not_chosen(row)
             outcomes.append(outcome)
         return outcomes, pack
+
+    def _not_chosen(self, row: KernelProfile) -> str:
+        """Why a kernel was not searched, in the words of the rule that left it out."""
+        if self.profile.measured and (row.share or 0.0) < self.limits.min_share:
+            return (f"not searched (below the share threshold: {100 * (row.share or 0.0):.1f}% of the model's "
+                    f"time, under {100 * self.limits.min_share:.0f}%)")
+        if self.profile.measured:
+            return f"not searched (the kernel limit: only the {self.limits.max_kernels} largest are searched)"
+        return (f"not searched (the kernel limit: only the first {self.limits.max_kernels} are searched; "
+                "without a GPU no time ranks them)")
 
     def _cache_key(self, kernel: TritonKernel) -> tuple[str, str, str | None, str, str]:
         env = self.env
