@@ -132,3 +132,34 @@ def test_a_kernel_left_out_of_the_search_says_which_rule_left_it_out() -> None:
                                                      "searched)")
     assert run(None, SearchLimits(max_kernels=0)) == ("not searched (the kernel limit: only the first 0 are "
                                                       "searched; without a GPU no time ranks them)")
+
+
+def test_gate_2_stops_at_the_runs_wall_deadline_and_says_the_deadline_was_ours() -> None:
+    """On the CPU a kernel's trial can take seconds in the interpreter: gate 2's 21 trials of one
+    candidate took 240 s of a 110 s budget (a logcumsumexp). No trial starts past the run's
+    deadline, in the engine (the tuner's candidates) or the sandbox (anyone else's); the
+    candidate is then not verified, ours, neither rejected nor accepted."""
+    import time
+
+    cap = captured("gelu.py")
+    kernel = cap.artifact.kernels[0]
+    block = next(iter(kernel.constexprs))
+    config = LaunchConfig({block: 16}, num_warps=4, num_stages=1)
+    with Cascade(cap, VerifyOptions(seeds=(0, 1), distributions=("normal", "uniform"))) as cascade:
+        for candidate in (Candidate("config", config=config, origin="tuner"),
+                          Candidate("source", source=kernel.source + "\n# the same kernel\n")):
+            verdict = cascade.verify(kernel, candidate, ends_at=time.time() - 1)
+            assert verdict.infrastructure == "the wall budget ran out during gate 2, after 0 of 4 trials", (
+                candidate.trusted, verdict.status)
+            assert verdict.rejected_by is None and not verdict.accepted
+            assert verdict.status.startswith("not verified: infrastructure failure (the wall budget ran out")
+            honest = cascade.verify(kernel, candidate, ends_at=time.time() + 600)  # time enough: judged
+            assert honest.infrastructure is None and honest.gate("correctness").passed, honest.status
+    # Gate 3 likewise starts no input set past the deadline (the cascade reports it as above).
+    import pytest
+
+    from kernelopt_bot.harness.failures import OutOfWallTime
+    from kernelopt_bot.verify.model import check_model
+
+    with pytest.raises(OutOfWallTime, match="ran out during gate 3, after 0 of 2 input sets"):
+        check_model(cap.target, None, None, None, seeds=(0, 1), ends_at=time.time() - 1)  # type: ignore[arg-type]

@@ -12,6 +12,10 @@ class InfrastructureFailure(Exception):
     candidate was not judged, so this is never a verdict on it."""
 
 
+class OutOfWallTime(InfrastructureFailure):
+    """The run's wall deadline passed while a candidate's gates ran: it was not judged."""
+
+
 def is_infrastructure_text(text: str) -> bool:
     """Does an error text say our side failed (our deadline, out of memory) rather than the
     candidate's code? Used where only a reason string comes back (a worker's error, a sandbox

@@ -36,7 +36,12 @@ from kernelopt_bot.harness.arm_process import (
     unlike_where_asked,
 )
 from kernelopt_bot.harness.compile_pool import CompilePool
-from kernelopt_bot.harness.failures import InfrastructureFailure, is_infrastructure_text, is_out_of_memory
+from kernelopt_bot.harness.failures import (
+    InfrastructureFailure,
+    OutOfWallTime,
+    is_infrastructure_text,
+    is_out_of_memory,
+)
 from kernelopt_bot.harness.kernel_service import KernelService, variant_key
 from kernelopt_bot.harness.memory import free_memory, retry_note
 from kernelopt_bot.harness.model_arms import ModelArms
@@ -141,8 +146,11 @@ class Cascade:
         return GateResult.ok("static", "passed static checks")
 
     def verify(self, kernel: TritonKernel, candidate: Candidate, *,
-               sandbox: SandboxLimits | None = None) -> Verdict:
-        """Run ``candidate`` through the gates (``sandbox`` overrides the options' limits)."""
+               sandbox: SandboxLimits | None = None, ends_at: float | None = None) -> Verdict:
+        """Run ``candidate`` through the gates (``sandbox`` overrides the options' limits).
+
+        ``ends_at`` (``time.time()``): the run's wall deadline. Gate 2 starts no trial past it and
+        gates 3-4 do not start past it: the candidate is then not verified (ours), not judged."""
         verdict = Verdict(kernel.qualified_name, candidate.label)
         gates = verdict.gates
         static = self._static(kernel, candidate)
@@ -158,11 +166,11 @@ class Cascade:
             limits = sandbox or self.options.sandbox
             deadline_s = max(ENGINE_GATES_MIN_DEADLINE_S, 4 * limits.timeout_s)  # a backstop for a hang
             with self.work_watch.watching(key, f"gates for {candidate.label} on {kernel.name}", deadline_s):
-                return self._verify_past_static(kernel, candidate, verdict, static, sandbox)
-        return self._verify_past_static(kernel, candidate, verdict, static, sandbox)
+                return self._verify_past_static(kernel, candidate, verdict, static, sandbox, ends_at)
+        return self._verify_past_static(kernel, candidate, verdict, static, sandbox, ends_at)
 
     def _verify_past_static(self, kernel: TritonKernel, candidate: Candidate, verdict: Verdict,
-                            static: GateResult, sandbox: SandboxLimits | None) -> Verdict:
+                            static: GateResult, sandbox: SandboxLimits | None, ends_at: float | None) -> Verdict:
         gates = verdict.gates
         # On a GPU an untrusted candidate's packed-model arm starts compiling now, while gate 2
         # runs: each takes seconds, and a candidate that compiles mostly passes gate 2. It is only
@@ -175,10 +183,12 @@ class Cascade:
             limits = sandbox or self.options.sandbox
             where = "engine" if candidate.trusted else "sandbox"
             gate2 = self._kernel_job_in_engine if candidate.trusted else self._sandboxed_kernel_job
-            outcome = gate2(kernel, candidate, limits)
+            outcome = gate2(kernel, candidate, limits, ends_at)
             clock.done(where)
             if not outcome.ok and _is_infrastructure(outcome):
                 return _not_verified(verdict, outcome.reason)
+            if outcome.ok and outcome.value.get("infrastructure"):  # the wall deadline passed in gate 2
+                return _not_verified(verdict, str(outcome.value["infrastructure"]))
             if outcome.ok:
                 verdict.seconds.update({f"{where} {k}": v for k, v in (outcome.value.get("seconds") or {}).items()})
             if outcome.ok and not outcome.value.get("compiled") and is_out_of_memory(outcome.value.get("reason", "")):
@@ -195,12 +205,14 @@ class Cascade:
             gates.append(correctness)
             if not correctness.passed:
                 return verdict.finished()
+            if ends_at is not None and time.time() > ends_at:
+                return _not_verified(verdict, "the wall budget ran out before gate 3")
 
             try:
                 if candidate.trusted:
-                    gates.extend(self._model_and_performance_in_engine(kernel, candidate, job, clock))
+                    gates.extend(self._model_and_performance_in_engine(kernel, candidate, job, clock, ends_at))
                 else:
-                    gates.extend(self._model_and_performance(kernel, candidate, job, early_arm, clock))
+                    gates.extend(self._model_and_performance(kernel, candidate, job, early_arm, clock, ends_at))
             except InfrastructureFailure as exc:
                 return _not_verified(verdict, str(exc))
             return verdict.finished()
@@ -209,7 +221,7 @@ class Cascade:
                 early_arm.close()
 
     def _kernel_job_in_engine(self, kernel: TritonKernel, candidate: Candidate,
-                              limits: SandboxLimits) -> SandboxOutcome:
+                              limits: SandboxLimits, ends_at: float | None) -> SandboxOutcome:
         """Gate 2 for a trusted candidate in this process (:class:`KernelService`), as the
         sandbox's outcome: a run that raised is the candidate's failure, as in the sandbox; out
         of memory (after one retry) or our compile deadline is infrastructure."""
@@ -217,7 +229,7 @@ class Cascade:
         try:
             value = judge_in_engine(self.kernels, kernel, candidate.source, candidate.config, seeds=tuple(opts.seeds),
                                        distributions=tuple(opts.distributions), time_it=self.device == "cuda",
-                                       compile_deadline_s=limits.timeout_s)
+                                       compile_deadline_s=limits.timeout_s, ends_at=ends_at)
         except InfrastructureFailure as exc:
             return SandboxOutcome(False, reason=str(exc), infrastructure=True)
         except Exception as exc:  # noqa: BLE001 - the candidate's run failed: a result
@@ -225,7 +237,7 @@ class Cascade:
         return SandboxOutcome(True, value)
 
     def _sandboxed_kernel_job(self, kernel: TritonKernel, candidate: Candidate,
-                              limits: SandboxLimits) -> SandboxOutcome:
+                              limits: SandboxLimits, ends_at: float | None) -> SandboxOutcome:
         """Gate 2's sandbox job; run once more, after freeing this process's GPU memory, when it
         ran out of memory (the arms and the last job may have held what it needed). A deadline
         of ours is not retried: the same deadline would pass the same way."""
@@ -237,6 +249,7 @@ class Cascade:
             "config": candidate.config.to_json() if candidate.config else None,
             "seeds": list(opts.seeds), "distributions": list(opts.distributions),
             "time": self.device == "cuda", "sent_at": time.time(), "chosen_config": recording.chosen_config,
+            "ends_at": ends_at,
         }
         outcome = run_sandboxed("kernelopt_bot.verify.jobs.kernel_job", payload, device=self.device,
                                 limits=limits)
@@ -247,7 +260,7 @@ class Cascade:
         return outcome
 
     def _model_and_performance(self, kernel: TritonKernel, candidate: Candidate, job: dict[str, Any],
-                               arm: ArmProcess | None, clock: StepClock) -> list[GateResult]:
+                               arm: ArmProcess | None, clock: StepClock, ends_at: float | None) -> list[GateResult]:
         """Gates 3 and 4 on one candidate arm (``arm``, already started, or a new one), against
         the model arms' long-lived baselines; ``clock`` records the time of each step."""
         try:
@@ -285,7 +298,7 @@ class Cascade:
 
         def judge() -> list[GateResult]:
             with first:
-                return self._judge_on_arms(kernel, job, baseline, first, repeat, clock)
+                return self._judge_on_arms(kernel, job, baseline, first, repeat, clock, ends_at)
 
         def restart_and_judge() -> list[GateResult]:
             # The arm that ran out is gone: stop every arm (their memory back to the GPU), start
@@ -299,7 +312,7 @@ class Cascade:
                                             f"start again: {exc}") from exc
             clock.done("arms restarted after running out of memory")
             with again_arm:
-                return self._judge_on_arms(kernel, job, again_baseline, again_arm, again_repeat, clock)
+                return self._judge_on_arms(kernel, job, again_baseline, again_arm, again_repeat, clock, ends_at)
 
         return self._retrying_memory(judge, restart_and_judge)
 
@@ -322,7 +335,7 @@ class Cascade:
             raise
 
     def _model_and_performance_in_engine(self, kernel: TritonKernel, candidate: Candidate, job: dict[str, Any],
-                                         clock: StepClock) -> list[GateResult]:
+                                         clock: StepClock, ends_at: float | None) -> list[GateResult]:
         """Gates 3 and 4 for a trusted candidate on the engine's compiled model: the baseline, the
         candidate's kernel object (gate 2's, compiled once) swapped in, and the baseline again
         for the noise floor, asked in turn within this process. No process starts."""
@@ -338,24 +351,28 @@ class Cascade:
             # The compiled model no longer runs the captured output module (something reset Dynamo
             # and it recompiled): a swap there proves nothing, so judge in process arms instead.
             arm.close()
-            return self._model_and_performance(kernel, candidate, job, None, clock)
+            return self._model_and_performance(kernel, candidate, job, None, clock, ends_at)
         baseline = EngineArm(self.capture, "baseline")
         repeat = EngineArm(self.capture, "baseline-repeat") if self.device == "cuda" else None
         clock.done("arm ready")
 
         def judge() -> list[GateResult]:  # the engine's arms hold nothing between requests
-            return self._judge_on_arms(kernel, job, baseline, arm, repeat, clock)
+            return self._judge_on_arms(kernel, job, baseline, arm, repeat, clock, ends_at)
 
         return self._retrying_memory(judge, judge)
 
     def _judge_on_arms(self, kernel: TritonKernel, job: dict[str, Any], baseline: Any, arm: Any,
-                       repeat: Any, clock: StepClock) -> list[GateResult]:
-        """Gate 3, then gate 4, on compiled arms (processes or in-engine: the same interface)."""
+                       repeat: Any, clock: StepClock, ends_at: float | None) -> list[GateResult]:
+        """Gate 3, then gate 4, on compiled arms (processes or in-engine: the same interface);
+        past the run's wall deadline (``ends_at``) gate 3 starts no seed and gate 4 does not start."""
         opts, target = self.options, self.capture.target
-        model = check_model(target, baseline, arm, kernel.name, seeds=opts.model_seeds, factor=opts.f64_factor)
+        model = check_model(target, baseline, arm, kernel.name, seeds=opts.model_seeds, factor=opts.f64_factor,
+                            ends_at=ends_at)
         clock.done("model")
         if not model.passed:
             return [model]
+        if ends_at is not None and time.time() > ends_at:
+            raise OutOfWallTime("the wall budget ran out before gate 4")
         self.model_arms.settle()  # no arm compiles while gate 4 times (an early arm, a prestarted baseline)
         perf = check_performance(
             baseline, arm, repeat, kernel.name, target=target.spec, device=self.device,

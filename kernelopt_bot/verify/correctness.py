@@ -29,6 +29,7 @@ the recorded sizes only, and its pack entry is guarded to them (:mod:`kernelopt_
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,7 +38,12 @@ import torch
 from kernelopt_bot.capture.artifact import TritonKernel
 from kernelopt_bot.errors import one_line
 from kernelopt_bot.harness import memory
-from kernelopt_bot.harness.failures import InfrastructureFailure, is_out_of_memory, is_sticky_device_error
+from kernelopt_bot.harness.failures import (
+    InfrastructureFailure,
+    OutOfWallTime,
+    is_out_of_memory,
+    is_sticky_device_error,
+)
 from kernelopt_bot.verify.tolerance import compare
 from kernelopt_bot.verify.verdict import GateResult
 
@@ -232,8 +238,13 @@ def trial_arguments(recorded: tuple[Any, ...], roles: list[ArgRole], seed: int,
 def check_correctness(kernel: TritonKernel, recorded: tuple[Any, ...], kwargs: dict[str, Any],
                       launch_candidate: Any, launch_reference: Any, *,
                       seeds: tuple[int, ...] = DEFAULT_SEEDS,
-                      distributions: tuple[str, ...] = DISTRIBUTIONS, device: str) -> GateResult:
+                      distributions: tuple[str, ...] = DISTRIBUTIONS, device: str,
+                      ends_at: float | None = None) -> GateResult:
     """Compare a candidate launcher with the reference launcher over seeds and distributions.
+
+    ``ends_at`` (``time.time()``): the run's wall deadline. A trial is not started past it: the
+    gate stops with :class:`OutOfWallTime`, ours, not a verdict (on the CPU a kernel's trial can
+    take seconds in the interpreter, and a gate 2 of 21 trials took 240 s of a 110 s budget).
 
     ``launch_*`` are callables taking the argument tuple (they launch and return nothing). What
     the candidate's launch raises (synchronized, so a kernel's fault counts) propagates: the
@@ -250,9 +261,11 @@ def check_correctness(kernel: TritonKernel, recorded: tuple[Any, ...], kwargs: d
             raise _CandidateRaised(exc) from exc
 
     try:
-        return _check(kernel, recorded, candidate, launch_reference, seeds, distributions, device)
+        return _check(kernel, recorded, candidate, launch_reference, seeds, distributions, device, ends_at)
     except _CandidateRaised as raised:
         raise raised.error from None
+    except OutOfWallTime:
+        raise
     except Exception as exc:
         if is_out_of_memory(exc) or is_sticky_device_error(exc):
             raise  # handled as such by the callers: freed and retried, or the process replaced
@@ -266,7 +279,8 @@ class _CandidateRaised(Exception):
 
 
 def _check(kernel: TritonKernel, recorded: tuple[Any, ...], launch_candidate: Any, launch_reference: Any,
-           seeds: tuple[int, ...], distributions: tuple[str, ...], device: str) -> GateResult:
+           seeds: tuple[int, ...], distributions: tuple[str, ...], device: str,
+           ends_at: float | None = None) -> GateResult:
     roles = argument_roles(kernel, recorded)
     compared = [r for r in roles if r.role in ("out", "inout")]
     if not compared:
@@ -277,6 +291,8 @@ def _check(kernel: TritonKernel, recorded: tuple[Any, ...], launch_candidate: An
     worst = 0.0
     plan = trial_plan(seeds, distributions)
     for trial, (seed, dist) in enumerate(plan):
+        if ends_at is not None and time.time() > ends_at:
+            raise OutOfWallTime(f"the wall budget ran out during gate 2, after {trial} of {len(plan)} trials")
         prefill = PREFILLS[trial % len(PREFILLS)]
         where = f"seed {seed}, {dist} inputs, {prefill} prefill"
 

@@ -39,7 +39,8 @@ def kernel_job(payload: dict[str, Any]) -> dict[str, Any]:
 
     Payload: ``device``, ``kernel`` (TritonKernel JSON), ``args_path`` (torch.save of the recorded
     arguments), ``kwargs``, ``source`` and/or ``config`` (LaunchConfig JSON), ``seeds``,
-    ``distributions``, ``time`` (bool), ``reps``, ``chosen_config``.
+    ``distributions``, ``time`` (bool), ``reps``, ``chosen_config``, ``ends_at`` (the run's wall
+    deadline, ``time.time()``: no trial of gate 2 starts past it).
     """
     steps = StepClock(sent_at=payload.get("sent_at"))
     bench = _bench(payload)
@@ -52,7 +53,8 @@ def kernel_job(payload: dict[str, Any]) -> dict[str, Any]:
     return judge_kernel(bench, payload.get("source"), config,
                        seeds=tuple(payload.get("seeds") or DEFAULT_SEEDS),
                        distributions=tuple(payload.get("distributions") or DISTRIBUTIONS),
-                       time_it=bool(payload.get("time")), reps=int(payload.get("reps") or GATE2_REPS), steps=steps)
+                       time_it=bool(payload.get("time")), reps=int(payload.get("reps") or GATE2_REPS), steps=steps,
+                       ends_at=payload.get("ends_at"))
 
 
 def timing_job(payload: dict[str, Any]) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from kernelopt_bot.capture.artifact import TritonKernel
-from kernelopt_bot.harness.failures import InfrastructureFailure, is_out_of_memory
+from kernelopt_bot.harness.failures import InfrastructureFailure, OutOfWallTime, is_out_of_memory
 from kernelopt_bot.harness.kernel_service import KernelBench, KernelService, late_text
 from kernelopt_bot.harness.memory import free_memory
 from kernelopt_bot.harness.timing import StepClock
@@ -29,11 +29,13 @@ GATE2_REPS = 100  # kernel-level timing of a candidate that passed gate 2 (CUDA)
 def judge_kernel(bench: KernelBench, source: str | None, config: LaunchConfig | None, *,
                  seeds: tuple[int, ...] = DEFAULT_SEEDS, distributions: tuple[str, ...] = DISTRIBUTIONS,
                  time_it: bool = False, reps: int = GATE2_REPS, steps: StepClock,
-                 compile_deadline_s: float | None = None) -> dict[str, Any]:
+                 compile_deadline_s: float | None = None, ends_at: float | None = None) -> dict[str, Any]:
     """Compile the candidate, run gate 2 against the compiler's kernel, and (``time_it``, on
     CUDA, after gate 2 passed) time candidate and original alone. The result is plain data:
     ``compiled``, ``reason`` (when it did not), ``correctness`` (GateResult JSON), ``bytes``,
-    ``candidate_ms``, ``candidate_min_ms``, ``original_ms``, ``original_min_ms``, ``seconds``.
+    ``candidate_ms``, ``candidate_min_ms``, ``original_ms``, ``original_min_ms``, ``seconds``;
+    ``infrastructure`` instead of ``correctness`` where the run's wall deadline (``ends_at``,
+    ``time.time()``) passed during gate 2 (plain data, so a sandbox returns it as the engine does).
 
     Raises :class:`InfrastructureFailure` when the candidate was still compiling at
     ``compile_deadline_s`` (ours, not the candidate's); exceptions of the runs propagate."""
@@ -48,11 +50,15 @@ def judge_kernel(bench: KernelBench, source: str | None, config: LaunchConfig | 
     with warnings.catch_warnings():
         # Special-value inputs make the interpreter's numpy warn; the comparison judges the results.
         warnings.simplefilter("ignore", RuntimeWarning)
-        gate = check_correctness(
-            bench.kernel, bench.recording.args, bench.recording.kwargs,
-            lambda a: harness.launch(compiled, a), lambda a: harness.launch(reference, a),
-            seeds=seeds, distributions=distributions, device=bench.device,
-        )
+        try:
+            gate = check_correctness(
+                bench.kernel, bench.recording.args, bench.recording.kwargs,
+                lambda a: harness.launch(compiled, a), lambda a: harness.launch(reference, a),
+                seeds=seeds, distributions=distributions, device=bench.device, ends_at=ends_at,
+            )
+        except OutOfWallTime as exc:
+            steps.done("correctness")
+            return {"compiled": True, "infrastructure": str(exc), "seconds": steps.seconds}
     steps.done("correctness")
     result: dict[str, Any] = {"compiled": True, "correctness": gate.to_json(), "bytes": harness.bytes_moved()}
     if gate.passed and time_it and bench.device == "cuda":
@@ -72,14 +78,15 @@ def judge_kernel(bench: KernelBench, source: str | None, config: LaunchConfig | 
 
 def judge_in_engine(service: KernelService, kernel: TritonKernel, source: str | None, config: LaunchConfig | None,
                     *, seeds: tuple[int, ...] = DEFAULT_SEEDS, distributions: tuple[str, ...] = DISTRIBUTIONS,
-                    time_it: bool = False, compile_deadline_s: float | None = None) -> dict[str, Any]:
+                    time_it: bool = False, compile_deadline_s: float | None = None,
+                    ends_at: float | None = None) -> dict[str, Any]:
     """Gate 2 for a trusted candidate in the engine: the sandbox's kernel job's result, computed
     on the service's bench for ``kernel`` (recorded arguments and compiled variants kept)."""
     bench = service.bench(kernel)
 
     def attempt() -> dict[str, Any]:
         result = judge_kernel(bench, source, config, seeds=seeds, distributions=distributions, time_it=time_it,
-                              steps=StepClock(), compile_deadline_s=compile_deadline_s)
+                              steps=StepClock(), compile_deadline_s=compile_deadline_s, ends_at=ends_at)
         if not result.get("compiled") and is_out_of_memory(str(result.get("reason", ""))):
             raise torch.cuda.OutOfMemoryError(result["reason"])
         return result

@@ -14,13 +14,14 @@ recorded either way.
 from __future__ import annotations
 
 import copy
+import time
 from typing import Any
 
 import torch
 
 from kernelopt_bot.errors import one_line
 from kernelopt_bot.harness.arm_process import Arm, ArmError, failed_on_our_side, flatten_outputs
-from kernelopt_bot.harness.failures import InfrastructureFailure, is_out_of_memory
+from kernelopt_bot.harness.failures import InfrastructureFailure, OutOfWallTime, is_out_of_memory
 from kernelopt_bot.harness.memory import float64_chunks, free_memory
 from kernelopt_bot.targets import Target
 from kernelopt_bot.verify.tolerance import (
@@ -63,15 +64,18 @@ def _same_nan_pattern(a: torch.Tensor, b: torch.Tensor, device: str) -> bool:
 
 def check_model(target: Target, baseline: Arm, candidate: Arm, kernel_name: str | None, *,
                 seeds: tuple[int, ...] = DEFAULT_MODEL_SEEDS, factor: float = 10.0,
-                timeout_s: float = 600.0) -> GateResult:
+                timeout_s: float = 600.0, ends_at: float | None = None) -> GateResult:
     """Gate 3 on arms that are already compiled: ``candidate`` has the pack installed (or, with
-    ``kernel_name`` None, is a whole-model variant such as another compile mode)."""
+    ``kernel_name`` None, is a whole-model variant such as another compile mode). No seed starts
+    past ``ends_at`` (the run's wall deadline, ``time.time()``): :class:`OutOfWallTime`, ours."""
     numbers: dict[str, Any] = {"err_candidate_f64": None, "err_baseline_f64": None, "tight": True}
     if kernel_name is not None and kernel_name not in candidate.info.get("applied", []):
         return GateResult.fail("model", f"the pack did not apply to {kernel_name} in the compiled model "
                                         f"(applied: {candidate.info.get('applied') or 'none'})")
     try:
-        for seed in seeds:
+        for done, seed in enumerate(seeds):
+            if ends_at is not None and time.time() > ends_at:
+                raise OutOfWallTime(f"the wall budget ran out during gate 3, after {done} of {len(seeds)} input sets")
             # The arms' outputs stay where they arrive (the CPU, for a process arm): the
             # comparisons move them to the target's device a piece at a time.
             packed = candidate.request("outputs", seed, timeout_s=timeout_s)
