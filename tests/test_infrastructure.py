@@ -61,7 +61,14 @@ def test_an_unjudged_candidate_leaves_no_negative_cache_entry(tmp_path) -> None:
     orch._conclude(kernel, [(Proposal(Candidate("c", source="x"), "t"), _unjudged()),
                             (Proposal(Candidate("d", source="y"), "t"), rejected)], outcome, orch_pack(cap))
     assert "not verified (infrastructure: timed out" in outcome.detail
+    assert outcome.status == "no candidate accepted"  # one was judged, and rejected
     assert store.cache.lookup(*orch._cache_key(kernel)) is None  # searched again next time
+    none_judged = KernelOutcome(kernel.name, kernel.kind)  # every candidate ours to blame: no verdict to name
+    orch._conclude(kernel, [(Proposal(Candidate("c", source="x"), "t"), _unjudged())], none_judged, orch_pack(cap))
+    assert none_judged.status == "not verified (infrastructure: no candidate was judged)"
+    from kernelopt_bot.github.trusted import KERNEL_STATUS_RE
+
+    assert KERNEL_STATUS_RE.match(none_judged.status)  # a status the publish stage accepts
     orch._conclude(kernel, [(Proposal(Candidate("d", source="y"), "t"), rejected)], KernelOutcome("k", "x"),
                    orch_pack(cap))
     assert store.cache.lookup(*orch._cache_key(kernel)) is not None  # a real rejection is remembered

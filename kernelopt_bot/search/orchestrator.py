@@ -31,6 +31,10 @@ from kernelopt_bot.search.tuner import ORIGIN
 from kernelopt_bot.store import Store
 from kernelopt_bot.verify.verdict import UNTIMED, Verdict
 
+# A kernel whose every candidate our side failed to verify (the wall deadline, out of memory, a
+# crash of ours): nothing was judged, so neither "no candidate accepted" nor a rejection.
+NOT_VERIFIED = "not verified (infrastructure: no candidate was judged)"
+
 # The kind of candidate a compiler option's own launch config is (Orchestrator.try_option_configs).
 OPTION_CONFIG = "option_config"
 
@@ -330,6 +334,8 @@ class Orchestrator:
         # never ran (the detail counts the others' verdicts).
         untimed = self.device != "cuda" and any(v.passed_first_three for _, v in tried)
         outcome.status = UNTIMED if untimed else "no candidate accepted"
+        if all(v.infrastructure is not None for _, v in tried):  # none was judged: no verdict to name
+            outcome.status = NOT_VERIFIED
         outcome.detail = "; ".join(f"{n} {s}" for s, n in statuses.most_common())
         # Only a GPU verdict is final: without one, performance was never measured. A candidate
         # our side failed to verify was not judged, so the kernel is not settled either.
