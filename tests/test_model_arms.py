@@ -564,7 +564,7 @@ def test_gate_4_on_process_arms_started_unlike_says_which_way_it_leans(monkeypat
     for where, arm_info, lean in (("process", COLD, "slow"), ("process", LOADED, None), ("engine", COLD, None)):
         arm = SimpleNamespace(where=where, info=arm_info, warm_load=where == "process")
         gates = cascade.Cascade._judge_on_arms(fake, kernel, {}, SimpleNamespace(info=LOADED), arm,  # type: ignore[arg-type]
-                                               None, StepClock({}))
+                                               None, StepClock({}), None)
         perf = gates[-1]
         assert perf.passed and perf.reason.startswith("1.10x")
         if lean:  # said in the verdict, and kept with its numbers for a headline taken from them
