@@ -32,7 +32,7 @@ def main() -> None:
     prof = profile(cap)
     top = prof.ranked()[0]
     kernel = cap.artifact.kernel(f"g{top.graph}:{top.name}")
-    harness = KernelHarness(kernel, cap.recording(kernel.graph, kernel.name), "cuda")
+    harness = KernelHarness(kernel, cap.recording(kernel.graph, kernel.name).on("cuda"), "cuda")
     base = harness.time(reps=50).median_ms
     chosen = cap.recording(kernel.graph, kernel.name).chosen_config
     print(f"{example} {dtype}: {kernel.name} share {top.share:.0%}, compiler config {chosen}: {base:.4f} ms")

@@ -134,7 +134,7 @@ def test_the_packed_arm_compiles_beside_the_baselines_not_after_them(monkeypatch
     events: list[str] = []
 
     class _Arm:
-        where, ready, closed, compiling, alive = "process", False, False, True, True
+        where, ready, closed, compiling, alive, start_error = "process", False, False, True, True, None
 
         def __init__(self, spec: Any, **_kwargs: Any) -> None:
             self.label, self.info = spec.label, {"applied": [], "skipped": []}
@@ -169,3 +169,77 @@ def test_the_packed_arm_compiles_beside_the_baselines_not_after_them(monkeypatch
     assert result is not None
     starts = [e for e in events if e.startswith("start")]
     assert len(starts) == 3 and events.index(starts[-1]) < min(i for i, e in enumerate(events) if e.startswith("wait"))
+
+
+def _arms_that_run_out_of_memory(monkeypatch: pytest.MonkeyPatch, failing: set[str], always: bool = False) -> list[str]:
+    """Fake model arms whose first start of each label in ``failing`` (``always``: every start) ends
+    out of memory, as the third 14 GB arm of ``rms_norm_large`` did on an 80 GB H100; the events
+    say what started and closed."""
+    from kernelopt_bot.harness import model_arms
+    from kernelopt_bot.harness.arm_process import ArmError
+
+    events: list[str] = []
+
+    class _Arm:
+        where, ready, closed, compiling, alive = "process", False, False, True, True
+
+        def __init__(self, spec: Any, **_kwargs: Any) -> None:
+            self.label, self.info = spec.label, {"applied": [], "skipped": []}
+            self.fails = self.label in failing  # this start fails, every time it is asked (as a real arm's does)
+            self.start_error: ArmError | None = None
+            if not always:
+                failing.discard(self.label)
+            events.append(f"start {self.label}")
+
+        def wait_compiled(self) -> None:
+            pass
+
+        def start_replacement(self) -> None:
+            pass
+
+        def wait_ready(self) -> dict[str, Any]:
+            self.compiling = False
+            if self.fails:
+                self.alive = False
+                self.start_error = ArmError(f"{self.label}: OutOfMemoryError: CUDA out of memory. "
+                                            "Tried to allocate 7.00 GiB")
+                raise self.start_error
+            self.ready = True
+            return self.info
+
+        def request(self, *_message: Any, **_kwargs: Any) -> Any:
+            return []
+
+        def close(self) -> None:
+            if not self.closed:
+                events.append(f"close {self.label}")
+            self.closed = True
+
+    monkeypatch.setattr(model_arms, "ArmProcess", _Arm)
+    return events
+
+
+@pytest.mark.parametrize("failing", ["baseline-repeat", "packed", "baseline"])
+def test_a_bench_whose_third_arm_does_not_fit_times_one_baseline_twice(monkeypatch: pytest.MonkeyPatch,
+                                                                       failing: str) -> None:
+    """Out of memory at an arm's start is the device's size, not the bench's verdict: the repeat
+    baseline gives its memory back, the packed arm starts (again) in it, and the one baseline is
+    timed twice per round for the noise floor."""
+    events = _arms_that_run_out_of_memory(monkeypatch, {failing})
+    empty = KernelPack.from_json({"format": "kernelopt-pack", "version": 1, "entries": []})
+    result = bench("m.py", empty, device="cuda", dtype="fp32", rounds=1)
+    assert result.noise_from.startswith("the one baseline process")
+    assert "close baseline-repeat" in events
+    for label in ("packed", "baseline"):  # the arm that ran short starts once more, in the memory given back
+        assert events.count(f"start {label}") == (2 if failing == label else 1)
+    assert events.count("start baseline-repeat") == 1  # not started again: the device does not hold it
+
+
+def test_a_bench_whose_baseline_does_not_fit_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a baseline there is nothing to compare against: the error is raised, not hidden."""
+    from kernelopt_bot.harness.arm_process import ArmError
+
+    _arms_that_run_out_of_memory(monkeypatch, {"baseline"}, always=True)
+    empty = KernelPack.from_json({"format": "kernelopt-pack", "version": 1, "entries": []})
+    with pytest.raises(ArmError, match="out of memory"):
+        bench("m.py", empty, device="cuda", dtype="fp32", rounds=1)

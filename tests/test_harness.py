@@ -93,3 +93,15 @@ def test_timing_copies_only_what_the_kernel_reads_and_writes(harness: KernelHarn
     for now, then in zip(harness.recording.args, before):
         if isinstance(now, torch.Tensor):
             assert torch.equal(now, then)
+
+
+def test_a_harness_refuses_arguments_on_another_device() -> None:
+    """The capture keeps recorded arguments in host memory; a GPU harness given them unmoved would
+    fail at launch with "CUDA driver error: invalid argument" (the H100, 12-06), so it says what to do."""
+    cap = captured("linear_epilogue.py")
+    kernel = cap.artifact.kernels[0]
+    recording = cap.recording(kernel.graph, kernel.name)
+    with pytest.raises(ValueError, match=r"recording.on\('cuda'\)"):
+        KernelHarness(kernel, recording, "cuda")
+    moved = recording.on("cpu")  # already there: the same tensors, nothing copied
+    assert all(a is b for a, b in zip(moved.args, recording.args, strict=True))

@@ -14,7 +14,7 @@ import itertools
 import types
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -190,6 +190,11 @@ class KernelRecording:
     # everywhere (SearchContext.chosen_config, a timing job's payload).
     chosen_config: dict[str, Any] | None = None
     kernel: Any = field(default=None, repr=False)
+
+    def on(self, device: str) -> KernelRecording:
+        """This recording with its arguments on ``device``: the capture keeps every kernel's in host
+        memory (a large model's would not fit on the GPU together), so a harness on the GPU needs them moved."""
+        return replace(self, args=relocated(self.args, device))
 
 
 def snapshot(value: Any, device: str | torch.device | None = None) -> Any:

@@ -26,8 +26,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from kernelopt_bot.harness.arm_process import Arm, ArmProcess, ArmSpec, configs_unlike
+from kernelopt_bot.harness.arm_process import Arm, ArmError, ArmProcess, ArmSpec, configs_unlike
 from kernelopt_bot.harness.cpu_pin import this_thread_on, timing_core
+from kernelopt_bot.harness.failures import is_out_of_memory
 from kernelopt_bot.harness.model_arms import ModelArms
 from kernelopt_bot.harness.quiet import arms_timing
 from kernelopt_bot.harness.timing import time_request_calls
@@ -289,13 +290,24 @@ def bench(target: str, pack: KernelPack, *, device: str, dtype: str = "fp32", ro
     # the arms compiled together before them, in every round (scripts/process_offsets.py, results
     # h200-2026-12-05b), and a packed arm compiled after its baselines measured an empty pack at 1.095x.
     # Each arm that compiled cold is then replaced by a cache load (ModelArms.warm_load, on a GPU).
+    # Nothing says how much memory an arm takes before one is ready, so all three start; where the
+    # device does not hold three (a 30 GB model on an 80 GB GPU), the arm that ran out of memory is
+    # the repeat baseline's place: one baseline is timed twice per round (ModelArms.one_baseline_only).
     with ModelArms(target, device, dtype, timeout_s=timeout_s, mode=mode, config=config, train=train,
-                   warm_load=device == "cuda") as model_arms, \
-            model_arms.candidate(pack, label="packed", wait=False) as packed:
+                   warm_load=device == "cuda") as model_arms:  # closes every arm it started
+        packed = model_arms.candidate(pack, label="packed", wait=False)
         model_arms.prestart()  # the baselines, beside it where the GPU holds them
         model_arms.settle()  # every first start in, then every replacement, side by side
         base, repeat = model_arms.baselines()
-        packed.wait_ready()
+        try:
+            packed.wait_ready()
+        except ArmError as exc:
+            if not (is_out_of_memory(str(exc)) and repeat is not None):
+                raise
+            packed.close()
+            model_arms.one_baseline_only()
+            repeat = None
+            packed = model_arms.candidate(pack, label="packed")  # in the memory the repeat gave back
         return compare_arms(base, packed, repeat, target=target, device=device, dtype=dtype,
                             rounds=rounds, reps=reps, timeout_s=timeout_s, split_step=train)
 

@@ -33,6 +33,11 @@ class KernelHarness:
     """One kernel, its recorded arguments, and ways to run or time variants of it."""
 
     def __init__(self, kernel: TritonKernel, recording: KernelRecording, device: str) -> None:
+        where = torch.device(device).type
+        elsewhere = [a.device for a in recording.args if isinstance(a, torch.Tensor) and a.device.type != where]
+        if elsewhere:  # a launch would fail with "CUDA driver error: invalid argument", which says nothing
+            raise ValueError(f"{kernel.name}: its recorded arguments are on {elsewhere[0]}, the harness runs "
+                             f"on {device}: pass recording.on({device!r})")
         self.kernel = kernel
         self.recording = recording
         self.device = device

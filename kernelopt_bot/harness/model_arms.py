@@ -99,13 +99,20 @@ class ModelArms:
         :data:`LARGE_MODEL_ARMS` model arms at once. Decided once, from what an arm is expected
         to hold (the engine's peak after its compile, or the ready baseline's figure)."""
         if self._one_baseline is None:
-            self._one_baseline = self._is_large()
+            large = self._is_large()
+            if large is None:  # nothing known yet (``kernelopt bench`` before an arm is ready): not decided
+                return False
+            self._one_baseline = large
         return self._one_baseline
 
-    def _is_large(self) -> bool:
-        held = self.baseline_info().get("gpu_mb") or self.arm_mb_hint
-        if self.device != "cuda" or not held:
+    def _is_large(self) -> bool | None:
+        """Whether three arms of the model would overfill the device; ``None`` while no figure
+        of what an arm holds is known."""
+        if self.device != "cuda":
             return False
+        held = self.baseline_info().get("gpu_mb") or self.arm_mb_hint
+        if not held:
+            return None
         from kernelopt_bot.harness.memory import device_memory
 
         info = device_memory(self.device)
@@ -143,6 +150,9 @@ class ModelArms:
         fails would otherwise be compiled for each of them."""
         if len(self._baseline_failures) >= BASELINE_STARTS:
             raise self._baseline_failures[-1]
+        short = [w for w in self._baselines.values() if w.start_error is not None and is_out_of_memory(str(w.start_error))]
+        if len(short) == 1 and len(self._baselines) == 2:  # the device did not hold both beside the other arms:
+            self.one_baseline_only()  # the repeat gives its memory back (the first, if it failed, starts again in it)
         self._start_baselines()
         _start_alike(self.compiling(), ready=False)  # every arm's first start, so none loads beside a compile
         for label in self._baseline_labels():
@@ -152,6 +162,9 @@ class ModelArms:
                     worker.wait_ready()
                 except ArmError as exc:
                     self._baselines.pop(label).close()  # a later call starts it afresh
+                    if label != "baseline" and is_out_of_memory(str(exc)) and self._baselines["baseline"].ready:
+                        self.one_baseline_only()  # the device holds one baseline: it is timed twice
+                        continue
                     if not is_out_of_memory(str(exc)):  # out of memory may pass once memory is freed
                         self._baseline_failures.append(exc)
                     raise
@@ -159,6 +172,14 @@ class ModelArms:
                     self._baselines.pop(label).close()
                     raise
         return self._baselines["baseline"], self._baselines.get("baseline-repeat")
+
+    def one_baseline_only(self) -> None:
+        """From now on one baseline arm, timed twice per round: the repeat is closed, its memory
+        given back (an arm that ran out of memory beside it starts again in its place)."""
+        self._one_baseline = True
+        repeat = self._baselines.pop(BASELINE_LABELS[1], None)
+        if repeat is not None:
+            repeat.close()
 
     def candidate(self, pack: KernelPack | None, *, label: str = "candidate", mode: str | None = None,
                   config: dict[str, Any] | None = None, wait: bool = True) -> ArmProcess:

@@ -56,7 +56,7 @@ def test_examples_inspect_on_gpu(example: str, dtype: str, kind: str | None, ven
         assert k.time_ms is not None and k.bound in ("memory", "compute", "launch")
     # Every kernel runs alone on its recorded arguments and reproduces its recorded outputs.
     for kernel in art.kernels:
-        harness = KernelHarness(kernel, cap.recording(kernel.graph, kernel.name), "cuda")
+        harness = KernelHarness(kernel, cap.recording(kernel.graph, kernel.name).on("cuda"), "cuda")
         timing = harness.time(reps=10)
         assert timing.median_ms is not None and timing.median_ms > 0
 
