@@ -101,7 +101,10 @@ def test_a_harness_refuses_arguments_on_another_device() -> None:
     cap = captured("linear_epilogue.py")
     kernel = cap.artifact.kernels[0]
     recording = cap.recording(kernel.graph, kernel.name)
-    with pytest.raises(ValueError, match=r"recording.on\('cuda'\)"):
-        KernelHarness(kernel, recording, "cuda")
+    unplaced = KernelHarness(kernel, recording, "cuda")
+    assert unplaced.bytes_moved() > 0  # what reads only sizes (the profile) needs no move
+    for use in (unplaced.run, unplaced.time):
+        with pytest.raises(ValueError, match=r"recording.on\('cuda'\)"):
+            use()
     moved = recording.on("cpu")  # already there: the same tensors, nothing copied
     assert all(a is b for a, b in zip(moved.args, recording.args, strict=True))

@@ -33,11 +33,6 @@ class KernelHarness:
     """One kernel, its recorded arguments, and ways to run or time variants of it."""
 
     def __init__(self, kernel: TritonKernel, recording: KernelRecording, device: str) -> None:
-        where = torch.device(device).type
-        elsewhere = [a.device for a in recording.args if isinstance(a, torch.Tensor) and a.device.type != where]
-        if elsewhere:  # a launch would fail with "CUDA driver error: invalid argument", which says nothing
-            raise ValueError(f"{kernel.name}: its recorded arguments are on {elsewhere[0]}, the harness runs "
-                             f"on {device}: pass recording.on({device!r})")
         self.kernel = kernel
         self.recording = recording
         self.device = device
@@ -83,6 +78,16 @@ class KernelHarness:
             return torch.cuda.current_stream().cuda_stream
         return 0
 
+    def _check_placed(self, args: tuple[Any, ...]) -> None:
+        """Arguments on another device than the harness's fail at launch with "CUDA driver error:
+        invalid argument", which says nothing; the capture keeps recordings in host memory (what
+        only reads their sizes, as the profile does, needs them nowhere else)."""
+        where = torch.device(self.device).type
+        elsewhere = [a.device for a in args if isinstance(a, torch.Tensor) and a.device.type != where]
+        if elsewhere:
+            raise ValueError(f"{self.kernel.name}: its recorded arguments are on {elsewhere[0]}, the harness "
+                             f"runs on {self.device}: pass recording.on({self.device!r})")
+
     def launch(self, kernel_obj: Any, args: tuple[Any, ...]) -> None:
         kernel_obj.run(*args, **self.recording.kwargs, stream=self._stream())
 
@@ -91,6 +96,7 @@ class KernelHarness:
         """Launch once on ``args`` (default: fresh copies of the recorded ones)."""
         kernel_obj = self.load(source, config)
         run_args = self.fresh_args() if args is None else args
+        self._check_placed(run_args)
         self.launch(kernel_obj, run_args)
         if self.device == "cuda":
             torch.cuda.synchronize()
@@ -108,6 +114,7 @@ class KernelHarness:
     def time_kernel(self, kernel_obj: Any, *, reps: int = 100, warmup: int = 5) -> Timing:
         """:meth:`time` for a kernel object already loaded (and perhaps compiled) by :meth:`load`."""
         args = self.timing_args()
+        self._check_placed(args)
         recorded = self.recording.args
         restored = [i for i in self._mutated_positions() if args[i] is not recorded[i]]
 

@@ -150,9 +150,11 @@ class ModelArms:
         fails would otherwise be compiled for each of them."""
         if len(self._baseline_failures) >= BASELINE_STARTS:
             raise self._baseline_failures[-1]
-        short = [w for w in self._baselines.values() if w.start_error is not None and is_out_of_memory(str(w.start_error))]
-        if len(short) == 1 and len(self._baselines) == 2:  # the device did not hold both beside the other arms:
-            self.one_baseline_only()  # the repeat gives its memory back (the first, if it failed, starts again in it)
+        if BASELINE_LABELS[1] in self._baselines and any(
+                w.start_error is not None and is_out_of_memory(str(w.start_error)) for w in self._baselines.values()):
+            # The device did not hold both beside the other arms: the repeat gives its memory back
+            # (or is not started again), and the first, if it ran short, starts again alone.
+            self.one_baseline_only()
         self._start_baselines()
         _start_alike(self.compiling(), ready=False)  # every arm's first start, so none loads beside a compile
         for label in self._baseline_labels():
