@@ -104,12 +104,13 @@ def phases(value: Any) -> str:
 
 
 def setup_parts(value: Any) -> str:
-    """An arm setup's seconds as ``settings + pack + inputs + hooks`` (written since 2026-12-06:
-    ``setup_parts_s``), or "-" where it did not say."""
+    """An arm setup's seconds as ``compiler + driver + settings + pack + inputs + hooks`` (written
+    since 2026-12-06: ``setup_parts_s``; "-" for a part a run did not write: the first two came
+    later that day), or "-" where it did not say."""
     if not isinstance(value, dict) or not value:
         return "-"
-    parts = [value.get(k) for k in ("settings", "pack", "inputs", "hooks")]
-    return " + ".join("?" if not isinstance(v, (int, float)) else f"{v:.1f}" for v in parts)
+    parts = [value.get(k, "-") for k in ("compiler", "driver", "settings", "pack", "inputs", "hooks")]
+    return " + ".join(v if v == "-" else "?" if not isinstance(v, (int, float)) else f"{v:.1f}" for v in parts)
 
 
 def start_rows(path: Path) -> list[str]:
@@ -143,7 +144,7 @@ def main(paths: list[str]) -> int:
     starts = [line for path in paths for line in start_rows(Path(path))]
     if starts:
         print("\n| problem | arm | started | its start, s (import + target + setup + first call) | "
-              "its setup, s (settings + pack + inputs + hooks) | the cold start it replaced, s |")
+              "its setup, s (compiler + driver + settings + pack + inputs + hooks) | the cold start it replaced, s |")
         print("|---|---|---|---:|---:|---:|")
         print("\n".join(starts))
     return 0

@@ -265,7 +265,8 @@ def test_each_rounds_passes_are_kept_for_the_noise_table(tmp_path: Path) -> None
     arms[1].info.update(cache={"hit": 1, "miss": 0, "bypass": 0}, warm_load={"cold_compile_s": 9.0, "load_s": 3.0,
                         "cold_start_phases_s": {"import": 2.0, "target": 1.0, "setup": 0.1, "first_call": 6.0}},
                         start_phases_s={"import": 2.0, "target": 0.5, "setup": 0.1, "first_call": 0.5},
-                        setup_parts_s={"settings": 0.0, "pack": 0.1, "inputs": 0.0, "hooks": 0.0})
+                        setup_parts_s={"compiler": 0.0, "driver": 0.0, "settings": 0.0, "pack": 0.1, "inputs": 0.0,
+                                       "hooks": 0.0})
     arms[2].info["cache"] = {"hit": 0, "miss": 1, "bypass": 0}
     # each arm's autotuned configs: the repeat settled one kernel otherwise; the packed arm's other
     # config is its pack's own kernel's, which does not count
@@ -298,7 +299,7 @@ def test_each_rounds_passes_are_kept_for_the_noise_table(tmp_path: Path) -> None
     assert cells[11] == "loaded / replaced / compiled"  # arms that compare must start alike: these did not
     assert cells[12] == "0 / 1"  # kernels autotuned otherwise than the baseline (packed / repeat)
     # where the packed arm's start went, and the cold start it replaced; the others did not say
-    assert ("| drift | packed | replaced | 2.0 + 0.5 + 0.1 + 0.5 | 0.0 + 0.1 + 0.0 + 0.0 | 2.0 + 1.0 + 0.1 + 6.0 |"
+    assert ("| drift | packed | replaced | 2.0 + 0.5 + 0.1 + 0.5 | 0.0 + 0.0 + 0.0 + 0.1 + 0.0 + 0.0 | 2.0 + 1.0 + 0.1 + 6.0 |"
             in table.stdout.splitlines())
     assert not [row for row in table.stdout.splitlines() if row.startswith(("| drift | baseline |", "| drift | baseline-repeat |"))]
 
