@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +25,7 @@ from typing import Any
 
 from kernelopt_bot.harness.arm_process import ArmRaised
 from kernelopt_bot.harness.bench import compare_arms
+from kernelopt_bot.harness.failures import past_deadline
 from kernelopt_bot.harness.launcher_arm import LauncherArm
 from kernelopt_bot.harness.work_watch import NO_WATCH, StartWatch, WorkWatch, no_start_watch
 from kernelopt_bot.launchers import (
@@ -178,7 +178,7 @@ def search_kernel(context: SearchContext, search: KernelSearch, result: RunResul
     picks = _ranked(context, search)
     tried = []
     for config in picks:
-        if context.ends_at is not None and time.time() > context.ends_at - GATES_RESERVE_S:
+        if past_deadline(context.ends_at, ahead_s=GATES_RESERVE_S):
             outcome.detail = f"the wall-time budget ran out after {len(tried)} of {len(picks)} configs"
             break
         tried.append((config, _watched_verify(context, search, config)))
@@ -247,7 +247,7 @@ def _ranked(context: SearchContext, search: KernelSearch) -> list[dict[str, Any]
     original.request("time", 0, PROBE_REPS)  # compiled and warm before the first pair
     timed: list[tuple[float, dict[str, Any]]] = []
     for config in search.candidates:
-        if context.ends_at is not None and time.time() > context.ends_at - GATES_RESERVE_S:
+        if past_deadline(context.ends_at, ahead_s=GATES_RESERVE_S):
             break
         key = _work_key(search, config)
         if not search.static(config).passed or context.work_watch.quarantined(key) is not None:
@@ -351,15 +351,15 @@ def write_edits(edits: list[tuple[Path, SourceEdit]], root: Path, out_dir: Path,
         except OSError as exc:
             log(f"warning: {path} could not be read; {', '.join(e.kernel for e in file_edits)} not written: {exc}")
             continue
-        acceptable = []
+        acceptable, refused = [], []
         for edit in file_edits:
             try:
                 SourceEdit.from_json(edit.to_json())  # what the bot's publish stage will accept of it
                 acceptable.append(edit)
             except (PatchError, ValueError) as exc:
-                log(f"warning: {edit.kernel}'s config could not be written into {path}: {exc}")
+                refused.append((edit, str(exc)))
         new, made, failed = apply_edits(text, acceptable)
-        for edit, why in failed:
+        for edit, why in [*refused, *failed]:
             log(f"warning: {edit.kernel}'s config could not be written into {path}: {why}")
         kept.extend(edit.to_json() for edit in made)
         if new != text:

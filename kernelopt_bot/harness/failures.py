@@ -5,6 +5,7 @@ service, a gate) uses these, so such a failure is never recorded as a verdict on
 from __future__ import annotations
 
 import re
+import time
 
 
 class InfrastructureFailure(Exception):
@@ -14,6 +15,12 @@ class InfrastructureFailure(Exception):
 
 class OutOfWallTime(InfrastructureFailure):
     """The run's wall deadline passed while a candidate's gates ran: it was not judged."""
+
+
+def past_deadline(ends_at: float | None, *, ahead_s: float = 0.0) -> bool:
+    """Would work started now and taking ``ahead_s`` seconds end past ``ends_at`` (the run's wall
+    deadline, a ``time.time()``; None: there is none)? The one test every step of a run makes."""
+    return ends_at is not None and time.time() + ahead_s > ends_at
 
 
 def is_infrastructure_text(text: str) -> bool:

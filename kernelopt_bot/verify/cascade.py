@@ -41,6 +41,7 @@ from kernelopt_bot.harness.failures import (
     OutOfWallTime,
     is_infrastructure_text,
     is_out_of_memory,
+    past_deadline,
 )
 from kernelopt_bot.harness.kernel_service import KernelService, variant_key
 from kernelopt_bot.harness.memory import free_memory, retry_note
@@ -205,7 +206,7 @@ class Cascade:
             gates.append(correctness)
             if not correctness.passed:
                 return verdict.finished()
-            if ends_at is not None and time.time() > ends_at:
+            if past_deadline(ends_at):
                 return _not_verified(verdict, "the wall budget ran out before gate 3")
 
             try:
@@ -371,7 +372,7 @@ class Cascade:
         clock.done("model")
         if not model.passed:
             return [model]
-        if ends_at is not None and time.time() > ends_at:
+        if past_deadline(ends_at):
             raise OutOfWallTime("the wall budget ran out before gate 4")
         self.model_arms.settle()  # no arm compiles while gate 4 times (an early arm, a prestarted baseline)
         perf = check_performance(

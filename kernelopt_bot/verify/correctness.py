@@ -43,6 +43,7 @@ from kernelopt_bot.harness.failures import (
     OutOfWallTime,
     is_out_of_memory,
     is_sticky_device_error,
+    past_deadline,
 )
 from kernelopt_bot.verify.tolerance import compare
 from kernelopt_bot.verify.verdict import GateResult
@@ -293,7 +294,7 @@ def _check(kernel: TritonKernel, recorded: tuple[Any, ...], launch_candidate: An
     longest = 0.0  # the longest trial so far: none starts that would end past the deadline
     for trial, (seed, dist) in enumerate(plan):
         began = time.time()
-        if ends_at is not None and began + longest > ends_at:
+        if past_deadline(ends_at, ahead_s=longest):
             raise OutOfWallTime(f"the wall budget ran out during gate 2, after {trial} of {len(plan)} trials")
         prefill = PREFILLS[trial % len(PREFILLS)]
         where = f"seed {seed}, {dist} inputs, {prefill} prefill"

@@ -14,14 +14,18 @@ recorded either way.
 from __future__ import annotations
 
 import copy
-import time
 from typing import Any
 
 import torch
 
 from kernelopt_bot.errors import one_line
 from kernelopt_bot.harness.arm_process import Arm, ArmError, failed_on_our_side, flatten_outputs
-from kernelopt_bot.harness.failures import InfrastructureFailure, OutOfWallTime, is_out_of_memory
+from kernelopt_bot.harness.failures import (
+    InfrastructureFailure,
+    OutOfWallTime,
+    is_out_of_memory,
+    past_deadline,
+)
 from kernelopt_bot.harness.memory import float64_chunks, free_memory
 from kernelopt_bot.targets import Target
 from kernelopt_bot.verify.tolerance import (
@@ -74,7 +78,7 @@ def check_model(target: Target, baseline: Arm, candidate: Arm, kernel_name: str 
                                         f"(applied: {candidate.info.get('applied') or 'none'})")
     try:
         for done, seed in enumerate(seeds):
-            if ends_at is not None and time.time() > ends_at:
+            if past_deadline(ends_at):
                 raise OutOfWallTime(f"the wall budget ran out during gate 3, after {done} of {len(seeds)} input sets")
             # The arms' outputs stay where they arrive (the CPU, for a process arm): the
             # comparisons move them to the target's device a piece at a time.
