@@ -61,11 +61,12 @@ pack_results() {  # results.tgz as of now: if the call's own limit kills a later
   (cd "$OUT" && tar czf results.tgz.part r && mv results.tgz.part results.tgz)
 }
 
-run_tests() {  # $1 log name, rest: pytest args
+run_tests() {  # $1 log name, rest: pytest args. Each test's name and outcome is logged as it ends (-v
+  # -rfE --tb=short), so a part its limit cuts off still says which tests failed and how.
   local log="$1"; shift
-  python3 -m pytest -q -p no:cacheprovider -s "$@" > "$R/$log.log" 2>&1
+  python3 -m pytest -v -rfE --tb=short -p no:cacheprovider -s "$@" > "$R/$log.log" 2>&1
   local rc=$?
-  grep -E "PIN|EMPTY|REDTEAM|HONEST|OPTIMIZE|ALIGNED|MEMORY|^\[ *[0-9]+ s\]|passed|failed|Error" "$R/$log.log" | tail -40
+  grep -E "PIN|EMPTY|REDTEAM|HONEST|OPTIMIZE|ALIGNED|MEMORY|^\[ *[0-9]+ s\]|passed|failed|FAILED|ERROR|Error" "$R/$log.log" | tail -40
   return $rc
 }
 
