@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from kernelopt_bot.candidate import Candidate, Proposal
 from kernelopt_bot.pack.format import LaunchConfig
 from kernelopt_bot.result import KernelOutcome
@@ -11,7 +13,7 @@ from kernelopt_bot.store import Store
 from kernelopt_bot.verify.cascade import Cascade, VerifyOptions
 from kernelopt_bot.verify.sandbox import SandboxLimits
 from kernelopt_bot.verify.verdict import GATE_ORDER, GateResult, Verdict
-from tests.helpers import captured
+from tests.helpers import DEVICE, captured
 
 
 def _unjudged(reason: str = "timed out after 1 s (hang); killed") -> Verdict:
@@ -139,6 +141,30 @@ def test_a_kernel_left_out_of_the_search_says_which_rule_left_it_out() -> None:
                                                      "searched)")
     assert run(None, SearchLimits(max_kernels=0)) == ("not searched (the kernel limit: only the first 0 are "
                                                       "searched; without a GPU no time ranks them)")
+
+
+def test_a_kernel_that_writes_nothing_is_not_searched(tmp_path: Path) -> None:
+    """``one_hot`` checks its labels' range in a kernel of its own (a device-side assert) that writes
+    nothing: its candidates were "rejected by correctness" (no output to compare), a verdict on code
+    nothing could have verified. It is left out of the search and says why; the one-hot kernel is searched."""
+    from kernelopt_bot.capture.recorder import capture
+    from kernelopt_bot.profiling import profile
+    from kernelopt_bot.targets import load_target
+
+    model = tmp_path / "one_hot_matmul.py"
+    model.write_text(
+        "import torch\n\n\nclass Model(torch.nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n        self.w = torch.nn.Parameter(torch.randn(10, 8))\n\n"
+        "    def forward(self, labels):\n        return torch.nn.functional.one_hot(labels, 10).to(self.w.dtype) @ self.w\n\n\n"
+        "def get_inputs():\n    return [torch.randint(0, 10, (32,))]\n\n\ndef get_init_inputs():\n    return []\n")
+    cap = capture(load_target(str(model), DEVICE, "fp32"))
+    checks = [k for k in cap.artifact.kernels if not k.writes]
+    assert [k.name for k in checks] and all("assert" in k.name for k in checks)
+    orch = Orchestrator(cap, profile(cap), None, Budget(), strategies=[])  # type: ignore[arg-type]
+    assert [row.name for row in orch.worth_searching()] == [k.name for k in cap.artifact.kernels if k.writes]
+    outcomes = {o.name: o.status for o in orch.run()[0] if o.name in {k.name for k in checks}}
+    assert set(outcomes.values()) == {"not searched (it writes no output: a check such as a device-side assert, "
+                                      "which nothing could verify)"}
 
 
 def test_gate_2_stops_at_the_runs_wall_deadline_and_says_the_deadline_was_ours() -> None:

@@ -82,6 +82,13 @@ class TritonKernel:
     def constexprs(self) -> list[str]:
         return [p for p in self.params if self.signature.get(p) == "constexpr"]
 
+    @property
+    def writes(self) -> bool:
+        """Whether it writes any argument (Inductor names outputs ``out_ptr``/``in_out_ptr`` and
+        lists what it mutates): one that writes nothing is a check (a device-side assert, as
+        ``one_hot``'s range check), whose replacement no output could verify."""
+        return bool(self.mutated_args) or any(p.startswith(("out_ptr", "in_out_ptr")) for p in self.params)
+
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["qualified_name"] = self.qualified_name
