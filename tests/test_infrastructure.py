@@ -163,8 +163,8 @@ def test_a_kernel_that_writes_nothing_is_not_searched(tmp_path: Path) -> None:
     orch = Orchestrator(cap, profile(cap), None, Budget(), strategies=[])  # type: ignore[arg-type]
     assert [row.name for row in orch.worth_searching()] == [k.name for k in cap.artifact.kernels if k.writes]
     outcomes = {o.name: o.status for o in orch.run()[0] if o.name in {k.name for k in checks}}
-    assert set(outcomes.values()) == {"not searched (it writes no output: a check such as a device-side assert, "
-                                      "which nothing could verify)"}
+    assert set(outcomes.values()) == {"not searched (it writes no argument known to us, as a device-side assert "
+                                      "does: no replacement of it could be verified)"}
 
 
 def test_gate_2_stops_at_the_runs_wall_deadline_and_says_the_deadline_was_ours() -> None:

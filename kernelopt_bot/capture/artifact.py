@@ -84,9 +84,10 @@ class TritonKernel:
 
     @property
     def writes(self) -> bool:
-        """Whether it writes any argument (Inductor names outputs ``out_ptr``/``in_out_ptr`` and
-        lists what it mutates): one that writes nothing is a check (a device-side assert, as
-        ``one_hot``'s range check), whose replacement no output could verify."""
+        """Whether it writes any argument we know of (Inductor names outputs ``out_ptr``/``in_out_ptr``
+        and lists what it mutates). One that writes none is a check (a device-side assert, as
+        ``one_hot``'s range check) or a kernel without Inductor's names: gate 2 compares what a
+        kernel writes, so no replacement of it could be verified."""
         return bool(self.mutated_args) or any(p.startswith(("out_ptr", "in_out_ptr")) for p in self.params)
 
     def to_json(self) -> dict[str, Any]:

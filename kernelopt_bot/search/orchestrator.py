@@ -125,7 +125,8 @@ class Orchestrator:
     def _not_chosen(self, row: KernelProfile) -> str:
         """Why a kernel was not searched, in the words of the rule that left it out."""
         if not self.capture.artifact.kernel(f"g{row.graph}:{row.name}").writes:
-            return "not searched (it writes no output: a check such as a device-side assert, which nothing could verify)"
+            return ("not searched (it writes no argument known to us, as a device-side assert does: no replacement "
+                    "of it could be verified)")
         if self.profile.measured and (row.share or 0.0) < self.limits.min_share:
             return (f"not searched (below the share threshold: {100 * (row.share or 0.0):.1f}% of the model's "
                     f"time, under {100 * self.limits.min_share:.0f}%)")
