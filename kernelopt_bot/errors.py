@@ -19,6 +19,11 @@ class TargetError(BadInputError):
     """A target that cannot be loaded, built or run eagerly."""
 
 
+class CompileError(KerneloptError):
+    """``torch.compile`` failed on a target that runs eagerly: neither the user's input nor our
+    code is at fault, and the message says which compiler step raised (exit code 1)."""
+
+
 def one_line(exc: BaseException) -> str:
     """``Type: first line of the message`` (or just ``Type``): how every failure is reported in one
     line, whether it came from a target, a sandboxed candidate or a worker process."""

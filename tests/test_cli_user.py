@@ -163,6 +163,45 @@ def test_optimize_on_a_target_that_does_not_import_exits_2(tmp_path: Path) -> No
     assert result.stdout.strip() == "", result.stdout  # no summary table of a run that never ran
 
 
+def test_optimize_on_a_model_torch_compile_cannot_compile_says_so(tmp_path: Path) -> None:
+    """A model that launches its own Triton kernel runs eagerly on the CPU, but Dynamo traces into
+    the Triton interpreter and fails: the run said "internal error: InterpreterError". It is the
+    compiler's failure, named as such, with why (exit 1: neither bad input nor our fault)."""
+    model = tmp_path / "own_kernel.py"
+    model.write_text(textwrap.dedent("""\
+        import torch
+        import triton
+        import triton.language as tl
+
+
+        @triton.jit
+        def doubled(x_ptr, result_ptr, n, BLOCK: tl.constexpr):
+            offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+            tl.store(result_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2, mask=offs < n)
+
+
+        class Model(torch.nn.Module):
+            def forward(self, x):
+                out = torch.empty_like(x)
+                doubled[(triton.cdiv(x.numel(), 128),)](x, out, x.numel(), BLOCK=128)
+                return out.relu()
+
+
+        def get_inputs():
+            return [torch.randn(1000)]
+
+
+        def get_init_inputs():
+            return []
+        """))
+    result = run_cli("optimize", str(model), "--out", str(tmp_path / "out"), "--budget", "1")
+    assert result.returncode == 1, result.stderr
+    line = result.stderr.strip().splitlines()[-1]  # after Dynamo's own warnings of what it could not trace
+    assert line.startswith("error: ") and "torch.compile could not compile and run" in line and "which runs eagerly" in line, line
+    assert "captures those only on a GPU" in line and "internal error" not in line, line
+    assert len(line) < 800  # Dynamo's message runs to pages; the line keeps its start
+
+
 def test_optimize_keeps_internal_timings_in_the_log_not_the_console(tmp_path: Path) -> None:
     out = tmp_path / "out"
     result = run_cli("optimize", GELU, "--out", str(out), "--budget", "1", "--store", str(tmp_path / "db"))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import traceback
 import types
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -21,6 +22,8 @@ import torch
 
 from kernelopt_bot.capture.artifact import Artifact, parse_artifact
 from kernelopt_bot.device import prepare_device
+from kernelopt_bot.errors import CompileError, KerneloptError, one_line
+from kernelopt_bot.harness.failures import is_out_of_memory, is_sticky_device_error
 from kernelopt_bot.targets import Target, dtype_name
 from kernelopt_bot.training import COMPILE_CONFIG
 
@@ -290,8 +293,15 @@ def capture(target: Target, *, record: bool = True, mode: str | None = None,
     # A training step compiles its backward here too, both with the training config (nothing of it
     # leaks into this process's other compiles).
     training_config = torch._inductor.config.patch(COMPILE_CONFIG) if target.train else contextlib.nullcontext()
-    with training_config, collect_output_modules() as graphs:
-        target.run(compiled, inputs)
+    try:
+        with training_config, collect_output_modules() as graphs:
+            target.run(compiled, inputs)
+    except KerneloptError:
+        raise
+    except Exception as exc:
+        if is_out_of_memory(exc) or is_sticky_device_error(exc):
+            raise  # the device's state, handled as such by the run
+        raise CompileError(compile_failure(target, exc)) from exc
     artifact = parse_artifact(
         [g.code for g in graphs],
         target=target.spec,
@@ -304,6 +314,32 @@ def capture(target: Target, *, record: bool = True, mode: str | None = None,
     if record:
         recordings = record_kernel_arguments(lambda: target.run(compiled, inputs), graphs, artifact)
     return Capture(target, artifact, compiled, graphs, recordings, inputs)
+
+
+COMPILE_ERROR_CHARS = 300  # of the compiler's own message (Dynamo's run to pages)
+
+
+def compile_failure(target: Target, exc: BaseException) -> str:
+    """What to tell a user whose model runs eagerly but not compiled: the compiler's error in one
+    line, and on the CPU, where the model launches Triton kernels of its own, that only a GPU can
+    compile it (Dynamo traces into the Triton interpreter's Python and fails there)."""
+    frames = [f.filename for e in _chain(exc) for f in traceback.extract_tb(e.__traceback__)]
+    hint = ""
+    if target.device == "cpu" and any("/triton/" in name for name in frames):
+        hint = (" (it launches Triton kernels of its own: torch.compile captures those only on a GPU, not in "
+                "the CPU interpreter)")
+    error = one_line(exc)
+    error = error if len(error) <= COMPILE_ERROR_CHARS else error[: COMPILE_ERROR_CHARS - 3] + "..."
+    return f"torch.compile could not compile and run {target.spec}, which runs eagerly{hint}: {error}"
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
 
 
 def record_kernel_arguments(call: Callable[[], Any], graphs: list[LoadedGraph], artifact: Artifact
