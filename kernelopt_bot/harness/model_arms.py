@@ -97,10 +97,13 @@ class ModelArms:
     def one_baseline(self) -> bool:
         """A large model (:data:`LARGE_MODEL_SHARE`) gets one baseline arm, not two, and at most
         :data:`LARGE_MODEL_ARMS` model arms at once. Decided once, from what an arm is expected
-        to hold (the engine's peak after its compile, or the ready baseline's figure)."""
+        to hold (the engine's peak after its compile, or the ready baseline's figure), and at the
+        latest when the baselines start (a repeat already running is not left out later); with
+        nothing known then (``kernelopt bench``), two, and the repeat gives way if the device runs
+        short (:meth:`one_baseline_only`)."""
         if self._one_baseline is None:
             large = self._is_large()
-            if large is None:  # nothing known yet (``kernelopt bench`` before an arm is ready): not decided
+            if large is None:  # nothing known yet: not decided
                 return False
             self._one_baseline = large
         return self._one_baseline
@@ -133,6 +136,8 @@ class ModelArms:
         return True
 
     def _start_baselines(self) -> None:
+        if self._one_baseline is None:
+            self._one_baseline = bool(self._is_large())
         for label in self._baseline_labels():
             worker = self._baselines.get(label)
             if worker is None or not worker.alive:
