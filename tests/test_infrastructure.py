@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from kernelopt_bot.candidate import Candidate, Proposal
 from kernelopt_bot.pack.format import LaunchConfig
 from kernelopt_bot.result import KernelOutcome
@@ -196,3 +198,25 @@ def test_gate_2_stops_at_the_runs_wall_deadline_and_says_the_deadline_was_ours()
 
     with pytest.raises(OutOfWallTime, match="ran out during gate 3, after 0 of 2 input sets"):
         check_model(cap.target, None, None, None, seeds=(0, 1), ends_at=time.time() - 1)  # type: ignore[arg-type]
+
+
+def test_a_compile_failure_is_the_compilers_unless_our_own_code_raised_it() -> None:
+    """capture() names torch.compile's failures as the compiler's (CompileError); one whose root
+    cause was raised in this project's code (a capture hook, a CPU shim) stays ours."""
+    import torch
+
+    from kernelopt_bot.capture.recorder import _raised_by_us, relocated
+
+    with pytest.raises(RuntimeError) as theirs:
+        torch.zeros(2).view(3)
+    assert not _raised_by_us(theirs.value)
+
+    def compiler_wrapping_our_fault() -> None:
+        try:
+            relocated((), "no-such-device")  # raises inside kernelopt_bot
+        except RuntimeError as inner:
+            raise RuntimeError("wrapped by the compiler") from inner
+
+    with pytest.raises(RuntimeError) as ours:
+        compiler_wrapping_our_fault()
+    assert _raised_by_us(ours.value)

@@ -299,8 +299,8 @@ def capture(target: Target, *, record: bool = True, mode: str | None = None,
     except KerneloptError:
         raise
     except Exception as exc:
-        if is_out_of_memory(exc) or is_sticky_device_error(exc):
-            raise  # the device's state, handled as such by the run
+        if is_out_of_memory(exc) or is_sticky_device_error(exc) or _raised_by_us(exc):
+            raise  # the device's state, handled as such by the run; or a fault of ours, reported as one
         raise CompileError(compile_failure(target, exc)) from exc
     artifact = parse_artifact(
         [g.code for g in graphs],
@@ -331,6 +331,13 @@ def compile_failure(target: Target, exc: BaseException) -> str:
     error = one_line(exc)
     error = error if len(error) <= COMPILE_ERROR_CHARS else error[: COMPILE_ERROR_CHARS - 3] + "..."
     return f"torch.compile could not compile and run {target.spec}, which runs eagerly{hint}: {error}"
+
+
+def _raised_by_us(exc: BaseException) -> bool:
+    """Whether the innermost frame of the error's root cause is this project's (a hook of the
+    capture, a CPU shim): then it is our fault, not the compiler's."""
+    frames = traceback.extract_tb(list(_chain(exc))[-1].__traceback__)
+    return bool(frames) and "/kernelopt_bot/" in frames[-1].filename
 
 
 def _chain(exc: BaseException) -> Iterator[BaseException]:
