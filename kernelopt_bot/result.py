@@ -255,8 +255,8 @@ class RunResult:
                     "say), so it runs eagerly, no Triton kernel was generated and there was nothing "
                     "to search.")
         if self.library_calls == 0:
-            return ("The compiled model computes nothing: its graph only views or reshapes its inputs "
-                    "(no Triton kernel, no library call), so there was nothing to search.")
+            return ("The compiled model computes nothing: its graph only views or reshapes its inputs, "
+                    "or its tensors are empty (no Triton kernel, no library call), so there was nothing to search.")
         return ("The compiled model has no Triton kernels: torch.compile left every op to library "
                 "calls (cuBLAS, cuDNN, ATen), which kernelopt keeps, so there was nothing to search.")
 

@@ -94,8 +94,8 @@ def _model_kernels(report: InspectReport) -> None:
         console.print("nothing compiled: torch.compile captured no graph (Dynamo did not trace the "
                       "model, an nn.LSTM say), so it runs eagerly and has no kernel to search")
     elif not art.kernels:
-        console.print("nothing to compute: the compiled graph only views or reshapes its inputs "
-                      "(no Triton kernel, no library call)")
+        console.print("nothing to compute: the compiled graph only views or reshapes its inputs, or its "
+                      "tensors are empty (no Triton kernel, no library call)")
     else:
         console.print("vendor / fallback calls: none (every op became a Triton kernel)")
     if prof.measured:
