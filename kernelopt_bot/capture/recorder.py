@@ -23,7 +23,7 @@ import torch
 from kernelopt_bot.capture.artifact import Artifact, parse_artifact
 from kernelopt_bot.device import prepare_device
 from kernelopt_bot.errors import CompileError, KerneloptError, one_line
-from kernelopt_bot.harness.failures import is_out_of_memory, is_sticky_device_error
+from kernelopt_bot.harness.failures import causes, is_out_of_memory, is_sticky_device_error
 from kernelopt_bot.targets import Target, dtype_name
 from kernelopt_bot.training import COMPILE_CONFIG
 
@@ -323,7 +323,7 @@ def compile_failure(target: Target, exc: BaseException) -> str:
     """What to tell a user whose model runs eagerly but not compiled: the compiler's error in one
     line, and on the CPU, where the model launches Triton kernels of its own, that only a GPU can
     compile it (Dynamo traces into the Triton interpreter's Python and fails there)."""
-    frames = [f.filename for e in _chain(exc) for f in traceback.extract_tb(e.__traceback__)]
+    frames = [f.filename for e in causes(exc) for f in traceback.extract_tb(e.__traceback__)]
     hint = ""
     if target.device == "cpu" and any("/triton/" in name for name in frames):
         hint = (" (it launches Triton kernels of its own: torch.compile captures those only on a GPU, not in "
@@ -336,17 +336,8 @@ def compile_failure(target: Target, exc: BaseException) -> str:
 def _raised_by_us(exc: BaseException) -> bool:
     """Whether the innermost frame of the error's root cause is this project's (a hook of the
     capture, a CPU shim): then it is our fault, not the compiler's."""
-    frames = traceback.extract_tb(list(_chain(exc))[-1].__traceback__)
+    frames = traceback.extract_tb(list(causes(exc))[-1].__traceback__)
     return bool(frames) and "/kernelopt_bot/" in frames[-1].filename
-
-
-def _chain(exc: BaseException) -> Iterator[BaseException]:
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        yield current
-        current = current.__cause__ or current.__context__
 
 
 def record_kernel_arguments(call: Callable[[], Any], graphs: list[LoadedGraph], artifact: Artifact

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Iterator
 
 
 class InfrastructureFailure(Exception):
@@ -68,10 +69,13 @@ class WorkerPoisoned(BaseException):
 def poisoned_in(exc: BaseException | None) -> WorkerPoisoned | None:
     """The :class:`WorkerPoisoned` behind ``exc``: itself, or one that was unwinding when cleanup
     on the poisoned device raised something else (freeing memory, closing arms)."""
+    return next((e for e in causes(exc) if isinstance(e, WorkerPoisoned)), None)
+
+
+def causes(exc: BaseException | None) -> Iterator[BaseException]:
+    """``exc``, then what it was raised from or while handling, and so on to the root cause."""
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
-        if isinstance(exc, WorkerPoisoned):
-            return exc
         seen.add(id(exc))
+        yield exc
         exc = exc.__cause__ or exc.__context__
-    return None
