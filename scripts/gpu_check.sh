@@ -46,13 +46,31 @@ python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", tr
 status=0
 
 limited() {  # $1 part name; runs part_$1 in a child bash under the part's limit from LIMIT_<PART>
-  local part="$1" var="LIMIT_${1^^}" start=$SECONDS rc
+  local part="$1" var="LIMIT_${1^^}" start=$SECONDS rc before
+  before="$(pids_now)"
   export PART_END=$(( $(date +%s) + ${!var:-540} ))  # a part that works through a list stops before its limit cuts it
   timeout -k 10 "${!var:-540}" bash -c "part_$part"
   rc=$?
   echo "part $part: exit $rc after $((SECONDS - start)) s" | tee -a "$summary"
+  reap_left_behind "$part" "$before"
   [ "$rc" -eq 0 ] || status=1
   pack_results
+}
+
+pids_now() { ls /proc | grep -E '^[0-9]+$' | sort; }
+
+reap_left_behind() {  # $1 part, $2 the pids before it. A limit kills the part's shell, not the engines and
+  # arms it started in sessions of their own; left running they hold the GPU's memory, and the next part's
+  # 30 GB model ran out of it (12-06). Anything the part started and left is killed before the next begins.
+  local pid cmd left=""
+  for pid in $(comm -13 <(echo "$2") <(pids_now)); do
+    [ "$pid" = "$$" ] || [ "$pid" = "$BASHPID" ] && continue
+    cmd="$({ tr '\0' ' ' < "/proc/$pid/cmdline"; } 2> /dev/null | cut -c1-60)"
+    [ -n "$cmd" ] || continue  # gone, or this loop's own subshells
+    left="$left $pid:$cmd"
+    kill -9 "$pid" 2> /dev/null
+  done
+  [ -z "$left" ] || { echo "part $1 left processes behind, killed:$left" | tee -a "$summary"; sleep 3; }
 }
 
 pack_results() {  # results.tgz as of now: if the call's own limit kills a later part, what ran so far comes back
@@ -222,8 +240,8 @@ part_noise() {  # the harness's noise floor (baseline against baseline, and an e
       echo "noise: stopped before $spec, under ${NOISE_MIN_S:-60} s left" | tee -a "$summary"; break
     fi
     file="${spec%%:*}" dtype="${spec##*:}" slug="$(basename "$file" .py)_$dtype"
-    python3 -m kernelopt_bot.cli bench "benchmarks/$file" --pack "$R/empty_pack.json" --dtype "$dtype" --json \
-      > "$R/noise_$slug.json" 2> "$R/noise_$slug.log" || rc=1
+    python3 -m kernelopt_bot.cli --verbose bench "benchmarks/$file" --pack "$R/empty_pack.json" --dtype "$dtype" \
+      --json > "$R/noise_$slug.json" 2> "$R/noise_$slug.log" || rc=1
     python3 -c 'import json, sys; sys.exit(0 if json.load(open(sys.argv[1])).get("measured") else 1)' \
       "$R/noise_$slug.json" 2> /dev/null && echo "$spec" >> "$NOISED"  # only what timed rounds (a GPU run)
     if [ -n "$pin" ]; then

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -171,20 +172,26 @@ def test_the_packed_arm_compiles_beside_the_baselines_not_after_them(monkeypatch
     assert len(starts) == 3 and events.index(starts[-1]) < min(i for i, e in enumerate(events) if e.startswith("wait"))
 
 
-def _arms_that_run_out_of_memory(monkeypatch: pytest.MonkeyPatch, failing: set[str], always: bool = False) -> list[str]:
+def _arms_that_run_out_of_memory(monkeypatch: pytest.MonkeyPatch, failing: set[str], always: bool = False,
+                                 gpu_mb: float | None = None, timing_fails: set[str] = frozenset()) -> list[str]:
     """Fake model arms whose first start of each label in ``failing`` (``always``: every start) ends
-    out of memory, as the third 14 GB arm of ``rms_norm_large`` did on an 80 GB H100; the events
-    say what started and closed."""
-    from kernelopt_bot.harness import model_arms
-    from kernelopt_bot.harness.arm_process import ArmError
+    out of memory, as the third 14 GB arm of ``rms_norm_large`` did on an 80 GB H100; ``gpu_mb``:
+    what each says it holds when ready, on an 80 GiB device; ``timing_fails``: labels whose first
+    timing request runs out of memory. The events say what started, timed and closed."""
+    from kernelopt_bot.harness import memory, model_arms
+    from kernelopt_bot.harness.arm_process import ArmError, ArmRaised
 
     events: list[str] = []
+    short_when_timing = set(timing_fails)
+    monkeypatch.setattr(memory, "device_memory", lambda _device: (70 * 2**30, 80 * 2**30))
 
     class _Arm:
         where, ready, closed, compiling, alive = "process", False, False, True, True
 
         def __init__(self, spec: Any, **_kwargs: Any) -> None:
             self.label, self.info = spec.label, {"applied": [], "skipped": []}
+            if gpu_mb is not None:
+                self.info["gpu_mb"] = gpu_mb
             self.fails = self.label in failing  # this start fails, every time it is asked (as a real arm's does)
             self.start_error: ArmError | None = None
             if not always:
@@ -207,7 +214,12 @@ def _arms_that_run_out_of_memory(monkeypatch: pytest.MonkeyPatch, failing: set[s
             self.ready = True
             return self.info
 
-        def request(self, *_message: Any, **_kwargs: Any) -> Any:
+        def request(self, *message: Any, **_kwargs: Any) -> Any:
+            if message[0] == "time":
+                events.append(f"time {self.label}")
+                if self.label in short_when_timing:
+                    short_when_timing.discard(self.label)
+                    raise ArmRaised(self.label, "OutOfMemoryError: CUDA out of memory. Tried to allocate 7.00 GiB")
             return []
 
         def close(self) -> None:
@@ -233,6 +245,52 @@ def test_a_bench_whose_third_arm_does_not_fit_times_one_baseline_twice(monkeypat
     for label in ("packed", "baseline"):  # the arm that ran short starts once more, in the memory given back
         assert events.count(f"start {label}") == (2 if label in failing.split() else 1)
     assert events.count("start baseline-repeat") == 1  # not started again: the device does not hold it
+
+
+def test_a_bench_of_a_model_three_arms_do_not_hold_times_one_baseline_twice(monkeypatch: pytest.MonkeyPatch) -> None:
+    """All three arms start before any says what it holds; once the baseline says 28 GB (the RMS
+    norm over 7.5 GB tensors), three do not fit an 80 GB device for the rounds: the repeat gives
+    its memory back before anything is timed, instead of the third arm running short in round one."""
+    events = _arms_that_run_out_of_memory(monkeypatch, set(), gpu_mb=28 * 1024)
+    empty = KernelPack.from_json({"format": "kernelopt-pack", "version": 1, "entries": []})
+    result = bench("m.py", empty, device="cuda", dtype="fp32", rounds=1)
+    assert result.noise_from.startswith("the one baseline process")
+    first_timed = min(i for i, e in enumerate(events) if e.startswith("time"))
+    assert events.index("close baseline-repeat") < first_timed
+    assert "time baseline-repeat" not in events
+
+
+def test_a_bench_of_a_model_three_arms_hold_keeps_its_repeat(monkeypatch: pytest.MonkeyPatch) -> None:
+    events = _arms_that_run_out_of_memory(monkeypatch, set(), gpu_mb=8 * 1024)
+    empty = KernelPack.from_json({"format": "kernelopt-pack", "version": 1, "entries": []})
+    result = bench("m.py", empty, device="cuda", dtype="fp32", rounds=1)
+    assert result.noise_from is None or not result.noise_from.startswith("the one baseline process")
+    assert "time baseline-repeat" in events
+
+
+def test_out_of_memory_while_timing_is_measured_again_with_one_baseline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An arm that runs short in a timed round is the device's size: the repeat gives its memory
+    back and the rounds run again, the one baseline timed twice; never an error of the pack."""
+    events = _arms_that_run_out_of_memory(monkeypatch, set(), timing_fails={"packed"})
+    empty = KernelPack.from_json({"format": "kernelopt-pack", "version": 1, "entries": []})
+    result = bench("m.py", empty, device="cuda", dtype="fp32", rounds=1)
+    assert result.noise_from.startswith("the one baseline process")
+    closed = events.index("close baseline-repeat")
+    assert "time packed" in events[closed:] and "time baseline-repeat" not in events[closed:]
+
+
+def test_a_packed_arm_out_of_memory_is_not_said_to_be_the_packs_fault() -> None:
+    from kernelopt_bot.cli.bench_command import _packed_arm_fails_as_bad_input
+    from kernelopt_bot.errors import BadInputError, KerneloptError
+    from kernelopt_bot.harness.arm_process import ArmRaised
+
+    what = "p.json does not run with m.py"
+    with pytest.raises(KerneloptError) as caught, _packed_arm_fails_as_bad_input(what):
+        raise ArmRaised("packed", "OutOfMemoryError: CUDA out of memory. Tried to allocate 7.00 GiB | trace")
+    assert not isinstance(caught.value, BadInputError) and caught.value.exit_code == 1
+    assert "out of memory" in str(caught.value) and "not a fault of the pack" in str(caught.value)
+    with pytest.raises(BadInputError, match=re.escape(f"{what}: KeyError")), _packed_arm_fails_as_bad_input(what):
+        raise ArmRaised("packed", "KeyError: 'XBLOCK' | trace")
 
 
 def test_a_bench_whose_baseline_does_not_fit_says_so(monkeypatch: pytest.MonkeyPatch) -> None:

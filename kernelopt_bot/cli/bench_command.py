@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import click
 
 from kernelopt_bot.cli import options, render
-from kernelopt_bot.errors import BadInputError
+from kernelopt_bot.errors import BadInputError, KerneloptError
 
 if TYPE_CHECKING:
     from kernelopt_bot.harness.bench import BenchResult
@@ -86,14 +86,19 @@ def bench(target: str, pack_path: str | None, patch_path: str | None, device: st
 @contextmanager
 def _packed_arm_fails_as_bad_input(what: str) -> Iterator[None]:
     """An error raised in the packed arm alone is the user's pack or patch: the baselines
-    compiled and ran, and only the pack (or patch) differs in that arm. Said as ``WHAT: reason``."""
+    compiled and ran, and only the pack (or patch) differs in that arm. Said as ``WHAT: reason``.
+    Out of memory is the device's size, not the pack's fault (exit 1, said as such)."""
     from kernelopt_bot.harness.arm_process import ArmRaised
+    from kernelopt_bot.harness.failures import is_out_of_memory
 
     try:
         yield
     except ArmRaised as exc:
         if exc.label != "packed":
             raise
+        if is_out_of_memory(exc.reason):
+            raise KerneloptError(f"the GPU ran out of memory for the packed arm beside the baseline "
+                                 f"(the device's size, not a fault of the pack): {exc.reason}") from exc
         raise BadInputError(f"{what}: {exc.reason}") from exc
 
 

@@ -121,6 +121,17 @@ class ModelArms:
         info = device_memory(self.device)
         return info is not None and 3 * held > LARGE_MODEL_SHARE * info[1] / 2**20
 
+    def holds(self, arms: int) -> bool | None:
+        """Whether the device holds ``arms`` arms of the model at their start's peak (the ready
+        baseline's figure each) and :data:`RESERVE_MB`; ``None`` while no figure is known."""
+        held = self.baseline_info().get("gpu_mb") or self.arm_mb_hint
+        if self.device != "cuda" or not held:
+            return None if self.device == "cuda" else True
+        from kernelopt_bot.harness.memory import device_memory
+
+        info = device_memory(self.device)
+        return info is None or arms * held + RESERVE_MB <= info[1] / 2**20
+
     def prestart(self) -> bool:
         """Start the baseline arms compiling now and return at once: the search runs while they
         compile, and :meth:`baselines` later only waits for what is left of their start. Not
