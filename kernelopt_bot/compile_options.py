@@ -26,7 +26,15 @@ from kernelopt_bot.harness.bench import compare_arms, compare_seconds
 from kernelopt_bot.harness.failures import InfrastructureFailure, is_out_of_memory
 from kernelopt_bot.harness.model_arms import ModelArms
 from kernelopt_bot.pack.format import KernelPack, LaunchConfig, PackError
-from kernelopt_bot.result import ALREADY, NO_ROOM, PASSED_OVER, RAN_OUT, WITH_PACK, Recommendation
+from kernelopt_bot.result import (
+    ALREADY,
+    COMPILED_UNTIMED,
+    NO_ROOM,
+    PASSED_OVER,
+    RAN_OUT,
+    WITH_PACK,
+    Recommendation,
+)
 from kernelopt_bot.targets import Target
 from kernelopt_bot.verify.model import check_model
 from kernelopt_bot.verify.perf import agree_after_timing, judge
@@ -125,7 +133,7 @@ def recommend(model_arms: ModelArms, target: Target, *, gamma: float, rounds: in
               time_left: Callable[[], float | None] | None = None,
               bench_left: Callable[[], float | None] | None = None,
               model_ms: float | None = None, compile_s: float | None = None,
-              template_s: float = 0.0) -> list[Recommendation]:
+              template_s: float = 0.0, cached: frozenset[str] = frozenset()) -> list[Recommendation]:
     """Measure each option against the default compile; never raises for an option that fails.
 
     The options' arms compile at once (as many as the GPU's memory holds: ``ModelArms.room_for``),
@@ -140,6 +148,8 @@ def recommend(model_arms: ModelArms, target: Target, *, gamma: float, rounds: in
     an option that tunes GEMM and convolution templates (:func:`template_tune_s`), sizes each wave
     by :func:`plan_wave`: no option starts whose compile, check and rounds cannot finish in
     ``bench_left`` (default ``time_left``), and no more compile at once than can then be timed.
+    ``cached``: the options that compiled earlier in the run (:func:`short_of_time`): their compile
+    is a load from the compiler's cache, estimated as ``compile_s`` alone.
     """
     if model_arms.device != "cuda":
         return [Recommendation(o.label, None, False, "not measured: no CUDA device") for o in options]
@@ -166,7 +176,7 @@ def recommend(model_arms: ModelArms, target: Target, *, gamma: float, rounds: in
     need_s = bench_need_s(model_ms, rounds, reps)
 
     def estimate(option: CompileOption) -> float:  # its compile, and a cold arm's replacement's load
-        return compile_estimate_s(option, compile_s, template_s) + model_arms.warm_load_s()
+        return later_compile_s(option, compile_s, template_s, cached) + model_arms.warm_load_s()
 
     def planned(option: CompileOption) -> float | None:  # reported beside what it took
         return None if compile_s is None else round(estimate(option), 1)
@@ -227,6 +237,26 @@ def recommend(model_arms: ModelArms, target: Target, *, gamma: float, rounds: in
     return [done.get(o.label) or Recommendation(o.label, None, False, passed_over.get(o.label, RAN_OUT),
                                                 compile_estimate_s=planned(o) if o.label in passed_over else None)
             for o in options]
+
+
+def later_compile_s(option: CompileOption, compile_s: float | None, template_s: float,
+                    cached: frozenset[str]) -> float:
+    """An option's compile, estimated (:func:`compile_estimate_s`); one that compiled earlier in
+    the run (``cached``) loads its graphs and tuned configs from the compiler's cache: ``compile_s``."""
+    if option.label in cached:
+        return compile_s or 0.0
+    return compile_estimate_s(option, compile_s, template_s)
+
+
+def short_of_time(recommendations: list[Recommendation]) -> tuple[list[str], frozenset[str]]:
+    """The options the wall budget left unmeasured (never started, passed over, stopped while
+    compiling, or compiled with no time left to time them), and of those the ones that compiled
+    (their compile is in the cache): what may be measured after the search. On the H100 a GEMM
+    model's coordinate descent compiled before the search and found no time to be timed, CUDA graphs
+    did not start, and the search then ended with 30 s of the budget unused (mlp bf16, 12-06)."""
+    waiting = [r.option for r in recommendations
+               if not r.with_pack and r.speedup is None and (r.detail.startswith((RAN_OUT, PASSED_OVER)))]
+    return waiting, frozenset(r.option for r in recommendations if r.detail == COMPILED_UNTIMED)
 
 
 def merge_recommendations(before: list[Recommendation], again: list[Recommendation]) -> list[Recommendation]:
@@ -354,8 +384,7 @@ def _measure(option: CompileOption, arm: Arm | ArmError, target: Target, baselin
                 applied = f"{len(found & entries)} of {len(entries)} pack entries applied; "
             left = time_left() if time_left is not None else None
             if left is not None and left < need_s:  # compiled, but no time to check and time it
-                return Recommendation(option.label, None, False, "not measured: the wall-time budget ran out "
-                                                                 "after its compile")
+                return Recommendation(option.label, None, False, COMPILED_UNTIMED)
             began.append(time.monotonic())
             end_by = None if left is None else began[0] + left  # its rounds stop there (past MIN_ROUNDS)
             model = check_model(target, baseline, arm, None)

@@ -47,6 +47,7 @@ WITH_PACK = " + pack"
 # says one of these (nothing of it ran: measured before the search, it may still be measured after
 # it, see compile_options.not_started); one that is the baseline's own setting says ALREADY.
 RAN_OUT = "not measured: the wall-time budget ran out"
+COMPILED_UNTIMED = f"{RAN_OUT} after its compile"  # compiled (its graphs cached), not timed
 PASSED_OVER = "not measured: its compile (about"
 NO_ROOM = "not measured: no GPU memory for its arm beside the others"
 ALREADY = "not measured: the baseline already is"

@@ -251,7 +251,7 @@ def recommend_in_time(model_arms: Any, tgt: Any, gamma: float, rounds: int, budg
                       candidate_s: float, keep_s: float = 0.0, model_ms: float | None = None,
                       compile_s: float | None = None, template_s: float = 0.0, reserve_s: float = 0.0,
                       floor_s: float = 0.0, final_need_s: Callable[[], float] | None = None,
-                      options: tuple[Any, ...] | None = None) -> list[Any]:
+                      options: tuple[Any, ...] | None = None, cached: frozenset[str] = frozenset()) -> list[Any]:
     """The compiler's options, started only with time for them before the search's deadline
     less ``keep_s`` (kept for what comes after them: the search, where they go first), by
     :func:`option_start_s`, and cut off at the search's deadline less ``floor_s`` (what a started
@@ -297,7 +297,7 @@ def recommend_in_time(model_arms: Any, tgt: Any, gamma: float, rounds: int, budg
     with arms_end_by(model_arms, end):
         return recommend(model_arms, tgt, gamma=gamma, rounds=rounds, options=options or COMPILE_OPTIONS,
                          time_left=time_left, bench_left=bench_left, model_ms=model_ms, compile_s=compile_s,
-                         template_s=template_s)
+                         template_s=template_s, cached=cached)
 
 
 def run_s_left(budget: Any, reserve: float) -> float | None:
@@ -335,6 +335,11 @@ class OptionSteps:
     went_first: bool = False
     later: list[str] = field(default_factory=list)  # what went first and did not start
     later_need_s: float = 0.0  # what the quickest of them needs after the search (options_later)
+    # Left unmeasured by the budget though others started (compile_options.short_of_time): measured
+    # after the search only in time it leaves unused (none is held back from it for them), those
+    # that compiled (``cached``) loading from the compiler's cache.
+    leftover: list[str] = field(default_factory=list)
+    cached: frozenset[str] = frozenset()
     lead: str | None = None  # the option measured first (OptionsFirst.lead)
     measured_after: bool = False
 
@@ -360,6 +365,12 @@ class OptionSteps:
     @property
     def after_pending(self) -> bool:
         """Whether options are still to be measured after the search."""
+        return self.held_for or (self.enabled and not self.measured_after and bool(self.leftover))
+
+    @property
+    def held_for(self) -> bool:
+        """Whether the search holds time back for options measured after it: all of them, where
+        none went first, or those that could not start before it (:attr:`later`)."""
         return self.enabled and not self.measured_after and (not self.went_first or bool(self.later))
 
     def before_search(self, first: OptionsFirst, final_s: float,
@@ -373,7 +384,7 @@ class OptionSteps:
         that could not start and would fit after the search are left for :meth:`after_search`
         (:func:`options_later`)."""
         from kernelopt_bot.capture.settings import CompileSettings
-        from kernelopt_bot.compile_options import COMPILE_OPTIONS, in_report_order, led_by
+        from kernelopt_bot.compile_options import COMPILE_OPTIONS, in_report_order, led_by, short_of_time
 
         searched = empty_pack_need is None
         self.went_first, self.lead = True, first.lead
@@ -396,8 +407,12 @@ class OptionSteps:
             self.later, self.later_need_s = options_later(
                 measured, self.budget.wall_s_left(), self.option_compile_s, self.template_s, self.need_s,
                 self.candidate_s(False), self.load_s)
+            if not self.later:
+                self.leftover, self.cached = short_of_time(measured)
         if self.later:
             self.log(f"    none started: {len(self.later)} measured after the search instead")
+        elif self.leftover:
+            self.log(f"    {len(self.leftover)} not measured for time: after the search, in what it leaves unused")
         return measured
 
     def search_holdback_s(self, final_s: float) -> float:
@@ -406,7 +421,7 @@ class OptionSteps:
         (``later_need_s``: max-autotune's template tuning included where it is the one left), and
         the final benchmark's compile beyond its reserve (no option's arm may compile beside it
         where they waited for room). The search keeps ``MIN_SEARCH_S`` whatever that costs."""
-        after = after_search_s(self.compile_s, self.reserve, self.after_pending, None, self.need_s, final_s,
+        after = after_search_s(self.compile_s, self.reserve, self.held_for, None, self.need_s, final_s,
                                self.load_s)
         if self.later:
             after = max(after, self.later_need_s + OPTION_START_SLACK_S + max(0.0, final_s - self.reserve),
@@ -423,11 +438,14 @@ class OptionSteps:
         if not self.after_pending:
             return before
         self.log("measuring the compiler's own options")
-        pending = tuple(o for o in led_by(self.lead) if not self.went_first or o.label in self.later)
+        again = {*self.later, *self.leftover}
+        pending = tuple(o for o in led_by(self.lead) if not self.went_first or o.label in again)
         measured = recommend_in_time(
             self.model_arms, self.target, self.gamma, self.rounds, self.budget, self.candidate_s(False),
             model_ms=self.model_ms, compile_s=self.option_compile_s, template_s=self.template_s,
-            reserve_s=self.reserve, final_need_s=final_need, options=pending)
+            reserve_s=self.reserve, final_need_s=final_need, options=pending, cached=self.cached)
+        if self.leftover:  # one that finds no time again keeps its first reason (what its compile took)
+            measured = [r for r in measured if r.option not in self.leftover or not r.never_started]
         self.measured_after = True
         return merge_recommendations(before, measured)
 

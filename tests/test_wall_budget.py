@@ -963,6 +963,46 @@ def test_the_run_measures_after_the_search_the_options_that_could_not_start_befo
     assert steps.later == [] and not steps.after_pending and steps.search_holdback_s(10.0) == 0.0
 
 
+def test_options_the_budget_left_unmeasured_take_what_the_search_leaves_unused(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """mlp bf16 on the H100 (12-06): before the search max-autotune was measured, coordinate descent
+    compiled and found no time to be timed, CUDA graphs did not start; the search then ended with
+    30 s unused. Those two are measured after the search in time it leaves, none held back from it;
+    the one that compiled loads from the cache (its estimate is a default compile's), and one that
+    finds no time again keeps its first reason."""
+    rec = compile_options.Recommendation
+    mant, cd, graphs = (o.label for o in COMPILE_OPTIONS)
+    before = [rec(mant, 1.016, False, "speedup 1.016x is below gamma 1.03", compile_s=36.1),
+              rec(cd, None, False, compile_options.COMPILED_UNTIMED, compile_s=18.6),
+              rec(graphs, None, False, compile_options.RAN_OUT)]
+    assert compile_options.short_of_time(before) == ([cd, graphs], frozenset({cd}))
+    assert compile_options.short_of_time([*before[:1], rec("x + pack", None, False, compile_options.RAN_OUT)]) == (
+        [], frozenset())
+    now, checked = _timed_checks(monkeypatch, 5.0)
+    arena = _LabelArena(now, 0.0)
+
+    def steps() -> OptionSteps:
+        made = OptionSteps(arena, SimpleNamespace(train=False), Budget(max_wall_s=63.0, clock=lambda: now[0]), 1.03,
+                           3, 20.0, compile_s=19.0, template_s=8.0, model_ms=None,
+                           candidate_s=lambda trusted: 10.0, log=lambda _m: None)
+        made.went_first = True
+        return made
+
+    plain, with_leftover = steps(), steps()
+    with_leftover.leftover, with_leftover.cached = compile_options.short_of_time(before)
+    assert with_leftover.after_pending and not plain.after_pending
+    assert with_leftover.search_holdback_s(10.0) == plain.search_holdback_s(10.0)  # the search keeps its time
+    now[0] = 18.0  # 45 s of the run left past the final benchmark's 20 s
+    arena.compiled_at = now[0] + 28.5
+    after = with_leftover.after_search(before, lambda: 20.0)
+    # coordinate descent from the cache: 28.5 s and its 10 s check fit (cold, 1.45x, it would not);
+    # CUDA graphs, cold, then finds 6.5 s
+    assert arena.labels == [cd] and checked == [46.5]
+    assert [(r.option, r.detail) for r in after] == [(mant, before[0].detail), (cd, "outputs differ: checked"),
+                                                     (graphs, compile_options.RAN_OUT)]
+    assert not with_leftover.after_pending
+
+
 def test_the_search_leaves_a_waiting_max_autotune_its_template_tuning(monkeypatch: pytest.MonkeyPatch) -> None:
     """A model compiled with coordinate descent under CUDA graphs has max-autotune alone to
     measure: where it waits for the search, the search leaves it its template tuning too (46.5 s

@@ -122,15 +122,20 @@ class ModelArms:
         return info is not None and 3 * held > LARGE_MODEL_SHARE * info[1] / 2**20
 
     def holds(self, arms: int) -> bool | None:
-        """Whether the device holds ``arms`` arms of the model at their start's peak (the ready
-        baseline's figure each) and :data:`RESERVE_MB`; ``None`` while no figure is known."""
-        held = self.baseline_info().get("gpu_mb") or self.arm_mb_hint
-        if self.device != "cuda" or not held:
+        """Whether the device holds ``arms`` arms of the model taking turns, with :data:`RESERVE_MB`
+        to spare: one at its peak (the ready baseline's ``gpu_mb``), the others idle (its
+        ``idle_gpu_mb``; a large model's arm gives its cached blocks back between requests, one
+        that does not say keeps its peak). ``None`` while no figure is known."""
+        info = self.baseline_info()
+        peak = info.get("gpu_mb") or self.arm_mb_hint
+        if self.device != "cuda" or not peak:
             return None if self.device == "cuda" else True
+        idle = info.get("idle_gpu_mb")
+        idle = peak if not isinstance(idle, (int, float)) else min(float(idle), peak)
         from kernelopt_bot.harness.memory import device_memory
 
-        info = device_memory(self.device)
-        return info is None or arms * held + RESERVE_MB <= info[1] / 2**20
+        device = device_memory(self.device)
+        return device is None or peak + (arms - 1) * idle + RESERVE_MB <= device[1] / 2**20
 
     def prestart(self) -> bool:
         """Start the baseline arms compiling now and return at once: the search runs while they

@@ -35,7 +35,9 @@ def test_optimize_a_launcher_on_the_gpu(tmp_path: Path) -> None:
         clean.mkdir()
         shutil.copy(repo / "row_softmax.py", clean / "row_softmax.py")
         subprocess.run(["git", "init", "-q"], cwd=clean, check=True)
-        applied = subprocess.run(["git", "apply", result["patch_path"]], cwd=clean, capture_output=True, text=True)
+        patch = Path(result["patch_path"])  # as the run wrote it: relative to where it ran
+        patch = patch if patch.is_absolute() else repo / patch
+        applied = subprocess.run(["git", "apply", str(patch)], cwd=clean, capture_output=True, text=True)
         assert applied.returncode == 0, applied.stderr
     else:
         assert result["patch_path"] is None
