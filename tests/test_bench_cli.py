@@ -253,8 +253,14 @@ def test_a_bench_of_a_model_three_arms_do_not_hold_times_one_baseline_twice(monk
     its memory back before anything is timed, instead of the third arm running short in round one."""
     events = _arms_that_run_out_of_memory(monkeypatch, set(), gpu_mb=28 * 1024)
     empty = KernelPack.from_json({"format": "kernelopt-pack", "version": 1, "entries": []})
-    result = bench("m.py", empty, device="cuda", dtype="fp32", rounds=1)
+    said: list[str] = []
+    result = bench("m.py", empty, device="cuda", dtype="fp32", rounds=1, say=said.append)
     assert result.noise_from.startswith("the one baseline process")
+    # a person watching sees each arm's memory, why one baseline, and each step's seconds
+    assert "baseline arm ready: 28.0 GiB at its peak" in said
+    assert any(line.startswith("three arms of this model do not fit") for line in said)
+    assert [line.split(" (")[0] for line in said[-3:]] == ["outputs compared before timing", "round 1 of 1",
+                                                           "outputs compared after timing"]
     first_timed = min(i for i, e in enumerate(events) if e.startswith("time"))
     assert events.index("close baseline-repeat") < first_timed
     assert "time baseline-repeat" not in events

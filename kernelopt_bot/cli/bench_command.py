@@ -76,7 +76,7 @@ def bench(target: str, pack_path: str | None, patch_path: str | None, device: st
                                                                     if device == "cuda" else ""))
         with _packed_arm_fails_as_bad_input(f"{pack_path} does not run with {target}"):
             result = run_bench(target, pack, device=tgt.device, dtype=dtype, rounds=rounds, reps=reps,
-                               mode=mode, config=config, train=train)
+                               mode=mode, config=config, train=train, say=progress.detail)
     if as_json:
         click.echo(json.dumps(result.to_json()))
     else:

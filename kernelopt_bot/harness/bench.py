@@ -26,7 +26,14 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from kernelopt_bot.harness.arm_process import Arm, ArmError, ArmProcess, ArmSpec, configs_unlike
+from kernelopt_bot.harness.arm_process import (
+    Arm,
+    ArmError,
+    ArmProcess,
+    ArmSpec,
+    compile_seconds,
+    configs_unlike,
+)
 from kernelopt_bot.harness.cpu_pin import this_thread_on, timing_core
 from kernelopt_bot.harness.failures import is_out_of_memory
 from kernelopt_bot.harness.model_arms import ModelArms
@@ -282,12 +289,16 @@ def _pair_diff(x: Any, y: Any, device: str = "cpu") -> float:
 
 def bench(target: str, pack: KernelPack, *, device: str, dtype: str = "fp32", rounds: int = 10,
           reps: int = 20, mode: str | None = None, config: dict[str, Any] | None = None,
-          timeout_s: float = 600.0, train: bool = False) -> BenchResult:
+          timeout_s: float = 600.0, train: bool = False, say: Callable[[str], None] | None = None) -> BenchResult:
     """Interleaved A/B(/A') rounds of baseline and packed model; see the module docstring.
 
     ``mode`` and ``config`` (Inductor config settings) apply to every arm alike; ``train``: each
-    timed call is a whole training step.
+    timed call is a whole training step. ``say``: where each step's line goes (the arms' starts,
+    a memory fallback, the output checks, each round), for a person watching a large model's
+    bench, which takes minutes.
     """
+    tell = say or (lambda _line: None)
+    began = time.monotonic()
     # The packed arm compiles beside the baselines, not after them: on the H200 arms compiled once
     # others were ready (from the compiler's cache those filled) ran tiny_vit bf16 5% faster than
     # the arms compiled together before them, in every round (scripts/process_offsets.py, results
@@ -314,17 +325,24 @@ def bench(target: str, pack: KernelPack, *, device: str, dtype: str = "fp32", ro
             if repeat is not None and model_arms.holds(3) is not True:
                 model_arms.one_baseline_only()
                 repeat = None
+            tell(f"the packed arm ran out of GPU memory beside the baselines: it starts again"
+                 f"{'' if repeat is not None else ', with one baseline timed twice a round'}")
             packed = model_arms.candidate(pack, label="packed")
+        for label, arm in (("baseline", base), ("packed", packed), ("baseline-repeat", repeat)):
+            if arm is not None:
+                tell(f"{label} arm ready: {describe_start(arm.info)}")
+        tell(f"arms ready after {time.monotonic() - began:.0f} s")
         if repeat is not None and model_arms.holds(3) is False:
             # All three started, each before any had said what it holds; each holds its start's
             # peak, and three do not fit the device for the rounds (the 30 GB RMS norm on the H100:
             # the third arm ran out of memory in the first round, 12-06).
             model_arms.one_baseline_only()
             repeat = None
+            tell("three arms of this model do not fit the GPU's memory for the rounds: one baseline, timed twice a round")
 
         def measure(repeat: ArmProcess | None) -> BenchResult:
             return compare_arms(base, packed, repeat, target=target, device=device, dtype=dtype,
-                                rounds=rounds, reps=reps, timeout_s=timeout_s, split_step=train)
+                                rounds=rounds, reps=reps, timeout_s=timeout_s, split_step=train, say=say)
 
         try:
             return measure(repeat)
@@ -332,7 +350,22 @@ def bench(target: str, pack: KernelPack, *, device: str, dtype: str = "fp32", ro
             if not (is_out_of_memory(str(exc)) and repeat is not None):
                 raise
         model_arms.one_baseline_only()
+        tell("an arm ran out of GPU memory while timed: measured again with one baseline, timed twice a round")
         return measure(None)
+
+
+def describe_start(info: dict[str, Any]) -> str:
+    """An arm's start in words, from its ready message: seconds, and the GPU memory at its start's
+    peak and between requests."""
+    parts = []
+    compiled = compile_seconds(info)
+    if compiled is not None:
+        parts.append(f"{compiled:.0f} s")
+    peak, idle = info.get("gpu_mb"), info.get("idle_gpu_mb")
+    if isinstance(peak, (int, float)):
+        parts.append(f"{peak / 1024:.1f} GiB at its peak" + (f", {idle / 1024:.1f} GiB between requests"
+                                                              if isinstance(idle, (int, float)) else ""))
+    return ", ".join(parts) or "no figures"
 
 
 def bench_patch(original: str, patched: str, *, device: str, dtype: str = "fp32", rounds: int = 10,
@@ -356,7 +389,8 @@ def bench_patch(original: str, patched: str, *, device: str, dtype: str = "fp32"
 def compare_arms(base: Arm, packed: Arm, repeat: Arm | None, *, target: str,
                  device: str, dtype: str, rounds: int = 10, reps: int = 20,
                  timeout_s: float = 600.0, split_step: bool = False, end_by: float | None = None,
-                 outputs_agree: Callable[[list[Any], list[Any]], bool] | None = None) -> BenchResult:
+                 outputs_agree: Callable[[list[Any], list[Any]], bool] | None = None,
+                 say: Callable[[str], None] | None = None) -> BenchResult:
     """The measurement itself, on arms that are already compiled (see :class:`~.harness.model_arms.ModelArms`).
     ``outputs_agree(packed, baseline)``: asked of the outputs on the last timed input where they
     differ more than before timing (:func:`changed_after_timing`), its answer kept in
@@ -368,9 +402,12 @@ def compare_arms(base: Arm, packed: Arm, repeat: Arm | None, *, target: str,
     and the result has the rounds it timed (``rounds_planned`` says how many were asked for): a
     model whose calls take far longer in one arm than planned (on the H200 a training step's CUDA
     graphs option took 36 s to check and time where 10 were planned, 12-04) cannot carry the run
-    past its wall budget."""
+    past its wall budget. ``say``: a line for each step (the output checks, each round)."""
+    tell = say or (lambda _line: None)
+    began = time.monotonic()
     diff = _max_abs_diff(base.request("outputs", SEED_BASE - 1, timeout_s=timeout_s),
                          packed.request("outputs", SEED_BASE - 1, timeout_s=timeout_s), device)
+    tell(f"outputs compared before timing ({time.monotonic() - began:.0f} s)")
     result = BenchResult(target, device, dtype, None, None, None, None,
                          applied=list(packed.info.get("applied", [])),
                          skipped=list(packed.info.get("skipped", [])),
@@ -401,12 +438,14 @@ def compare_arms(base: Arm, packed: Arm, repeat: Arm | None, *, target: str,
     in_processes = all(getattr(a, "where", "process") == "process" for a in (base, packed, repeat) if a is not None)
     with this_thread_on(timing_core() if in_processes else None), arms_timing():
         _time_rounds(result, base, packed, repeat, turns, rounds=rounds, reps=reps, timeout_s=timeout_s,
-                     split_step=split_step, end_by=end_by)
+                     split_step=split_step, end_by=end_by, tell=tell)
     # Re-check on inputs that were timed: a result cached or left behind by timing shows here.
+    checked = time.monotonic()
     last = SEED_BASE + len(result.rounds) - 1
     base_after = base.request("outputs", last, timeout_s=timeout_s)
     packed_after = packed.request("outputs", last, timeout_s=timeout_s)
     result.max_abs_diff_after_timing = _max_abs_diff(base_after, packed_after, device)
+    tell(f"outputs compared after timing ({time.monotonic() - checked:.0f} s)")
     if outputs_agree is not None and changed_after_timing(diff, result.max_abs_diff_after_timing):
         result.agree_after_timing = outputs_agree(packed_after, base_after)
     _summarize(result)
@@ -414,7 +453,8 @@ def compare_arms(base: Arm, packed: Arm, repeat: Arm | None, *, target: str,
 
 
 def _time_rounds(result: BenchResult, base: Arm, packed: Arm, repeat: Arm | None, turns: list[tuple[Arm, str]],
-                 *, rounds: int, reps: int, timeout_s: float, split_step: bool, end_by: float | None) -> None:
+                 *, rounds: int, reps: int, timeout_s: float, split_step: bool, end_by: float | None,
+                 tell: Callable[[str], None]) -> None:
     """:func:`compare_arms`'s warm-up and rounds, appended to ``result.rounds``."""
     result.warmup_passes, call_ms = _warm_up([base, packed, repeat], _pass_reps(reps), timeout_s)
     pass_reps = result.pass_reps = _pass_reps(reps, call_ms)
@@ -455,6 +495,7 @@ def _time_rounds(result: BenchResult, base: Arm, packed: Arm, repeat: Arm | None
             baseline_step_passes_ms=halves[("baseline", "step")],
             packed_step_passes_ms=halves[("packed", "step")]))
         round_s = time.monotonic() - began
+        tell(f"round {r + 1} of {rounds} ({round_s:.1f} s)")
 
 
 def compare_seconds(model_ms: float, rounds: int, reps: int, split_step: bool = False) -> float:
