@@ -29,6 +29,11 @@ def test_capture_of_a_gemm_with_epilogue() -> None:
     assert kernel.size_hints == {"x": 8, "r0_": 32}
     assert len(kernel.launches) == 1 and kernel.launches[0].args[-2:] == ["8", "32"]
     assert [(c.op, c.kind, c.preserved) for c in art.extern_calls] == [("extern_kernels.addmm", "extern", True)]
+    # one rule says what a parameter is, for gate 2's comparison and the search's "writes nothing"
+    roles = {name: kernel.param_role(name) for name in kernel.params}
+    assert roles["in_out_ptr1"] == "inout" and roles["XBLOCK"] == "other"
+    assert {roles[n] for n in kernel.params if n.startswith("in_ptr")} == {"in"} and kernel.writes
+    assert kernel.param_role("out_ptr3") == "out" and kernel.param_role("ws_ptr") == "other"
 
 
 def test_kinds_across_examples() -> None:

@@ -82,13 +82,26 @@ class TritonKernel:
     def constexprs(self) -> list[str]:
         return [p for p in self.params if self.signature.get(p) == "constexpr"]
 
+    def param_role(self, name: str) -> str:
+        """What the kernel does with its parameter ``name``, from Inductor's naming and metadata:
+        ``"out"`` (``out_ptr*``: written), ``"inout"`` (``in_out_ptr*``, or listed as mutated: read
+        and written), ``"in"`` (``in_ptr*``: read) or ``"other"`` (sizes, workspaces, names we do
+        not know). The one rule gate 2 (which arguments to compare) and the search (whether a
+        kernel writes anything) both read."""
+        if name.startswith("out_ptr"):
+            return "out"
+        if name.startswith("in_out_ptr") or name in self.mutated_args:
+            return "inout"
+        if name.startswith("in_ptr"):
+            return "in"
+        return "other"
+
     @property
     def writes(self) -> bool:
-        """Whether it writes any argument we know of (Inductor names outputs ``out_ptr``/``in_out_ptr``
-        and lists what it mutates). One that writes none is a check (a device-side assert, as
-        ``one_hot``'s range check) or a kernel without Inductor's names: gate 2 compares what a
-        kernel writes, so no replacement of it could be verified."""
-        return bool(self.mutated_args) or any(p.startswith(("out_ptr", "in_out_ptr")) for p in self.params)
+        """Whether it writes any argument we know of (:meth:`param_role`). One that writes none is a
+        check (a device-side assert, as ``one_hot``'s range check) or a kernel without Inductor's
+        names: gate 2 compares what a kernel writes, so no replacement of it could be verified."""
+        return bool(self.mutated_args) or any(self.param_role(p) in ("out", "inout") for p in self.params)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)

@@ -71,23 +71,9 @@ class ArgRole:
 
 
 def argument_roles(kernel: TritonKernel, args: tuple[Any, ...]) -> list[ArgRole]:
-    """Which arguments the kernel reads, writes, or both, from Inductor's naming and metadata."""
-    mutated = set(kernel.mutated_args)
-    roles = []
-    for i, arg in enumerate(args):
-        if not isinstance(arg, torch.Tensor) or i >= len(kernel.params):
-            continue
-        name = kernel.params[i]
-        if name.startswith("out_ptr"):
-            role = "out"
-        elif name.startswith("in_out_ptr") or name in mutated:
-            role = "inout"
-        elif name.startswith("in_ptr"):
-            role = "in"
-        else:
-            role = "other"
-        roles.append(ArgRole(i, name, role))
-    return roles
+    """Which tensor arguments the kernel reads, writes, or both (:meth:`TritonKernel.param_role`)."""
+    return [ArgRole(i, kernel.params[i], kernel.param_role(kernel.params[i]))
+            for i, arg in enumerate(args) if isinstance(arg, torch.Tensor) and i < len(kernel.params)]
 
 
 def _storage_view(t: torch.Tensor) -> torch.Tensor:
