@@ -97,8 +97,12 @@ class Orchestrator:
     def device(self) -> str:
         return self.capture.target.device
 
+    def kernel_of(self, row: KernelProfile) -> TritonKernel:
+        """The captured kernel a profile row times."""
+        return self.capture.artifact.kernel(f"g{row.graph}:{row.name}")
+
     def worth_searching(self) -> list[KernelProfile]:
-        ranked = [k for k in self.profile.ranked() if self.capture.artifact.kernel(f"g{k.graph}:{k.name}").writes]
+        ranked = [k for k in self.profile.ranked() if self.kernel_of(k).writes]
         if self.profile.measured:
             ranked = [k for k in ranked if (k.share or 0.0) >= self.limits.min_share]
         return ranked[: self.limits.max_kernels]
@@ -111,7 +115,7 @@ class Orchestrator:
             outcome = KernelOutcome(row.name, row.kind, row.share, row.time_ms,
                                     phase=self.capture.artifact.graphs[row.graph].phase,
                                     roofline_fraction=row.roofline_fraction)
-            kernel = self.capture.artifact.kernel(f"g{row.graph}:{row.name}")
+            kernel = self.kernel_of(row)
             if self.store is not None and self.run_id is not None:  # the run's profile, kernel by kernel
                 self.store.runs.record_kernel(self.run_id, kernel.key, kernel.name, row.kind, row.share,
                                               row.time_ms)
@@ -124,7 +128,7 @@ class Orchestrator:
 
     def _not_chosen(self, row: KernelProfile) -> str:
         """Why a kernel was not searched, in the words of the rule that left it out."""
-        if not self.capture.artifact.kernel(f"g{row.graph}:{row.name}").writes:
+        if not self.kernel_of(row).writes:
             return ("not searched (it writes no argument known to us, as a device-side assert does: no replacement "
                     "of it could be verified)")
         if self.profile.measured and (row.share or 0.0) < self.limits.min_share:
