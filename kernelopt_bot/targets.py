@@ -74,6 +74,26 @@ class Target:
     torch_compile: Any = None
     # None: inference. A training target's calls are whole training steps.
     training: TrainingStep | None = None
+    # The model's buffers as loaded (reset_state), taken when the target is made.
+    initial_buffers: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.initial_buffers:
+            with torch.no_grad():
+                self.initial_buffers = {name: buf.detach().clone() for name, buf in self.model.named_buffers()}
+
+    def reset_state(self, model: torch.nn.Module | None = None) -> None:
+        """Put the model's buffers (``model``'s: a float64 copy, say) back as they were loaded. A
+        model that updates a buffer on every call (a call counter, running statistics, a cache)
+        gives outputs that depend on how often it ran before; every call whose outputs are compared
+        (the gates, ``kernelopt bench``'s checks) starts from this state, so two processes or two
+        copies of the model that ran different numbers of calls are compared on the same footing,
+        not blamed for it (a counter model's candidates were rejected by the model gate, 12-06)."""
+        with torch.no_grad():
+            for name, buf in (self.model if model is None else model).named_buffers():
+                saved = self.initial_buffers.get(name)
+                if saved is not None and saved.shape == buf.shape:
+                    buf.copy_(saved)
 
     @property
     def train(self) -> bool:

@@ -111,3 +111,50 @@ def test_a_file_that_cannot_draw_on_the_gpu_draws_as_written_reseeded() -> None:
     torch.manual_seed(5)
     assert len(calls) == 2 and torch.equal(drawn, torch.randn(4)) and drawn.device.type == "cpu"
     assert torch.equal(_drawn(make, "cpu", 5), drawn) and len(calls) == 3  # CPU targets: once
+
+
+COUNTER = """
+import torch
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("calls", torch.zeros(1))
+    def forward(self, x):
+        self.calls += 1
+        return torch.sigmoid(x) * self.calls
+def get_inputs():
+    return [torch.randn(16, 32)]
+def get_init_inputs():
+    return []
+"""
+
+
+def test_a_model_that_counts_its_calls_is_compared_from_its_loaded_state(tmp_path: Path) -> None:
+    """Every call whose outputs are compared starts from the buffers as loaded: a model's own
+    counter (or running statistics, or a cache) otherwise makes two processes that ran it a
+    different number of times disagree, and the gate blamed the candidate (12-06)."""
+    target = load_target(str(_write(tmp_path, COUNTER)), "cpu", "fp32")
+    inputs = target.make_inputs(3)
+    target.reset_state()  # loading ran it once, to check it runs
+    first = target.eager(*inputs)
+    target.eager(*inputs)
+    assert not torch.equal(target.eager(*inputs), first)  # the state moved on
+    target.reset_state()
+    assert torch.equal(target.eager(*inputs), first)
+    copy64 = type(target.model)().to(torch.float64)
+    copy64.calls.fill_(41.0)
+    target.reset_state(copy64)  # a float64 copy is put back the same way
+    assert copy64.calls.dtype == torch.float64 and float(copy64.calls) == 0.0
+
+
+def test_optimize_on_a_model_that_counts_its_calls_verifies_its_kernels(tmp_path: Path) -> None:
+    """End to end as a user runs it: the counter's kernels pass gates 1-3, where each candidate was
+    "rejected by model" for the calls the other arms had made."""
+    out = tmp_path / "out"
+    result = run_cli("optimize", str(_write(tmp_path, COUNTER, "counter.py")), "--out", str(out))
+    assert result.returncode == 0, result.stderr[-3000:]
+    import json
+
+    kernels = json.loads((out / "result.json").read_text())["kernels"]
+    assert kernels and all("rejected" not in (k["detail"] or "") for k in kernels), kernels
+    assert all(k["status"].startswith("passed gates 1-3") or k["status"] == "accepted" for k in kernels), kernels

@@ -126,6 +126,7 @@ class EngineArm:
 
     def _outputs(self, seed: int) -> list[torch.Tensor]:
         # Copies: a later call of the same compiled model must not change what was handed out.
+        self.capture.target.reset_state()  # compared outputs start from the model's loaded state
         return [t.clone() for t in flatten_outputs(self._call(seed), self.capture.target.device)]
 
     def _time(self, *args: Any) -> tuple[float, float | None] | None:

@@ -55,6 +55,7 @@ def _float64_outputs(target: Target, inputs: tuple[Any, ...]) -> list[torch.Tens
 
 def _float64_on(target: Target, inputs: tuple[Any, ...], device: str) -> list[torch.Tensor]:
     model64 = copy.deepcopy(target.model).to(device=device, dtype=torch.float64)
+    target.reset_state(model64)  # as loaded, as every compared call starts
     args64 = tuple(x.to(device=device, dtype=torch.float64) if isinstance(x, torch.Tensor) and x.is_floating_point()
                    else x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs)
     return flatten_outputs(target.run(model64, args64, model=model64), device)
@@ -84,6 +85,7 @@ def check_model(target: Target, baseline: Arm, candidate: Arm, kernel_name: str 
             # comparisons move them to the target's device a piece at a time.
             packed = candidate.request("outputs", seed, timeout_s=timeout_s)
             inputs = target.make_inputs(seed)
+            target.reset_state()
             eager = flatten_outputs(target.eager(*inputs), target.device)
             verdict = _check_seed(target, inputs, seed, packed, eager,
                                   lambda s=seed: baseline.request("outputs", s, timeout_s=timeout_s),
