@@ -225,6 +225,10 @@ def file_inputs(module: Any, path: Path, device: str, dtype: torch.dtype) -> Cal
 
     def make_inputs(seed: int) -> tuple[Any, ...]:
         raw = _drawn(lambda: _call_user(module.get_inputs, f"{path}: get_inputs()"), device, seed)
+        if isinstance(raw, dict):  # read as one positional argument, the model failed on the dict itself
+            raise TargetError(f"{path}: get_inputs() returned a dict ({', '.join(map(str, list(raw)[:5]))}): "
+                              "return a list of the model's positional arguments, in order (keyword "
+                              "arguments are not passed)")
         if not isinstance(raw, (list, tuple)):
             raw = [raw]
         return tuple(_move_input(x, i, device, dtype, str(path)) for i, x in enumerate(raw))

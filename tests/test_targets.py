@@ -158,3 +158,11 @@ def test_optimize_on_a_model_that_counts_its_calls_verifies_its_kernels(tmp_path
     kernels = json.loads((out / "result.json").read_text())["kernels"]
     assert kernels and all("rejected" not in (k["detail"] or "") for k in kernels), kernels
     assert all(k["status"].startswith("passed gates 1-3") or k["status"] == "accepted" for k in kernels), kernels
+
+
+def test_inputs_given_as_a_dict_are_bad_input_that_says_so(tmp_path: Path) -> None:
+    """A dict from get_inputs() was passed as one argument, and the error named the model's
+    TypeError on it; it now says what get_inputs() must return (exit 2)."""
+    path = _write(tmp_path, GOOD.replace("return [torch.randn(4, 8)]", "return {'x': torch.randn(4, 8)}"))
+    with pytest.raises(TargetError, match=r"get_inputs\(\) returned a dict \(x\): return a list"):
+        load_target(str(path), "cpu", "fp32")
