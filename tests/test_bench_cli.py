@@ -173,7 +173,8 @@ def test_the_packed_arm_compiles_beside_the_baselines_not_after_them(monkeypatch
 
 
 def _arms_that_run_out_of_memory(monkeypatch: pytest.MonkeyPatch, failing: set[str], always: bool = False,
-                                 gpu_mb: float | None = None, timing_fails: set[str] = frozenset()) -> list[str]:
+                                 gpu_mb: float | None = None, timing_fails: set[str] = frozenset(),
+                                 idle_mb: float | None = None) -> list[str]:
     """Fake model arms whose first start of each label in ``failing`` (``always``: every start) ends
     out of memory, as the third 14 GB arm of ``rms_norm_large`` did on an 80 GB H100; ``gpu_mb``:
     what each says it holds when ready, on an 80 GiB device; ``timing_fails``: labels whose first
@@ -192,6 +193,8 @@ def _arms_that_run_out_of_memory(monkeypatch: pytest.MonkeyPatch, failing: set[s
             self.label, self.info = spec.label, {"applied": [], "skipped": []}
             if gpu_mb is not None:
                 self.info["gpu_mb"] = gpu_mb
+            if idle_mb is not None:
+                self.info["idle_gpu_mb"] = idle_mb
             self.fails = self.label in failing  # this start fails, every time it is asked (as a real arm's does)
             self.start_error: ArmError | None = None
             if not always:
@@ -264,6 +267,21 @@ def test_a_bench_of_a_model_three_arms_do_not_hold_times_one_baseline_twice(monk
     first_timed = min(i for i, e in enumerate(events) if e.startswith("time"))
     assert events.index("close baseline-repeat") < first_timed
     assert "time baseline-repeat" not in events
+
+
+def test_a_repeat_that_ran_short_compiling_beside_the_others_starts_again_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The 30 GB RMS norm on the H100: three arms compiling at once do not fit, three taking turns
+    do (an idle arm of a large model holds nothing). The repeat that ran short starts once more
+    when nothing compiles, and the noise floor is between two processes again."""
+    events = _arms_that_run_out_of_memory(monkeypatch, {"baseline-repeat"}, gpu_mb=28 * 1024, idle_mb=0.0)
+    empty = KernelPack.from_json({"format": "kernelopt-pack", "version": 1, "entries": []})
+    result = bench("m.py", empty, device="cuda", dtype="fp32", rounds=1)
+    assert result.noise_from is None or not result.noise_from.startswith("the one baseline process")
+    assert events.count("start baseline-repeat") == 2 and "time baseline-repeat" in events
+    # where an idle arm keeps its peak, three do not fit: one baseline, timed twice
+    events = _arms_that_run_out_of_memory(monkeypatch, {"baseline-repeat"}, gpu_mb=28 * 1024)
+    result = bench("m.py", empty, device="cuda", dtype="fp32", rounds=1)
+    assert result.noise_from.startswith("the one baseline process") and events.count("start baseline-repeat") == 1
 
 
 def test_a_bench_of_a_model_three_arms_hold_keeps_its_repeat(monkeypatch: pytest.MonkeyPatch) -> None:

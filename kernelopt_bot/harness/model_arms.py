@@ -83,6 +83,7 @@ class ModelArms:
         self.arm_mb_hint: float | None = None
         self._one_baseline: bool | None = None  # decided when the baselines first start
         self._baseline_failures: list[ArmError] = []  # each failed start of a baseline arm
+        self._repeat_retried = False  # the repeat ran short beside the others and started once more alone
 
     def _spec(self, label: str, **overrides: Any) -> ArmSpec:
         fields: dict[str, Any] = {"mode": self.mode, "config": dict(self.config), "train": self.train}
@@ -171,11 +172,19 @@ class ModelArms:
         fails would otherwise be compiled for each of them."""
         if len(self._baseline_failures) >= BASELINE_STARTS:
             raise self._baseline_failures[-1]
-        if BASELINE_LABELS[1] in self._baselines and any(
-                w.start_error is not None and is_out_of_memory(str(w.start_error)) for w in self._baselines.values()):
-            # The device did not hold both beside the other arms: the repeat gives its memory back
-            # (or is not started again), and the first, if it ran short, starts again alone.
-            self.one_baseline_only()
+        short = [label for label, w in self._baselines.items()
+                 if w.start_error is not None and is_out_of_memory(str(w.start_error))]
+        if BASELINE_LABELS[1] in self._baselines and short:
+            # The device did not hold both beside the other arms: the repeat starts again alone where
+            # three arms fit taking turns, else gives its memory back (or is not started again), and
+            # the first, if it ran short, starts again alone.
+            first = self._baselines[BASELINE_LABELS[0]]
+            if short == [BASELINE_LABELS[1]] and first.ready:
+                self._baselines.pop(BASELINE_LABELS[1]).close()
+                if not self._repeat_alone():
+                    self.one_baseline_only()
+            else:
+                self.one_baseline_only()
         self._start_baselines()
         _start_alike(self.compiling(), ready=False)  # every arm's first start, so none loads beside a compile
         for label in self._baseline_labels():
@@ -186,7 +195,8 @@ class ModelArms:
                 except ArmError as exc:
                     self._baselines.pop(label).close()  # a later call starts it afresh
                     if label != "baseline" and is_out_of_memory(str(exc)) and self._baselines["baseline"].ready:
-                        self.one_baseline_only()  # the device holds one baseline: it is timed twice
+                        if not self._repeat_alone():
+                            self.one_baseline_only()  # the device holds one baseline: it is timed twice
                         continue
                     if not is_out_of_memory(str(exc)):  # out of memory may pass once memory is freed
                         self._baseline_failures.append(exc)
@@ -195,6 +205,27 @@ class ModelArms:
                     self._baselines.pop(label).close()
                     raise
         return self._baselines["baseline"], self._baselines.get("baseline-repeat")
+
+    def _repeat_alone(self) -> bool:
+        """The repeat baseline, which ran out of memory compiling beside the other arms, started once
+        more once none compiles, where the ready baseline's figures say the device holds three arms
+        taking turns (:meth:`holds`: a large model's idle arm gives its memory back, and on the
+        H100 a 30 GB model's three arms ran short only while compiling together, 12-06). False:
+        not tried again, or it ran short again."""
+        if self._repeat_retried or self.holds(3) is not True:
+            return False
+        self._repeat_retried = True
+        _start_alike(self.compiling())  # nothing compiles beside it
+        self._start_baselines()
+        repeat = self._baselines[BASELINE_LABELS[1]]
+        try:
+            repeat.wait_ready()
+        except ArmError as exc:
+            self._baselines.pop(BASELINE_LABELS[1]).close()
+            if not is_out_of_memory(str(exc)):
+                raise
+            return False
+        return True
 
     def one_baseline_only(self) -> None:
         """From now on one baseline arm, timed twice per round: the repeat is closed, its memory
