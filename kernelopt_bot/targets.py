@@ -38,7 +38,7 @@ import torch
 
 from kernelopt_bot.device import prepare_device, resolve_device
 from kernelopt_bot.errors import TargetError, one_line
-from kernelopt_bot.training import TrainingStep
+from kernelopt_bot.training import TrainingStep, restore_buffers
 
 DTYPES: dict[str, torch.dtype] = {
     "fp32": torch.float32,
@@ -89,11 +89,7 @@ class Target:
         (the gates, ``kernelopt bench``'s checks) starts from this state, so two processes or two
         copies of the model that ran different numbers of calls are compared on the same footing,
         not blamed for it (a counter model's candidates were rejected by the model gate, 12-06)."""
-        with torch.no_grad():
-            for name, buf in (self.model if model is None else model).named_buffers():
-                saved = self.initial_buffers.get(name)
-                if saved is not None and saved.shape == buf.shape:
-                    buf.copy_(saved)
+        restore_buffers(self.model if model is None else model, self.initial_buffers)
 
     @property
     def train(self) -> bool:
@@ -145,7 +141,7 @@ def load_target(spec: str, device: str | None = None, dtype: str | torch.dtype =
         raise TargetError(f"target {spec!r} is neither a .py file nor package.module:factory")
     if train:
         target.model.train()
-        target.training = TrainingStep.of(target.model, _loss_function(module, spec))
+        target.training = TrainingStep(_loss_function(module, spec), target.initial_buffers)
     if check:
         _check_eager(target)
     return target

@@ -47,6 +47,16 @@ def tensors(out: Any, *, floating_only: bool = False) -> list[torch.Tensor]:
     return []
 
 
+def restore_buffers(model: torch.nn.Module, saved: dict[str, torch.Tensor]) -> None:
+    """``model``'s buffers set back to ``saved`` (by name, cast to each buffer's dtype and device; one
+    saved with another shape is left alone): where a training step and every compared call start."""
+    with torch.no_grad():
+        for name, buf in model.named_buffers():
+            value = saved.get(name)
+            if value is not None and value.shape == buf.shape:
+                buf.copy_(value)
+
+
 class TrainingStep:
     """Forward, loss and backward of one model on one set of inputs.
 
@@ -70,19 +80,11 @@ class TrainingStep:
         # "gradient of fc.weight", "loss", "output 0"): gate 3 names the one that differs.
         self.labels: list[str] = []
 
-    @classmethod
-    def of(cls, model: torch.nn.Module, loss: LossFn | None = None) -> TrainingStep:
-        """The step of ``model`` as loaded: its buffers now are where every step starts."""
-        return cls(loss, {name: b.detach().clone() for name, b in model.named_buffers()})
-
     def __call__(self, model: torch.nn.Module, call: Callable[..., Any], inputs: Sequence[Any], *,
                  backward: bool = True) -> dict[str, Any]:
         """The step's buffers, gradients, loss and outputs. ``backward=False``: the forward half
         alone (as the step runs it, recording what the backward needs), for timing the split of a step."""
-        with torch.no_grad():
-            for name, buf in model.named_buffers():
-                if name in self.buffers:
-                    buf.copy_(self.buffers[name])
+        restore_buffers(model, self.buffers)
         for p in model.parameters():
             p.grad = None
         leaves = tuple(x.detach().requires_grad_() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
