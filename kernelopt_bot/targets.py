@@ -38,7 +38,7 @@ import torch
 
 from kernelopt_bot.device import prepare_device, resolve_device
 from kernelopt_bot.errors import TargetError, one_line
-from kernelopt_bot.training import TrainingStep, restore_buffers
+from kernelopt_bot.training import TrainingStep, buffers_of, restore_buffers
 
 DTYPES: dict[str, torch.dtype] = {
     "fp32": torch.float32,
@@ -74,13 +74,16 @@ class Target:
     torch_compile: Any = None
     # None: inference. A training target's calls are whole training steps.
     training: TrainingStep | None = None
-    # The model's buffers as loaded (reset_state), taken when the target is made.
+    # The model's buffers as loaded (reset_state), taken when the target is made, in host memory:
+    # a copy on the GPU would hold a large buffer (a static cache, a mask) twice in every process.
     initial_buffers: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
+    # What the last compared call in this process gave: its output count, then its buffers' names.
+    _output_count: int | None = field(default=None, init=False, repr=False)
+    _buffer_names: list[str] = field(default_factory=list, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if not self.initial_buffers:
-            with torch.no_grad():
-                self.initial_buffers = {name: buf.detach().clone() for name, buf in self.model.named_buffers()}
+            self.initial_buffers = buffers_of(self.model, "cpu")
 
     def reset_state(self, model: torch.nn.Module | None = None) -> None:
         """Put the model's buffers (``model``'s: a float64 copy, say) back as they were loaded. A
@@ -113,11 +116,34 @@ class Target:
     def eager(self, *inputs: Any) -> Any:
         return self.run(self.model, inputs)
 
+    def compared_outputs(self, call: Callable[..., Any], inputs: Sequence[Any], model: torch.nn.Module | None = None,
+                         *, device: str | None = None) -> list[torch.Tensor]:
+        """What a compared call gives (the gates, ``kernelopt bench``'s checks), on ``device`` (None:
+        where they are): the call of :meth:`run` from the buffers as loaded (:meth:`reset_state`),
+        its output tensors, then the buffers it leaves. The buffers count as results: the reset
+        would otherwise hide a kernel that updates a buffer wrongly (a counter, running statistics,
+        a cache), which only later calls would show. A training step's results hold them already."""
+        from kernelopt_bot.training import tensors
+
+        self.reset_state(model)
+        results = [t.detach() for t in tensors(self.run(call, inputs, model))]
+        if self.training is None:
+            named = list((self.model if model is None else model).named_buffers())
+            self._output_count = len(results)
+            self._buffer_names = [name for name, _ in named]
+            results += [buf.detach().clone() for _, buf in named]
+        return [t.to(device) for t in results] if device is not None else results
+
     def output_label(self, index: int) -> str:
-        """What the ``index``-th flattened result of a call is: ``output 3``, or for a training
-        step ``gradient of fc.weight`` / ``loss`` (as of the last step this process ran)."""
-        labels = self.training.labels if self.training is not None else []
-        return labels[index] if index < len(labels) else f"output {index}"
+        """What the ``index``-th result of a compared call is: ``output 3``, ``buffer calls``, or for
+        a training step ``gradient of fc.weight`` / ``loss`` (as of the last call this process ran)."""
+        if self.training is not None:
+            labels = self.training.labels
+            return labels[index] if index < len(labels) else f"output {index}"
+        count, names = self._output_count, self._buffer_names
+        if count is not None and count <= index < count + len(names):
+            return f"buffer {names[index - count]}"
+        return f"output {index}"
 
     @property
     def label(self) -> str:
@@ -141,7 +167,7 @@ def load_target(spec: str, device: str | None = None, dtype: str | torch.dtype =
         raise TargetError(f"target {spec!r} is neither a .py file nor package.module:factory")
     if train:
         target.model.train()
-        target.training = TrainingStep(_loss_function(module, spec), target.initial_buffers)
+        target.training = TrainingStep(_loss_function(module, spec), buffers_of(target.model))
     if check:
         _check_eager(target)
     return target

@@ -47,13 +47,26 @@ def tensors(out: Any, *, floating_only: bool = False) -> list[torch.Tensor]:
     return []
 
 
+def buffers_of(model: torch.nn.Module, device: str | None = None) -> dict[str, torch.Tensor]:
+    """A copy of ``model``'s buffers by name, on ``device`` (None: where each is). A training step
+    restores them before every timed step, so its copy stays on the model's device; a buffer not
+    yet made (a lazy module's) is left out."""
+    from torch.nn.parameter import is_lazy
+
+    with torch.no_grad():
+        return {name: buf.detach().to(device, copy=True) if device else buf.detach().clone()
+                for name, buf in model.named_buffers() if not is_lazy(buf)}
+
+
 def restore_buffers(model: torch.nn.Module, saved: dict[str, torch.Tensor]) -> None:
     """``model``'s buffers set back to ``saved`` (by name, cast to each buffer's dtype and device; one
     saved with another shape is left alone): where a training step and every compared call start."""
+    from torch.nn.parameter import is_lazy
+
     with torch.no_grad():
         for name, buf in model.named_buffers():
             value = saved.get(name)
-            if value is not None and value.shape == buf.shape:
+            if value is not None and not is_lazy(buf) and value.shape == buf.shape:
                 buf.copy_(value)
 
 

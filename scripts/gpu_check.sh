@@ -61,13 +61,14 @@ pids_now() { ls /proc | grep -E '^[0-9]+$' | sort; }
 
 reap_left_behind() {  # $1 part, $2 the pids before it. A limit kills the part's shell, not the engines and
   # arms it started in sessions of their own; left running they hold the GPU's memory, and the next part's
-  # 30 GB model ran out of it (12-06). Anything the part started and left is killed before the next begins.
+  # 30 GB model ran out of it (12-06). What the part started and left of ours (kernelopt's processes, their
+  # compile workers, pytest) is killed before the next begins; nothing else on the machine is touched.
   local pid cmd left=""
   for pid in $(comm -13 <(echo "$2") <(pids_now)); do
     [ "$pid" = "$$" ] || [ "$pid" = "$BASHPID" ] && continue
-    cmd="$({ tr '\0' ' ' < "/proc/$pid/cmdline"; } 2> /dev/null | cut -c1-60)"
-    [ -n "$cmd" ] || continue  # gone, or this loop's own subshells
-    left="$left $pid:$cmd"
+    cmd="$({ tr '\0' ' ' < "/proc/$pid/cmdline"; } 2> /dev/null)"
+    [[ "$cmd" =~ kernelopt|pytest|_inductor|triton ]] || continue  # not ours (or gone: this loop's subshells)
+    left="$left $pid:${cmd:0:60}"
     kill -9 "$pid" 2> /dev/null
   done
   [ -z "$left" ] || { echo "part $1 left processes behind, killed:$left" | tee -a "$summary"; sleep 3; }

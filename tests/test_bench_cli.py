@@ -201,27 +201,31 @@ def _arms_that_run_out_of_memory(monkeypatch: pytest.MonkeyPatch, failing: set[s
                 failing.discard(self.label)
             events.append(f"start {self.label}")
 
-        def wait_compiled(self) -> None:
-            pass
+        def wait_compiled(self) -> None:  # a failed start is kept, as a real arm keeps it
+            if self.fails and self.start_error is None:
+                self.compiling = self.alive = False
+                self.start_error = ArmError(f"{self.label}: OutOfMemoryError: CUDA out of memory. "
+                                            "Tried to allocate 7.00 GiB")
 
         def start_replacement(self) -> None:
             pass
 
         def wait_ready(self) -> dict[str, Any]:
+            self.wait_compiled()
             self.compiling = False
-            if self.fails:
-                self.alive = False
-                self.start_error = ArmError(f"{self.label}: OutOfMemoryError: CUDA out of memory. "
-                                            "Tried to allocate 7.00 GiB")
+            if self.start_error is not None:
                 raise self.start_error
             self.ready = True
             return self.info
 
         def request(self, *message: Any, **_kwargs: Any) -> Any:
+            if not self.alive:  # as a real arm whose request raised: it has ended
+                raise ArmError(f"{self.label}: process is gone")
             if message[0] == "time":
                 events.append(f"time {self.label}")
                 if self.label in short_when_timing:
                     short_when_timing.discard(self.label)
+                    self.alive = False
                     raise ArmRaised(self.label, "OutOfMemoryError: CUDA out of memory. Tried to allocate 7.00 GiB")
             return []
 
@@ -284,6 +288,21 @@ def test_a_repeat_that_ran_short_compiling_beside_the_others_starts_again_alone(
     assert result.noise_from.startswith("the one baseline process") and events.count("start baseline-repeat") == 1
 
 
+def test_baselines_asked_again_after_both_ran_short_start_the_first_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both baselines out of memory on the first ask (raised: nothing to compare with); the next ask
+    (the final benchmark, gate 4) starts the first alone instead of failing on the one already gone."""
+    from kernelopt_bot.harness.arm_process import ArmError
+    from kernelopt_bot.harness.model_arms import ModelArms
+
+    events = _arms_that_run_out_of_memory(monkeypatch, {"baseline", "baseline-repeat"})
+    with ModelArms("m.py", "cuda", "fp32") as arms:
+        arms.prestart()  # as a run starts them; the first ask waits for their compile
+        with pytest.raises(ArmError, match="out of memory"):
+            arms.baselines()
+        base, repeat = arms.baselines()
+    assert base.ready and repeat is None and events.count("start baseline") == 2
+
+
 def test_a_bench_of_a_model_three_arms_hold_keeps_its_repeat(monkeypatch: pytest.MonkeyPatch) -> None:
     events = _arms_that_run_out_of_memory(monkeypatch, set(), gpu_mb=8 * 1024)
     empty = KernelPack.from_json({"format": "kernelopt-pack", "version": 1, "entries": []})
@@ -293,14 +312,21 @@ def test_a_bench_of_a_model_three_arms_hold_keeps_its_repeat(monkeypatch: pytest
 
 
 def test_out_of_memory_while_timing_is_measured_again_with_one_baseline(monkeypatch: pytest.MonkeyPatch) -> None:
-    """An arm that runs short in a timed round is the device's size: the repeat gives its memory
-    back and the rounds run again, the one baseline timed twice; never an error of the pack."""
-    events = _arms_that_run_out_of_memory(monkeypatch, set(), timing_fails={"packed"})
+    """The repeat running short in a timed round is the device's size: its end gives its memory
+    back and the rounds run again, the one baseline timed twice. An arm whose request raised has
+    ended, so where the baseline or the packed arm ran short the error is raised, not retried on a
+    dead arm."""
+    from kernelopt_bot.harness.arm_process import ArmRaised
+
+    events = _arms_that_run_out_of_memory(monkeypatch, set(), timing_fails={"baseline-repeat"})
     empty = KernelPack.from_json({"format": "kernelopt-pack", "version": 1, "entries": []})
     result = bench("m.py", empty, device="cuda", dtype="fp32", rounds=1)
     assert result.noise_from.startswith("the one baseline process")
     closed = events.index("close baseline-repeat")
     assert "time packed" in events[closed:] and "time baseline-repeat" not in events[closed:]
+    _arms_that_run_out_of_memory(monkeypatch, set(), timing_fails={"packed"})
+    with pytest.raises(ArmRaised, match="out of memory"):
+        bench("m.py", empty, device="cuda", dtype="fp32", rounds=1)
 
 
 def test_a_packed_arm_out_of_memory_is_not_said_to_be_the_packs_fault() -> None:

@@ -141,6 +141,10 @@ def test_a_model_that_counts_its_calls_is_compared_from_its_loaded_state(tmp_pat
     assert not torch.equal(target.eager(*inputs), first)  # the state moved on
     target.reset_state()
     assert torch.equal(target.eager(*inputs), first)
+    # a compared call gives the buffers it leaves after its outputs: a wrong update shows there
+    results = target.compared_outputs(target.model, inputs)
+    assert len(results) == 2 and float(results[1]) == 1.0 and torch.equal(results[0], first)
+    assert target.output_label(0) == "output 0" and target.output_label(1) == "buffer calls"
     copy64 = type(target.model)().to(torch.float64)
     copy64.calls.fill_(41.0)
     target.reset_state(copy64)  # a float64 copy is put back the same way

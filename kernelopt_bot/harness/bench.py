@@ -30,13 +30,14 @@ from kernelopt_bot.harness.arm_process import (
     Arm,
     ArmError,
     ArmProcess,
+    ArmRaised,
     ArmSpec,
     compile_seconds,
     configs_unlike,
 )
 from kernelopt_bot.harness.cpu_pin import this_thread_on, timing_core
 from kernelopt_bot.harness.failures import is_out_of_memory
-from kernelopt_bot.harness.model_arms import ModelArms
+from kernelopt_bot.harness.model_arms import BASELINE_LABELS, ModelArms
 from kernelopt_bot.harness.quiet import arms_timing
 from kernelopt_bot.harness.timing import time_request_calls
 from kernelopt_bot.pack.format import KernelPack
@@ -346,11 +347,13 @@ def bench(target: str, pack: KernelPack, *, device: str, dtype: str = "fp32", ro
 
         try:
             return measure(repeat)
-        except ArmError as exc:  # out of memory while timing: the device's size, not a verdict
-            if not (is_out_of_memory(str(exc)) and repeat is not None):
+        except ArmRaised as exc:  # the repeat out of memory while timed: the device's size, not a verdict
+            # An arm whose request raised has ended (arm_process.worker_main): only the repeat's
+            # end leaves the two arms the comparison needs.
+            if not (is_out_of_memory(exc.reason) and repeat is not None and exc.label == BASELINE_LABELS[1]):
                 raise
         model_arms.one_baseline_only()
-        tell("an arm ran out of GPU memory while timed: measured again with one baseline, timed twice a round")
+        tell("the repeat baseline ran out of GPU memory while timed: measured again with one baseline, timed twice a round")
         return measure(None)
 
 

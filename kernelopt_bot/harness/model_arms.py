@@ -178,8 +178,8 @@ class ModelArms:
             # The device did not hold both beside the other arms: the repeat starts again alone where
             # three arms fit taking turns, else gives its memory back (or is not started again), and
             # the first, if it ran short, starts again alone.
-            first = self._baselines[BASELINE_LABELS[0]]
-            if short == [BASELINE_LABELS[1]] and first.ready:
+            first = self._baselines.get(BASELINE_LABELS[0])  # gone where it ran short on an earlier call
+            if short == [BASELINE_LABELS[1]] and first is not None and first.ready:
                 self._baselines.pop(BASELINE_LABELS[1]).close()
                 if not self._repeat_alone():
                     self.one_baseline_only()

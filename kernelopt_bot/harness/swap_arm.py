@@ -30,7 +30,7 @@ import torch
 from kernelopt_bot.capture.artifact import TritonKernel
 from kernelopt_bot.capture.recorder import Capture
 from kernelopt_bot.errors import one_line
-from kernelopt_bot.harness.arm_process import ArmRaised, flatten_outputs
+from kernelopt_bot.harness.arm_process import ArmRaised
 from kernelopt_bot.harness.failures import is_out_of_memory
 from kernelopt_bot.harness.memory import free_memory
 from kernelopt_bot.harness.timing import time_model, time_request
@@ -126,8 +126,9 @@ class EngineArm:
 
     def _outputs(self, seed: int) -> list[torch.Tensor]:
         # Copies: a later call of the same compiled model must not change what was handed out.
-        self.capture.target.reset_state()  # compared outputs start from the model's loaded state
-        return [t.clone() for t in flatten_outputs(self._call(seed), self.capture.target.device)]
+        target = self.capture.target
+        return [t.clone() for t in target.compared_outputs(self.capture.compiled, target.make_inputs(seed),
+                                                            device=target.device)]
 
     def _time(self, *args: Any) -> tuple[float, float | None] | None:
         seed, reps, part, hide_host = time_request(args)

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from kernelopt_bot.errors import one_line
-from kernelopt_bot.harness.arm_process import Arm, ArmError, failed_on_our_side, flatten_outputs
+from kernelopt_bot.harness.arm_process import Arm, ArmError, failed_on_our_side
 from kernelopt_bot.harness.failures import (
     InfrastructureFailure,
     OutOfWallTime,
@@ -55,10 +55,9 @@ def _float64_outputs(target: Target, inputs: tuple[Any, ...]) -> list[torch.Tens
 
 def _float64_on(target: Target, inputs: tuple[Any, ...], device: str) -> list[torch.Tensor]:
     model64 = copy.deepcopy(target.model).to(device=device, dtype=torch.float64)
-    target.reset_state(model64)  # as loaded, as every compared call starts
     args64 = tuple(x.to(device=device, dtype=torch.float64) if isinstance(x, torch.Tensor) and x.is_floating_point()
                    else x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs)
-    return flatten_outputs(target.run(model64, args64, model=model64), device)
+    return target.compared_outputs(model64, args64, model64, device=device)
 
 
 def _same_nan_pattern(a: torch.Tensor, b: torch.Tensor, device: str) -> bool:
@@ -85,8 +84,7 @@ def check_model(target: Target, baseline: Arm, candidate: Arm, kernel_name: str 
             # comparisons move them to the target's device a piece at a time.
             packed = candidate.request("outputs", seed, timeout_s=timeout_s)
             inputs = target.make_inputs(seed)
-            target.reset_state()
-            eager = flatten_outputs(target.eager(*inputs), target.device)
+            eager = target.compared_outputs(target.model, inputs, device=target.device)
             verdict = _check_seed(target, inputs, seed, packed, eager,
                                   lambda s=seed: baseline.request("outputs", s, timeout_s=timeout_s),
                                   factor, numbers)
