@@ -126,13 +126,12 @@ class Target:
         from kernelopt_bot.training import tensors
 
         self.reset_state(model)
-        results = [t.detach() for t in tensors(self.run(call, inputs, model))]
+        results = [t.detach() if device is None else t.detach().to(device) for t in tensors(self.run(call, inputs, model))]
         if self.training is None:
-            named = list((self.model if model is None else model).named_buffers())
-            self._output_count = len(results)
-            self._buffer_names = [name for name, _ in named]
-            results += [buf.detach().clone() for _, buf in named]
-        return [t.to(device) for t in results] if device is not None else results
+            left = buffers_of(self.model if model is None else model, device)  # copies: the next call changes them
+            self._output_count, self._buffer_names = len(results), list(left)
+            results += left.values()
+        return results
 
     def output_label(self, index: int) -> str:
         """What the ``index``-th result of a compared call is: ``output 3``, ``buffer calls``, or for

@@ -214,7 +214,8 @@ def _serve(spec: ArmSpec, conn: Channel) -> None:
     if target.device == "cuda":  # compiled (with every core): its timing keeps to one (harness.cpu_pin)
         time_on_one_core()
     peak_mb = torch.cuda.max_memory_reserved() / 2**20 if target.device == "cuda" else None
-    idle_mb = _idle(target.device, peak_mb)
+    releases = _releases_between_requests(target.device, peak_mb)
+    idle_mb = _idle(target.device, releases)
     conn.send(("ready", {
         "applied": [a.kernel_name for a in runtime.applied()],
         "skipped": [f"{s.kernel_name}: {s.reason}" for s in runtime.skipped()],
@@ -240,12 +241,12 @@ def _serve(spec: ArmSpec, conn: Channel) -> None:
             timing = time_model(target.device, functools.partial(target.run, compiled, inputs, part=part),
                                 reps=reps, hide_host=hide_host)
             del inputs
-            _idle(target.device, peak_mb)
+            _idle(target.device, releases)
             conn.send(("ok", timing.reply()))
         elif op == "outputs":
             (seed,) = args
             outputs = target.compared_outputs(compiled, target.make_inputs(seed), device="cpu")
-            _idle(target.device, peak_mb)
+            _idle(target.device, releases)
             conn.send(("ok", outputs))
         else:
             conn.send(("error", f"unknown request {op!r}"))
@@ -258,14 +259,24 @@ def _serve(spec: ArmSpec, conn: Channel) -> None:
 IDLE_RELEASE_SHARE = 0.1
 
 
-def _idle(device: str, peak_mb: float | None) -> float | None:
-    """Between requests: a large arm's cached blocks back to the GPU (:data:`IDLE_RELEASE_SHARE`);
-    returns the MiB the arm then holds (None without CUDA)."""
+def _releases_between_requests(device: str, peak_mb: float | None) -> bool:
+    """Whether this arm gives its cached blocks back between requests (:data:`IDLE_RELEASE_SHARE`),
+    decided once from its start's peak."""
     if device != "cuda" or peak_mb is None:
+        return False
+    import torch
+
+    return peak_mb * 2**20 > IDLE_RELEASE_SHARE * torch.cuda.mem_get_info()[1]
+
+
+def _idle(device: str, releases: bool) -> float | None:
+    """Between requests: the arm's cached blocks back to the GPU where it ``releases`` them;
+    returns the MiB the arm then holds (None without CUDA)."""
+    if device != "cuda":
         return None
     import torch
 
-    if peak_mb * 2**20 > IDLE_RELEASE_SHARE * torch.cuda.mem_get_info()[1]:
+    if releases:
         from kernelopt_bot.harness.memory import free_memory
 
         free_memory(device)

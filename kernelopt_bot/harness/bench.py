@@ -407,7 +407,7 @@ def compare_arms(base: Arm, packed: Arm, repeat: Arm | None, *, target: str,
     graphs option took 36 s to check and time where 10 were planned, 12-04) cannot carry the run
     past its wall budget. ``say``: a line for each step (the output checks, each round)."""
     tell = say or (lambda _line: None)
-    diff = _compare_outputs(base, packed, SEED_BASE - 1, device, timeout_s, tell, "before timing")
+    diff, _, _ = _compare_outputs(base, packed, SEED_BASE - 1, device, timeout_s, tell, "before timing")
     result = BenchResult(target, device, dtype, None, None, None, None,
                          applied=list(packed.info.get("applied", [])),
                          skipped=list(packed.info.get("skipped", [])),
@@ -441,10 +441,8 @@ def compare_arms(base: Arm, packed: Arm, repeat: Arm | None, *, target: str,
                      split_step=split_step, end_by=end_by, tell=tell)
     # Re-check on inputs that were timed: a result cached or left behind by timing shows here.
     last = SEED_BASE + len(result.rounds) - 1
-    outputs: list[list[Any]] = []
-    result.max_abs_diff_after_timing = _compare_outputs(base, packed, last, device, timeout_s, tell, "after timing",
-                                                        keep=outputs)
-    base_after, packed_after = outputs
+    result.max_abs_diff_after_timing, base_after, packed_after = _compare_outputs(
+        base, packed, last, device, timeout_s, tell, "after timing")
     if outputs_agree is not None and changed_after_timing(diff, result.max_abs_diff_after_timing):
         result.agree_after_timing = outputs_agree(packed_after, base_after)
     _summarize(result)
@@ -452,10 +450,10 @@ def compare_arms(base: Arm, packed: Arm, repeat: Arm | None, *, target: str,
 
 
 def _compare_outputs(base: Arm, packed: Arm, seed: int, device: str, timeout_s: float, tell: Callable[[str], None],
-                     when: str, keep: list[list[Any]] | None = None) -> float:
-    """The largest difference between the two arms' outputs on input ``seed``; says how long each
-    arm's answer and the comparison took (a 30 GB model's took 79 s in all on the H100, 12-06: the
-    split says which part to make faster). ``keep``: gets both arms' outputs."""
+                     when: str) -> tuple[float, list[Any], list[Any]]:
+    """The largest difference between the two arms' outputs on input ``seed``, and both outputs;
+    says how long each arm's answer and the comparison took (a 30 GB model's took 79 s in all on
+    the H100, 12-06: the split says which part to make faster)."""
     began = time.monotonic()
     ours = base.request("outputs", seed, timeout_s=timeout_s)
     answered = time.monotonic()
@@ -466,9 +464,7 @@ def _compare_outputs(base: Arm, packed: Arm, seed: int, device: str, timeout_s: 
     size = sum(t.numel() * t.element_size() for t in [*ours, *theirs]) / 2**30
     tell(f"outputs compared {when} ({done - began:.0f} s: {size:.1f} GiB; the baseline's answer {answered - began:.1f} s, "
          f"the packed arm's {both - answered:.1f} s, the comparison {done - both:.1f} s)")
-    if keep is not None:
-        keep.extend([ours, theirs])
-    return diff
+    return diff, ours, theirs
 
 
 def _time_rounds(result: BenchResult, base: Arm, packed: Arm, repeat: Arm | None, turns: list[tuple[Arm, str]],

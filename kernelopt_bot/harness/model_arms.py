@@ -114,7 +114,7 @@ class ModelArms:
         of what an arm holds is known."""
         if self.device != "cuda":
             return False
-        held = self.baseline_info().get("gpu_mb") or self.arm_mb_hint
+        held = self.arm_mb()
         if not held:
             return None
         from kernelopt_bot.harness.memory import device_memory
@@ -128,7 +128,7 @@ class ModelArms:
         ``idle_gpu_mb``; a large model's arm gives its cached blocks back between requests, one
         that does not say keeps its peak). ``None`` while no figure is known."""
         info = self.baseline_info()
-        peak = info.get("gpu_mb") or self.arm_mb_hint
+        peak = self.arm_mb()
         if self.device != "cuda" or not peak:
             return None if self.device == "cuda" else True
         idle = info.get("idle_gpu_mb")
@@ -259,6 +259,11 @@ class ModelArms:
             raise
         return worker
 
+    def arm_mb(self) -> float | None:
+        """MiB an arm of this model holds at its start's peak: the ready baseline's figure, else
+        :attr:`arm_mb_hint`; None while neither is known."""
+        return self.baseline_info().get("gpu_mb") or self.arm_mb_hint
+
     def baseline_info(self) -> dict[str, Any]:
         """What the baseline arm reported when ready (``gpu_mb``: the compiled model's GPU memory),
         or ``{}`` before that."""
@@ -303,7 +308,7 @@ class ModelArms:
         an infrastructure failure, not a verdict)."""
         if self.device != "cuda" or wanted <= 0:
             return max(0, wanted)
-        held = self.baseline_info().get("gpu_mb") or self.arm_mb_hint
+        held = self.arm_mb()
         if not held:
             return wanted
         from kernelopt_bot.harness.memory import device_memory
