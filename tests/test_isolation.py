@@ -219,11 +219,17 @@ def test_channel_refuses_messages_that_allocate_more_than_they_carry() -> None:
 
 
 def test_tensors_travel_out_of_band_and_arrive_whole() -> None:
+    """Small tensors arrive in a bytearray, large ones (a model's outputs) in a mapping read once."""
+    import mmap
+
     import torch
+
+    from kernelopt_bot.harness.isolation import MAPPED_BUFFER_BYTES, _read_buffer
 
     a, b = socket.socketpair()
     left, right = Channel(a.detach()), Channel(b.detach())
-    sent = [torch.randn(300, 70), torch.arange(12).reshape(3, 4).t(), torch.ones(5, dtype=torch.bfloat16),
+    large = torch.randn(MAPPED_BUFFER_BYTES // 2, dtype=torch.bfloat16).reshape(-1, 64)[:, :48]  # not contiguous
+    sent = [torch.randn(300, 70), torch.arange(12).reshape(3, 4).t(), large,
             torch.empty(0, 3), {"nested": (torch.tensor([1.5]), 7)}]
     thread = threading.Thread(target=left.send, args=(("ok", sent),))
     thread.start()
@@ -233,8 +239,19 @@ def test_tensors_travel_out_of_band_and_arrive_whole() -> None:
     for x, y in zip(sent[:4], got[:4]):
         assert x.dtype == y.dtype and x.shape == y.shape and torch.equal(x, y)
     assert torch.equal(got[4]["nested"][0], torch.tensor([1.5])) and got[4]["nested"][1] == 7
+    got[2].add_(1)  # the received tensor owns writable memory
     left.close()
     right.close()
+    for size, kind in ((MAPPED_BUFFER_BYTES - 1, bytearray), (MAPPED_BUFFER_BYTES, mmap.mmap)):
+        c, d = socket.socketpair()
+        data = bytes(range(256)) * (size // 256) + bytes(size % 256)
+        writer = threading.Thread(target=c.sendall, args=(data,))
+        writer.start()
+        buffer = _read_buffer(d.fileno(), size)
+        writer.join()
+        c.close()
+        d.close()
+        assert isinstance(buffer, kind) and buffer[:] == data
 
 
 def test_an_announced_buffer_that_never_comes_allocates_little_and_ends_the_message() -> None:

@@ -70,7 +70,9 @@ def float64_chunks(a: torch.Tensor, b: torch.Tensor, *, device: torch.device | s
                    chunk: int | None = None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Matching flat pieces of ``a`` and ``b`` (:func:`flat_pieces`), each converted to float64 on
     ``device`` (default: ``b``'s). A tensor on another device (an arm's output that came through a
-    pipe) moves one piece at a time, never whole."""
+    pipe) moves one piece at a time, never whole, in its own dtype, and is converted where it
+    lands: ``to(device, dtype)`` at once converts on the host first, and a GPU's comparison of
+    host outputs then moved twice the bytes and left the conversion to a CPU core."""
     where = torch.device(device) if device is not None else b.device
     for piece_a, piece_b in flat_pieces(a, b, chunk=chunk):
-        yield (piece_a.to(device=where, dtype=torch.float64), piece_b.to(device=where, dtype=torch.float64))
+        yield (piece_a.to(where).to(torch.float64), piece_b.to(where).to(torch.float64))
