@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -252,6 +253,78 @@ def test_tensors_travel_out_of_band_and_arrive_whole() -> None:
         c.close()
         d.close()
         assert isinstance(buffer, kind) and buffer[:] == data
+
+
+def test_a_large_tensor_travels_as_a_sealed_copy_and_arrives_whole() -> None:
+    """A tensor of SEALED_TENSOR_BYTES or more crosses as a sealed memory file, not through the
+    socket: it arrives equal, writable (copy-on-write: the sender's file stays as sent), beside
+    small tensors in the same message."""
+    import torch
+
+    from kernelopt_bot.harness.isolation import SEALED_TENSOR_BYTES
+
+    a, b = socket.socketpair()
+    left, right = Channel(a.detach()), Channel(b.detach())
+    big = torch.randn(SEALED_TENSOR_BYTES // 4 + 5, dtype=torch.float32)
+    strided = torch.arange(SEALED_TENSOR_BYTES // 2, dtype=torch.int64).reshape(-1, 4)[:, 1:]
+    sent = ("ok", [big, torch.tensor([1.0, 2.0]), strided], {"again": big})
+    thread = threading.Thread(target=left.send, args=(sent,))
+    thread.start()
+    kind, got, extra = right.recv()
+    thread.join()
+    assert kind == "ok" and torch.equal(got[0], big) and torch.equal(got[1], torch.tensor([1.0, 2.0]))
+    assert torch.equal(got[2], strided) and got[2].shape == strided.shape and torch.equal(extra["again"], big)
+    got[0].add_(1.0)
+    assert torch.equal(extra["again"], big)  # each mapping is its own copy-on-write view
+    left.close()
+    right.close()
+
+
+def _message_with_sealed_fd(fd: int, size: int) -> Any:
+    """What the receiver makes of a message announcing one sealed tensor of ``size`` float32 bytes
+    whose descriptor is ``fd`` (crafted by hand: a sender that does not play by the rules)."""
+    class Announcing(pickle.Pickler):
+        def persistent_id(self, obj: Any) -> Any:
+            return ("sealed", 0, "float32", (size // 4,)) if obj == "the tensor" else None
+
+    stream = io.BytesIO()
+    Announcing(stream, protocol=5).dump("the tensor")
+    message = struct.pack("<Q", 1 << 32) + stream.getvalue()  # no buffers, one sealed copy
+    a, b = socket.socketpair()
+    right = Channel(b.detach())
+    a.sendall(struct.pack("!i", len(message)) + message)  # a channel message's own framing
+    socket.send_fds(a, [b"\0"], [fd])
+    try:
+        return right.recv()
+    finally:
+        a.close()
+        right.close()
+
+
+def test_a_shared_tensor_is_taken_only_from_a_sealed_memory_file_of_its_size(tmp_path: Path) -> None:
+    """The receiver maps what the sender passed only where nobody can change it any more: a
+    memory file without the write and shrink seals, a plain file (the sender could truncate it
+    under the reader's mapping: a fault), or a file of another size is refused as an unreadable
+    message; a sealed one of the announced size is read."""
+    import fcntl
+
+    def memfd(seals: int, size: int = 64) -> int:
+        fd = os.memfd_create("probe", os.MFD_ALLOW_SEALING)
+        os.write(fd, bytes(range(64))[:size] + bytes(max(0, size - 64)))
+        if seals:
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)
+        return fd
+
+    sealed = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
+    good = memfd(sealed)
+    assert _message_with_sealed_fd(good, 64).view(-1).numel() == 16
+    for fd, size, why in ((memfd(0), 64, "not sealed"), (memfd(fcntl.F_SEAL_SHRINK), 64, "not sealed"),
+                          (memfd(sealed), 128, "bytes where 128"),
+                          (os.open(tmp_path / "plain", os.O_RDWR | os.O_CREAT), 64, "not a sealed memory file")):
+        with pytest.raises(OSError, match=why):
+            _message_with_sealed_fd(fd, size)
+        os.close(fd)
+    os.close(good)
 
 
 def test_an_announced_buffer_that_never_comes_allocates_little_and_ends_the_message() -> None:
