@@ -245,12 +245,12 @@ def _serve(spec: ArmSpec, conn: Channel) -> None:
             conn.send(("ok", timing.reply()))
         elif op == "outputs":
             (seed,) = args
-            # Sent from where they are: the channel copies a large output once, straight from
-            # the GPU into the sealed file the parent maps (isolation.Channel); given back after.
-            outputs = target.compared_outputs(compiled, target.make_inputs(seed))
-            conn.send(("ok", outputs))
-            del outputs
+            # On the host, and the GPU's memory given back, before the reply: the parent asks the
+            # next arm as soon as this one answers, and a 30 GB model's next arm ran out of memory
+            # while this one, its outputs still on the GPU, was sending (H100, 12-06).
+            outputs = target.compared_outputs(compiled, target.make_inputs(seed), device="cpu")
             _idle(target.device, releases)
+            conn.send(("ok", outputs))
         else:
             conn.send(("error", f"unknown request {op!r}"))
 
