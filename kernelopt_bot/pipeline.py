@@ -323,7 +323,8 @@ def _run_pipeline_here(target: str, *, device: str | None, dtype: str, out_dir: 
         else:
             from kernelopt_bot.harness.device_watch import DeviceMemoryWatch
 
-            watch = DeviceMemoryWatch(resolve_device(device), phase=lambda: phase_log.clock.current)
+            watch = DeviceMemoryWatch(resolve_device(device), phase=lambda: phase_log.clock.current,
+                                      processes=_gpu_processes)
             try:
                 with watch:
                     pack = _run(target, device, dtype, plan, settings, llm, store_path, result, phase_log,
@@ -349,9 +350,20 @@ def _run_pipeline_here(target: str, *, device: str | None, dtype: str, out_dir: 
     return result
 
 
+def _gpu_processes() -> int:
+    """The run's processes that hold a CUDA context now: the engine and its running children,
+    the compile process aside (it compiles for the GPU without touching it)."""
+    from kernelopt_bot.harness.compile_pool import PROCESS_NAME as COMPILE_PROCESS
+    from kernelopt_bot.harness.isolation import processes_alive
+
+    return 1 + processes_alive(excluding=(COMPILE_PROCESS,))
+
+
 def _record_device_peaks(result: RunResult, watch: Any) -> None:
-    """The device-wide peak of the run and of each phase (MiB), into ``result.processes``."""
+    """The device-wide peak of the run and of each phase (MiB), and how many of the run's
+    processes were on the GPU at the peak, into ``result.processes``."""
     result.processes["device_peak_mb"] = None if watch.peak_mb is None else round(watch.peak_mb, 1)
+    result.processes["device_peak_processes"] = watch.processes_at_peak
     if watch.peaks_by_phase:
         result.processes["device_peak_mb_by_phase"] = {k: round(v, 1) for k, v in watch.peaks_by_phase.items()}
     if watch.engine_peaks_by_phase:
@@ -386,6 +398,8 @@ def _process_counts(device: str) -> dict[str, Any]:
 
 def _processes_line(processes: dict[str, Any]) -> str:
     """optimize.log's line on what the run cost in processes and GPU memory."""
+    from kernelopt_bot.harness.model_arms import CONTEXT_MB
+
     def mib(key: str) -> str:
         value = processes.get(key)
         return "not measured" if value is None else f"{value:.0f} MiB"
@@ -398,9 +412,16 @@ def _processes_line(processes: dict[str, Any]) -> str:
     line += f"; peak GPU memory: {mib('peak_gpu_mb')} in the engine"
     if processes.get("device_peak_mb") is not None:
         line += f", {mib('device_peak_mb')} on the device (every process)"
-        if processes.get("model_gpu_mb"):
-            line += (f"; the compiled model alone holds {mib('model_gpu_mb')} "
-                     f"({processes['device_peak_mb'] / processes['model_gpu_mb']:.1f}x)")
+        model_mb, at_peak = processes.get("model_gpu_mb"), processes.get("device_peak_processes")
+        if model_mb:
+            line += f"; the compiled model alone holds {mib('model_gpu_mb')} ({processes['device_peak_mb'] / model_mb:.1f}x)"
+        if at_peak:
+            # Each process's CUDA context is an estimate (CONTEXT_MB), not measured: the part of a
+            # small model's peak that no plan of ours cuts (the MLP's 17x on the H100, 12-06).
+            beyond = max(0.0, processes["device_peak_mb"] - at_peak * CONTEXT_MB)
+            line += (f"; {at_peak} process(es) on the GPU at the peak, whose CUDA contexts take about "
+                     f"{at_peak * CONTEXT_MB:.0f} MiB (estimated at {CONTEXT_MB:.0f} each): {beyond:.0f} MiB beyond them"
+                     + (f" ({beyond / model_mb:.1f}x the model)" if model_mb else ""))
     by_phase = processes.get("device_peak_mb_by_phase") or {}
     engine = processes.get("engine_peak_mb_by_phase") or {}
     if by_phase:

@@ -208,6 +208,43 @@ def test_the_processes_line_puts_the_device_peak_beside_the_models_own_memory() 
            "and 4 for one job each;" in split
 
 
+def test_the_device_peak_says_how_many_processes_held_a_cuda_context_then() -> None:
+    """A small model's peak is mostly CUDA contexts (17x the MLP on the H100): the watch counts the
+    processes on the GPU at the peak, and the log says what is left beyond their contexts."""
+    from kernelopt_bot.harness.device_watch import DeviceMemoryWatch
+    from kernelopt_bot.harness.model_arms import CONTEXT_MB
+    from kernelopt_bot.pipeline import _processes_line
+
+    running = [2]
+    watch = DeviceMemoryWatch("cuda", processes=lambda: running[0])
+    watch.record(1500.0)
+    running[0] = 4
+    watch.record(3000.0)
+    running[0] = 5
+    watch.record(2000.0)  # more processes, less memory: not the peak
+    assert watch.peak_mb == 3000.0 and watch.processes_at_peak == 4
+    line = _processes_line({"started": 5, "sandboxes": 0, "peak_gpu_mb": 100.0, "device_peak_mb": 3000.0,
+                            "model_gpu_mb": 200.0, "device_peak_processes": 4})
+    beyond = 3000.0 - 4 * CONTEXT_MB
+    assert "(15.0x)" in line and "4 process(es) on the GPU at the peak" in line
+    assert f"{beyond:.0f} MiB beyond them ({beyond / 200.0:.1f}x the model)" in line
+
+
+def test_the_running_children_are_counted_by_name(tmp_path: Path) -> None:
+    """What the device watch counts: isolated children alive now, a name left out on request."""
+    from kernelopt_bot.harness.isolation import processes_alive, spawn_isolated
+
+    before = processes_alive()
+    beat = str(tmp_path / "beat")
+    child = spawn_isolated("tests.isolation_probe.heartbeat", beat, writable=[str(tmp_path)], name="kernelopt-test-count")
+    try:
+        assert processes_alive() == before + 1
+        assert processes_alive(excluding=("kernelopt-test-count",)) == before
+    finally:
+        child.close()
+    assert processes_alive() == before
+
+
 def test_the_processes_that_serve_the_whole_run_are_told_from_one_measurement_arms(monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 12 asks for at most 4 long-lived processes a run: the engine, the compile process and
     the two baseline arms serve the whole run; an option's arm and the final benchmark's are

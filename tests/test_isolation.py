@@ -280,6 +280,34 @@ def test_a_large_tensor_travels_as_a_sealed_copy_and_arrives_whole() -> None:
     right.close()
 
 
+def test_a_prepared_message_holds_its_large_tensors_own_copy_and_closes_what_it_never_sent() -> None:
+    """A message made ready (Channel.prepare) no longer needs its large tensors: an arm gives the
+    GPU's memory back between preparing its outputs and sending them. Changed after the prepare,
+    the tensor still arrives as it was; a prepared message that is never sent closes its files."""
+    import torch
+
+    from kernelopt_bot.harness.isolation import SEALED_TENSOR_BYTES
+
+    a, b = socket.socketpair()
+    left, right = Channel(a.detach()), Channel(b.detach())
+    big = torch.ones(SEALED_TENSOR_BYTES // 4, dtype=torch.float32)
+    message = left.prepare(("ok", [big]))
+    assert len(message.sealed) == 1
+    big.zero_()  # what an arm's next use of the memory would do
+    thread = threading.Thread(target=left.send_prepared, args=(message,))
+    thread.start()
+    _, (got,) = right.recv()
+    thread.join()
+    assert bool((got == 1.0).all()) and message.sealed == []
+    unsent = left.prepare([big])
+    (fd,) = unsent.sealed
+    unsent.close()
+    with pytest.raises(OSError):
+        os.fstat(fd)
+    left.close()
+    right.close()
+
+
 def _message_with_sealed_fd(fd: int, size: int) -> Any:
     """What the receiver makes of a message announcing one sealed tensor of ``size`` float32 bytes
     whose descriptor is ``fd`` (crafted by hand: a sender that does not play by the rules)."""

@@ -118,6 +118,32 @@ def test_the_memory_plan_starts_only_the_arms_the_gpu_holds(monkeypatch: pytest.
     assert model_arms.room_for(3) == 1  # nothing compiling: one goes ahead (an out-of-memory error is then reported)
 
 
+def test_whether_three_arms_fit_counts_their_contexts_and_the_memory_others_hold(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``holds``: one arm at its peak, the others idle, each with a CUDA context, beside what the
+    device's other users hold now (this process, another job): the memory in use that our ready,
+    idle arms do not account for."""
+    import torch
+
+    from kernelopt_bot.harness import model_arms as arena_module
+
+    total, free_mib = 80 * 1024.0, [80 * 1024.0]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: (int(free_mib[0] * 2**20), int(total * 2**20)))
+    model_arms = ModelArms("model.py", "cuda", "fp32")
+    assert model_arms.holds(3) is None  # nothing known of what an arm holds
+    base = SimpleNamespace(ready=True, closed=False, info={"gpu_mb": 25 * 1024.0, "idle_gpu_mb": 4 * 1024.0})
+    model_arms._baselines["baseline"] = base  # type: ignore[assignment]
+    context = arena_module.CONTEXT_MB
+    free_mib[0] = total - context - 4 * 1024.0  # the ready baseline, idle
+    assert model_arms.holds(3) is True  # 25 GiB at a time, two idle arms of 4, three contexts
+    free_mib[0] -= 45 * 1024.0  # another job holds 45 GiB
+    assert model_arms.holds(3) is False and model_arms.holds(2) is True
+    # Three arms of 26 GiB that keep their peak fit 80 GiB with the reserve, without their contexts.
+    base.info = {"gpu_mb": 26 * 1024.0}
+    free_mib[0] = total - context - 26 * 1024.0
+    assert total >= 3 * 26 * 1024.0 + arena_module.RESERVE_MB and model_arms.holds(3) is False
+
+
 def test_a_large_model_gets_one_baseline_and_two_arms_at_most(monkeypatch: pytest.MonkeyPatch) -> None:
     """The 30 GB RMS norm on a 140 GB GPU: three copies would hold 3 x 28.7 GB plus contexts, over
     three times the model (issue 12), so one baseline (timed twice a round) and one other arm."""

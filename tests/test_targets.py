@@ -113,6 +113,21 @@ def test_a_file_that_cannot_draw_on_the_gpu_draws_as_written_reseeded() -> None:
     assert torch.equal(_drawn(make, "cpu", 5), drawn) and len(calls) == 3  # CPU targets: once
 
 
+
+def test_a_draw_that_runs_out_of_gpu_memory_is_raised_not_drawn_again_on_the_cpu() -> None:
+    """The CPU draws other values than the GPU with the same seed: an arm that ran short drawing
+    its inputs beside the others would compare other inputs' outputs (a verdict of ours) after
+    seconds of drawing on the CPU. Its out-of-memory error is raised, an infrastructure failure."""
+    calls: list[int] = []
+
+    def make() -> torch.Tensor:
+        calls.append(1)
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 7.00 GiB")
+
+    with pytest.raises(torch.OutOfMemoryError):
+        _drawn(make, "cuda", 5)
+    assert len(calls) == 1
+
 COUNTER = """
 import torch
 class Model(torch.nn.Module):

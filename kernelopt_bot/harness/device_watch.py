@@ -20,11 +20,17 @@ class DeviceMemoryWatch:
     stays None without CUDA. ``phase`` (the run's current phase, as its log names it) splits the
     peak by phase in ``peaks_by_phase``: which step holds the memory is what a plan to cut it needs;
     ``engine_peaks_by_phase`` is this process's own share (what its caching allocator holds), so
-    the engine's part and the arms' part of a phase's peak can be told apart."""
+    the engine's part and the arms' part of a phase's peak can be told apart. ``processes``: how
+    many processes hold a CUDA context now (the engine and its children on the GPU); how many did
+    at the peak is ``processes_at_peak``: each context holds hundreds of MiB, more than a small
+    model itself, and is the part of the peak no plan of ours can cut."""
 
-    def __init__(self, device: str, interval_s: float = 0.2, phase: Callable[[], str | None] | None = None) -> None:
+    def __init__(self, device: str, interval_s: float = 0.2, phase: Callable[[], str | None] | None = None,
+                 processes: Callable[[], int] | None = None) -> None:
         self.device, self.interval_s = device, interval_s
         self.peak_mb: float | None = None
+        self.processes_at_peak: int | None = None
+        self._processes = processes
         self.peaks_by_phase: dict[str, float] = {}
         self.engine_peaks_by_phase: dict[str, float] = {}
         self._phase = phase
@@ -45,7 +51,9 @@ class DeviceMemoryWatch:
     def record(self, used_mb: float, engine_mb: float | None = None) -> None:
         """One reading of the memory in use (and of this process's own), counted in the overall
         peak and its phase's."""
-        self.peak_mb = used_mb if self.peak_mb is None else max(self.peak_mb, used_mb)
+        if self.peak_mb is None or used_mb > self.peak_mb:
+            self.peak_mb = used_mb
+            self.processes_at_peak = self._processes() if self._processes is not None else None
         phase = self._phase() if self._phase is not None else None
         if phase:
             self.peaks_by_phase[phase] = max(self.peaks_by_phase.get(phase, 0.0), used_mb)

@@ -39,6 +39,7 @@ import sys
 import tempfile
 import threading
 import warnings
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -262,22 +263,38 @@ class Channel:
         self._conn = Connection(fd)
 
     def send(self, obj: object) -> None:
+        self.send_prepared(self.prepare(obj))
+
+    def prepare(self, obj: object) -> PreparedMessage:
+        """``obj`` made ready to send: pickled, its large tensors copied into sealed files and its
+        small GPU tensors to the host. Nothing it sends refers to a GPU's memory any more, so that
+        memory may be given back before :meth:`send_prepared`: a model arm answers a 30 GB model's
+        outputs straight from the GPU into sealed files, frees the GPU for the next arm, then sends.
+        (A small host tensor is sent from its own memory: not to be changed until sent.)"""
         buffers: list[pickle.PickleBuffer] = []
         sealed: list[int] = []
         stream = io.BytesIO()
         try:
             _TensorPickler(stream, protocol=5, buffer_callback=buffers.append, sealed=sealed).dump(obj)
-            raws = [b.raw() for b in buffers]
-            header = struct.pack(f"<Q{len(raws)}Q", len(raws) | len(sealed) << 32, *(r.nbytes for r in raws))
-            self._conn.send_bytes(header + stream.getvalue())
-            for raw in raws:
-                _write_all(self._conn.fileno(), raw)
-            if sealed:
-                with _as_socket(self._conn.fileno()) as sock:
-                    socket.send_fds(sock, [b"\0"], sealed)
-        finally:
+        except BaseException:
             for fd in sealed:
                 os.close(fd)
+            raise
+        raws = [b.raw() for b in buffers]
+        header = struct.pack(f"<Q{len(raws)}Q", len(raws) | len(sealed) << 32, *(r.nbytes for r in raws))
+        return PreparedMessage(header + stream.getvalue(), raws, sealed)
+
+    def send_prepared(self, message: PreparedMessage) -> None:
+        """Send a message of :meth:`prepare` (once); its sealed files' descriptors are closed."""
+        try:
+            self._conn.send_bytes(message.head)
+            for raw in message.raws:
+                _write_all(self._conn.fileno(), raw)
+            if message.sealed:
+                with _as_socket(self._conn.fileno()) as sock:
+                    socket.send_fds(sock, [b"\0"], message.sealed)
+        finally:
+            message.close()
 
     def recv(self) -> Any:
         data = self._conn.recv_bytes(MAX_MESSAGE_BYTES)
@@ -307,6 +324,21 @@ class Channel:
 
 
 MAX_BUFFERS = 1 << 16  # tensors in one message
+
+
+@dataclass
+class PreparedMessage:
+    """A message ready to send (:meth:`Channel.prepare`): its header and pickle, the host buffers
+    that follow them, and the sealed files' descriptors, which it owns until sent or closed."""
+
+    head: bytes
+    raws: list[memoryview]
+    sealed: list[int]
+
+    def close(self) -> None:
+        for fd in self.sealed:
+            os.close(fd)
+        self.sealed = []
 
 
 def _write_all(fd: int, data: memoryview) -> None:
@@ -367,15 +399,16 @@ def _rebuild_tensor(dtype: str, shape: tuple[int, ...], data: bytes | bytearray 
 
     dt = _dtype_named(dtype)
     shape = _checked_shape(shape)
-    if not isinstance(data, (bytes, bytearray, mmap.mmap)) or len(data) != math.prod(shape) * dt.itemsize:
+    size = len(data) if isinstance(data, (bytes, bytearray, mmap.mmap)) else None
+    if size != math.prod(shape) * dt.itemsize:
         # a tensor is rebuilt only from the bytes that came with it: a short message cannot make
         # this process allocate more than it was sent
-        raise pickle.UnpicklingError(f"tensor data of {len(data) if isinstance(data, (bytes, bytearray, mmap.mmap)) else '?'} "
-                                     f"bytes does not fill shape {shape} of {dtype}")
-    if not data:
+        raise pickle.UnpicklingError(f"tensor data of {'?' if size is None else size} bytes does not fill "
+                                     f"shape {shape} of {dtype}")
+    if not size:
         return torch.empty(shape, dtype=dt)
     # A received buffer (bytearray, mapping) is this tensor's memory; bytes (in-band) are copied once.
-    buffer = data if isinstance(data, (bytearray, mmap.mmap)) else bytearray(data)
+    buffer = bytearray(data) if isinstance(data, bytes) else data
     return torch.frombuffer(buffer, dtype=torch.uint8).view(dt).reshape(shape)
 
 
@@ -446,8 +479,9 @@ def _map_sealed(fd: int, size: int) -> mmap.mmap:
         raise ValueError(f"a shared tensor that is not a sealed memory file ({exc})") from exc
     if seals & _NEEDED_SEALS != _NEEDED_SEALS:
         raise ValueError("a shared tensor whose memory file is not sealed against changes")
-    if os.fstat(fd).st_size != size:
-        raise ValueError(f"a shared tensor of {os.fstat(fd).st_size} bytes where {size} were announced")
+    actual = os.fstat(fd).st_size
+    if actual != size:
+        raise ValueError(f"a shared tensor of {actual} bytes where {size} were announced")
     return mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
 
 
@@ -537,8 +571,8 @@ class _SafeUnpickler(pickle.Unpickler):
 class IsolatedProcess:
     """A running isolated child and its :class:`Channel`, ``conn``."""
 
-    def __init__(self, popen: subprocess.Popen[bytes], conn: Channel, home: str) -> None:
-        self.popen, self.conn, self._home = popen, conn, home
+    def __init__(self, popen: subprocess.Popen[bytes], conn: Channel, home: str, name: str = "kernelopt-child") -> None:
+        self.popen, self.conn, self._home, self.name = popen, conn, home, name
 
     def alive(self) -> bool:
         return self.popen.poll() is None
@@ -567,6 +601,15 @@ class IsolatedProcess:
 # Children started by this process (spawn_isolated), by name, for the run's log and result.json.
 _started: dict[str, int] = {}
 _started_lock = threading.Lock()
+_children: weakref.WeakSet[IsolatedProcess] = weakref.WeakSet()  # those not yet collected
+
+
+def processes_alive(excluding: Sequence[str] = ()) -> int:
+    """How many isolated children of this process are running now, those started under a name in
+    ``excluding`` aside (the GPU's view of a run: the compile process holds no CUDA context)."""
+    with _started_lock:
+        children = list(_children)
+    return sum(1 for child in children if child.name not in excluding and child.alive())
 
 
 def processes_started(name: str | None = None) -> int:
@@ -615,10 +658,11 @@ def spawn_isolated(entry: str, *args: object, extra_env: Mapping[str, str] | Non
         raise
     finally:
         theirs.close()
+    conn = Channel(ours.detach())
+    child = IsolatedProcess(popen, conn, home, name)
     with _started_lock:
         _started[name] = _started.get(name, 0) + 1
-    conn = Channel(ours.detach())
-    child = IsolatedProcess(popen, conn, home)
+        _children.add(child)
     with contextlib.suppress(OSError, ValueError):  # a child that died at once shows when read
         conn.send((entry, args))
     return child

@@ -57,6 +57,13 @@ def _start_alike(workers: list[ArmProcess], *, ready: bool = True) -> None:
                 getattr(worker, step)()
 
 
+def _idle_mb(info: dict[str, Any], peak: float) -> float:
+    """MiB a ready arm holds between requests, as it said (``idle_gpu_mb``), at most ``peak``; one
+    that does not say keeps its peak."""
+    idle = info.get("idle_gpu_mb")
+    return peak if not isinstance(idle, (int, float)) else min(float(idle), peak)
+
+
 class ModelArms:
     """The model arms of one target on ``device``: each a process that compiled the model (with a pack,
     a compile mode or Inductor config), the baselines started on first use, all closed together."""
@@ -126,17 +133,25 @@ class ModelArms:
         """Whether the device holds ``arms`` arms of the model taking turns, with :data:`RESERVE_MB`
         to spare: one at its peak (the ready baseline's ``gpu_mb``), the others idle (its
         ``idle_gpu_mb``; a large model's arm gives its cached blocks back between requests, one
-        that does not say keeps its peak). ``None`` while no figure is known."""
+        that does not say keeps its peak), each with its CUDA context (:data:`CONTEXT_MB`), beside
+        what the rest of the device's users hold now: the memory in use that our ready arms, idle
+        between requests, do not account for (this process, another job). ``None`` while no
+        figure is known."""
         info = self.baseline_info()
         peak = self.arm_mb()
         if self.device != "cuda" or not peak:
             return None if self.device == "cuda" else True
-        idle = info.get("idle_gpu_mb")
-        idle = peak if not isinstance(idle, (int, float)) else min(float(idle), peak)
         from kernelopt_bot.harness.memory import device_memory
 
         device = device_memory(self.device)
-        return device is None or peak + (arms - 1) * idle + RESERVE_MB <= device[1] / 2**20
+        if device is None:
+            return True
+        free_mb, total_mb = device[0] / 2**20, device[1] / 2**20
+        idle = _idle_mb(info, peak)
+        ours = sum(_idle_mb(w.info, w.info.get("gpu_mb") or peak) + CONTEXT_MB
+                   for w in [*self._baselines.values(), *self._started] if w.ready and not w.closed)
+        others = max(0.0, total_mb - free_mb - ours)
+        return others + arms * CONTEXT_MB + peak + (arms - 1) * idle + RESERVE_MB <= total_mb
 
     def prestart(self) -> bool:
         """Start the baseline arms compiling now and return at once: the search runs while they
