@@ -119,7 +119,9 @@ class Target:
     def compared_outputs(self, call: Callable[..., Any], inputs: Sequence[Any], model: torch.nn.Module | None = None,
                          *, device: str | None = None) -> list[torch.Tensor]:
         """What a compared call gives (the gates, ``kernelopt bench``'s checks), on ``device`` (None:
-        where they are): the call of :meth:`run` from the buffers as loaded (:meth:`reset_state`),
+        where they are, the buffers not copied: the caller copies them before the model runs again,
+        as a model arm's answer does straight into its message, with no second copy on the GPU
+        beside the outputs): the call of :meth:`run` from the buffers as loaded (:meth:`reset_state`),
         its output tensors, then the buffers it leaves. The buffers count as results: the reset
         would otherwise hide a kernel that updates a buffer wrongly (a counter, running statistics,
         a cache), which only later calls would show. A training step's results hold them already."""
@@ -128,7 +130,8 @@ class Target:
         self.reset_state(model)
         results = [t.detach() if device is None else t.detach().to(device) for t in tensors(self.run(call, inputs, model))]
         if self.training is None:
-            left = buffers_of(self.model if model is None else model, device)  # copies: the next call changes them
+            # copies (unless the caller copies them): the next call changes them
+            left = buffers_of(self.model if model is None else model, device, copy=device is not None)
             self._output_count, self._buffer_names = len(results), list(left)
             results += left.values()
         return results
@@ -347,12 +350,25 @@ def _drawn(make: Callable[[], Any], device: str, seed: int) -> Any:
         try:
             with torch.device(device):
                 return make()
-        except torch.OutOfMemoryError:
-            raise
-        except Exception:  # noqa: BLE001 - retried as written below; a real error shows there
-            pass
+        except Exception as exc:
+            if _out_of_memory(exc):
+                raise
+
     torch.manual_seed(seed)
     return make()
+
+
+def _out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` is, or was raised from, running out of GPU memory (a user call's error is
+    wrapped in a :class:`TargetError`, the out-of-memory error its cause)."""
+    seen: BaseException | None = exc
+    for _ in range(8):  # a chain of causes, not a cycle
+        if seen is None:
+            break
+        if isinstance(seen, torch.OutOfMemoryError):
+            return True
+        seen = seen.__cause__
+    return False
 
 
 def _place_model(model: torch.nn.Module, device: str, dtype: torch.dtype, where: str) -> torch.nn.Module:

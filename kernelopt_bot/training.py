@@ -47,14 +47,15 @@ def tensors(out: Any, *, floating_only: bool = False) -> list[torch.Tensor]:
     return []
 
 
-def buffers_of(model: torch.nn.Module, device: str | None = None) -> dict[str, torch.Tensor]:
+def buffers_of(model: torch.nn.Module, device: str | None = None, *, copy: bool = True) -> dict[str, torch.Tensor]:
     """A copy of ``model``'s buffers by name, on ``device`` (None: where each is). A training step
     restores them before every timed step, so its copy stays on the model's device; a buffer not
-    yet made (a lazy module's) is left out."""
+    yet made (a lazy module's) is left out. ``copy=False`` (with no ``device``): the buffers
+    themselves, for a caller that copies them before the model runs again."""
     from torch.nn.parameter import is_lazy
 
     with torch.no_grad():
-        return {name: buf.detach().to(device, copy=True) if device else buf.detach().clone()
+        return {name: buf.detach().to(device, copy=True) if device else buf.detach().clone() if copy else buf.detach()
                 for name, buf in model.named_buffers() if not is_lazy(buf)}
 
 

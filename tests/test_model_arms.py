@@ -131,7 +131,7 @@ def test_whether_three_arms_fit_counts_their_contexts_and_the_memory_others_hold
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: (int(free_mib[0] * 2**20), int(total * 2**20)))
     model_arms = ModelArms("model.py", "cuda", "fp32")
     assert model_arms.holds(3) is None  # nothing known of what an arm holds
-    base = SimpleNamespace(ready=True, closed=False, info={"gpu_mb": 25 * 1024.0, "idle_gpu_mb": 4 * 1024.0})
+    base = SimpleNamespace(ready=True, closed=False, alive=True, info={"gpu_mb": 25 * 1024.0, "idle_gpu_mb": 4 * 1024.0})
     model_arms._baselines["baseline"] = base  # type: ignore[assignment]
     context = arena_module.CONTEXT_MB
     free_mib[0] = total - context - 4 * 1024.0  # the ready baseline, idle

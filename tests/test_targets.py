@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from kernelopt_bot.errors import TargetError
-from kernelopt_bot.targets import _drawn, load_target
+from kernelopt_bot.targets import _call_user, _drawn, load_target
 from tests.helpers import EXAMPLES, run_cli
 
 GOOD = """
@@ -120,13 +120,16 @@ def test_a_draw_that_runs_out_of_gpu_memory_is_raised_not_drawn_again_on_the_cpu
     seconds of drawing on the CPU. Its out-of-memory error is raised, an infrastructure failure."""
     calls: list[int] = []
 
-    def make() -> torch.Tensor:
+    def get_inputs() -> torch.Tensor:
         calls.append(1)
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 7.00 GiB")
 
     with pytest.raises(torch.OutOfMemoryError):
-        _drawn(make, "cuda", 5)
-    assert len(calls) == 1
+        _drawn(get_inputs, "cuda", 5)
+    # as a target file's get_inputs() is called: its error wrapped, the out-of-memory error its cause
+    with pytest.raises(TargetError, match="out of memory"):
+        _drawn(lambda: _call_user(get_inputs, "m.py: get_inputs()"), "cuda", 5)
+    assert len(calls) == 2
 
 COUNTER = """
 import torch

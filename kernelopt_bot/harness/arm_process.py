@@ -251,7 +251,11 @@ def _serve(spec: ArmSpec, conn: Channel) -> None:
             # this one, its outputs still on the GPU, was sending (H100, 12-06). Copied to the host
             # first, then into the files, an answer of 14 GiB took 16 s.
             message = conn.prepare(("ok", target.compared_outputs(compiled, target.make_inputs(seed))))
-            _idle(target.device, releases)
+            try:
+                _idle(target.device, releases)
+            except BaseException:
+                message.close()
+                raise
             conn.send_prepared(message)
         else:
             conn.send(("error", f"unknown request {op!r}"))

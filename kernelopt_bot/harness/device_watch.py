@@ -8,6 +8,7 @@ total - free) and keeps the peak, except while arms are timed (``harness.quiet``
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable
 from types import TracebackType
@@ -53,7 +54,10 @@ class DeviceMemoryWatch:
         peak and its phase's."""
         if self.peak_mb is None or used_mb > self.peak_mb:
             self.peak_mb = used_mb
-            self.processes_at_peak = self._processes() if self._processes is not None else None
+            self.processes_at_peak = None
+            if self._processes is not None:
+                with contextlib.suppress(Exception):  # a count we cannot take leaves the peak standing
+                    self.processes_at_peak = self._processes()
         phase = self._phase() if self._phase is not None else None
         if phase:
             self.peaks_by_phase[phase] = max(self.peaks_by_phase.get(phase, 0.0), used_mb)

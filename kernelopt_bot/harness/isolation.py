@@ -39,7 +39,6 @@ import sys
 import tempfile
 import threading
 import warnings
-import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -276,16 +275,20 @@ class Channel:
         stream = io.BytesIO()
         try:
             _TensorPickler(stream, protocol=5, buffer_callback=buffers.append, sealed=sealed).dump(obj)
+            raws = [b.raw() for b in buffers]
+            header = struct.pack(f"<Q{len(raws)}Q", len(raws) | len(sealed) << 32, *(r.nbytes for r in raws))
         except BaseException:
             for fd in sealed:
                 os.close(fd)
             raise
-        raws = [b.raw() for b in buffers]
-        header = struct.pack(f"<Q{len(raws)}Q", len(raws) | len(sealed) << 32, *(r.nbytes for r in raws))
         return PreparedMessage(header + stream.getvalue(), raws, sealed)
 
     def send_prepared(self, message: PreparedMessage) -> None:
-        """Send a message of :meth:`prepare` (once); its sealed files' descriptors are closed."""
+        """Send a message of :meth:`prepare` (once); its sealed files' descriptors are closed and its
+        host copies let go."""
+        if message.sent:
+            raise ValueError("a prepared message is sent once")
+        message.sent = True
         try:
             self._conn.send_bytes(message.head)
             for raw in message.raws:
@@ -334,11 +337,12 @@ class PreparedMessage:
     head: bytes
     raws: list[memoryview]
     sealed: list[int]
+    sent: bool = False
 
     def close(self) -> None:
         for fd in self.sealed:
             os.close(fd)
-        self.sealed = []
+        self.head, self.raws, self.sealed = b"", [], []
 
 
 def _write_all(fd: int, data: memoryview) -> None:
@@ -596,19 +600,21 @@ class IsolatedProcess:
         with contextlib.suppress(OSError):
             self.conn.close()
         shutil.rmtree(self._home, ignore_errors=True)
+        with _started_lock:
+            _running.discard(self)
 
 
 # Children started by this process (spawn_isolated), by name, for the run's log and result.json.
 _started: dict[str, int] = {}
 _started_lock = threading.Lock()
-_children: weakref.WeakSet[IsolatedProcess] = weakref.WeakSet()  # those not yet collected
+_running: set[IsolatedProcess] = set()  # started and not yet closed (guarded by _started_lock)
 
 
 def processes_alive(excluding: Sequence[str] = ()) -> int:
     """How many isolated children of this process are running now, those started under a name in
     ``excluding`` aside (the GPU's view of a run: the compile process holds no CUDA context)."""
     with _started_lock:
-        children = list(_children)
+        children = list(_running)
     return sum(1 for child in children if child.name not in excluding and child.alive())
 
 
@@ -662,7 +668,7 @@ def spawn_isolated(entry: str, *args: object, extra_env: Mapping[str, str] | Non
     child = IsolatedProcess(popen, conn, home, name)
     with _started_lock:
         _started[name] = _started.get(name, 0) + 1
-        _children.add(child)
+        _running.add(child)
     with contextlib.suppress(OSError, ValueError):  # a child that died at once shows when read
         conn.send((entry, args))
     return child

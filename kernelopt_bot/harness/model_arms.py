@@ -19,6 +19,7 @@ first start is in, and let them load side by side.
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from typing import Any
 
@@ -57,11 +58,18 @@ def _start_alike(workers: list[ArmProcess], *, ready: bool = True) -> None:
                 getattr(worker, step)()
 
 
+def _mb(value: Any) -> float | None:
+    """An arm's figure in MiB as a number, None where it said none (or nothing a number)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        return None
+    return float(value)
+
+
 def _idle_mb(info: dict[str, Any], peak: float) -> float:
     """MiB a ready arm holds between requests, as it said (``idle_gpu_mb``), at most ``peak``; one
     that does not say keeps its peak."""
-    idle = info.get("idle_gpu_mb")
-    return peak if not isinstance(idle, (int, float)) else min(float(idle), peak)
+    idle = _mb(info.get("idle_gpu_mb"))
+    return peak if idle is None else min(idle, peak)
 
 
 class ModelArms:
@@ -148,10 +156,11 @@ class ModelArms:
             return True
         free_mb, total_mb = device[0] / 2**20, device[1] / 2**20
         idle = _idle_mb(info, peak)
-        ours = sum(_idle_mb(w.info, w.info.get("gpu_mb") or peak) + CONTEXT_MB
-                   for w in [*self._baselines.values(), *self._started] if w.ready and not w.closed)
+        ready = [w for w in [*self._baselines.values(), *self._started] if w.ready and not w.closed and w.alive]
+        ours = sum(_idle_mb(w.info, _mb(w.info.get("gpu_mb")) or peak) + CONTEXT_MB for w in ready)
         others = max(0.0, total_mb - free_mb - ours)
-        return others + arms * CONTEXT_MB + peak + (arms - 1) * idle + RESERVE_MB <= total_mb
+        more = max(0, arms - len(ready)) * (idle + CONTEXT_MB)  # the arms to start, idle
+        return others + ours + more + (peak - idle) + RESERVE_MB <= total_mb
 
     def prestart(self) -> bool:
         """Start the baseline arms compiling now and return at once: the search runs while they
