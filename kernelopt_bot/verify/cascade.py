@@ -13,6 +13,7 @@ it are recorded as not run. If no candidate for a kernel is accepted, the compil
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 import time
 from collections.abc import Callable
@@ -177,8 +178,12 @@ class Cascade:
         # runs: each takes seconds, and a candidate that compiles mostly passes gate 2. It is only
         # asked anything (gates 3-4) after gate 2 passed, and is killed if it did not. A trusted
         # candidate needs no arm process: gates 3-4 swap it into the engine's compiled model.
-        early_arm = (self.model_arms.candidate(candidate_pack(self.capture, kernel, candidate), wait=False)
-                     if self.device == "cuda" and not candidate.trusted else None)
+        early_arm = None
+        if self.device == "cuda" and not candidate.trusted:
+            # A start that fails here (no process for it, out of memory beside gate 2, our deadline)
+            # is not the candidate's: gates 3-4 start their own arm and report what happens then.
+            with contextlib.suppress(ArmError):
+                early_arm = self.model_arms.candidate(candidate_pack(self.capture, kernel, candidate), wait=False)
         clock = StepClock(verdict.seconds)
         try:
             limits = sandbox or self.options.sandbox
