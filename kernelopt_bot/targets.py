@@ -38,6 +38,7 @@ import torch
 
 from kernelopt_bot.device import prepare_device, resolve_device
 from kernelopt_bot.errors import TargetError, one_line
+from kernelopt_bot.harness.failures import is_out_of_memory
 from kernelopt_bot.training import TrainingStep, buffers_of, restore_buffers
 
 DTYPES: dict[str, torch.dtype] = {
@@ -351,24 +352,11 @@ def _drawn(make: Callable[[], Any], device: str, seed: int) -> Any:
             with torch.device(device):
                 return make()
         except Exception as exc:
-            if _out_of_memory(exc):
+            if is_out_of_memory(exc):  # the target's own call wraps it: its text says so
                 raise
 
     torch.manual_seed(seed)
     return make()
-
-
-def _out_of_memory(exc: BaseException) -> bool:
-    """Whether ``exc`` is, or was raised from, running out of GPU memory (a user call's error is
-    wrapped in a :class:`TargetError`, the out-of-memory error its cause)."""
-    seen: BaseException | None = exc
-    for _ in range(8):  # a chain of causes, not a cycle
-        if seen is None:
-            break
-        if isinstance(seen, torch.OutOfMemoryError):
-            return True
-        seen = seen.__cause__
-    return False
 
 
 def _place_model(model: torch.nn.Module, device: str, dtype: torch.dtype, where: str) -> torch.nn.Module:
