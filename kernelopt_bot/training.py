@@ -54,9 +54,13 @@ def buffers_of(model: torch.nn.Module, device: str | None = None, *, copy: bool 
     themselves, for a caller that copies them before the model runs again."""
     from torch.nn.parameter import is_lazy
 
+    def taken(buf: torch.Tensor) -> torch.Tensor:
+        if device:
+            return buf.to(device, copy=True)
+        return buf.clone() if copy else buf
+
     with torch.no_grad():
-        return {name: buf.detach().to(device, copy=True) if device else buf.detach().clone() if copy else buf.detach()
-                for name, buf in model.named_buffers() if not is_lazy(buf)}
+        return {name: taken(buf.detach()) for name, buf in model.named_buffers() if not is_lazy(buf)}
 
 
 def restore_buffers(model: torch.nn.Module, saved: dict[str, torch.Tensor]) -> None:
