@@ -6,12 +6,12 @@ inputs built int64 row indices per element. Run on the H200 by scripts/gpu_check
 from __future__ import annotations
 
 from collections.abc import Callable
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import torch
 
+from kernelopt_bot.capture.artifact import TritonKernel
 from kernelopt_bot.verify.correctness import DISTRIBUTIONS, check_correctness
 from kernelopt_bot.verify.tolerance import compare
 
@@ -44,7 +44,8 @@ def test_gate_two_holds_about_two_argument_sets_beside_the_recorded_ones() -> No
     x = torch.randn(ROWS, COLS, device="cuda")
     out = torch.empty_like(x)
     recorded = (x, out, x.numel())
-    kernel = SimpleNamespace(params=["in_ptr0", "out_ptr0", "xnumel"], mutated_args=[], name="copy")
+    kernel = TritonKernel(name="copy", graph=0, kind="pointwise", heuristic=None, source="", sha256="", key="",
+                          params=["in_ptr0", "out_ptr0", "xnumel"], signature={}, size_hints=None, mutated_args=[])
 
     def launch(args: tuple[Any, ...]) -> None:
         args[1].copy_(args[0])
