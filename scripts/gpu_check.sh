@@ -24,6 +24,8 @@
 #                                        step speedup split into forward and backward
 #   bash scripts/gpu_check.sh ontop      each verified pack of a committed suite (ONTOP_SUITE) on max-autotune-no-cudagraphs,
 #                                        over that mode alone (issue 13's third figure; ONTOP_ARGS="--only PATTERN ...")
+#   bash scripts/gpu_check.sh unseen     `kernelopt optimize` at the default budget on benchmarks/unseen/ (UNSEEN_PROBLEMS="file.py:dtype ..."),
+#                                        problems the method was never tuned on, with the user's mode (UNSEEN_MODE) or the default
 #   bash scripts/gpu_check.sh offsets    identical processes of one model timed side by side (OFFSETS_PROBLEMS="level3/x.py:bf16 ...",
 #                                        OFFSETS_ARMS, OFFSETS_VARIANTS="cold warm": each arm as it started, or a cold
 #                                        start replaced by a cache load): is a launch-bound network's noise between
@@ -75,7 +77,8 @@ reap_left_behind() {  # $1 part, $2 the pids before it. A limit kills the part's
 }
 
 pack_results() {  # results.tgz as of now: if the call's own limit kills a later part, what ran so far comes back
-  find "$R" -name .gitignore -delete  # output folders ignore themselves for users; these results are kept
+  [ -d "$R/unseen" ] && { echo "--- unseen"; python3 scripts/unseen_table.py "$R/unseen"; } >> "$summary"
+find "$R" -name .gitignore -delete  # output folders ignore themselves for users; these results are kept
   rm -rf "$R"/kpr/dry/files  # a PR proposal's files: a vendored third-party kernel stays out of what comes back
   (cd "$OUT" && tar czf results.tgz.part r && mv results.tgz.part results.tgz)
 }
@@ -167,6 +170,21 @@ part_ontop() {  # scripts/pack_on_mant.py: the packs of ONTOP_SUITE's runs, from
   python3 scripts/pack_on_mant.py "${ONTOP_SUITE:-benchmarks/results/h200-2026-12-05/merged}" \
     --runs benchmarks/results --out "$R/ontop" ${ONTOP_ARGS:-} > "$R/ontop.log" 2>&1; local rc=$?
   tail -40 "$R/ontop.log"
+  return $rc
+}
+
+part_unseen() {  # `kernelopt optimize` on each of UNSEEN_PROBLEMS ("file.py:dtype"), as a user runs it; one
+  # problem's failure does not stop the others, and none starts that its default budget cannot finish before the limit
+  local rc=0 spec file dtype slug mode_flag=""
+  [ -n "${UNSEEN_MODE:-}" ] && mode_flag="--mode $UNSEEN_MODE"
+  for spec in ${UNSEEN_PROBLEMS:-cosine_similarity_rows.py:bf16 masked_mean_rows.py:fp32 var_mean_columns.py:fp32 softcap_softmax.py:bf16}; do
+    file="${spec%%:*}" dtype="${spec##*:}" slug="$(basename "$file" .py)_$dtype"
+    if [ $(( PART_END - $(date +%s) )) -lt "${UNSEEN_NEED_S:-170}" ]; then echo "$slug: not started (the part's limit)"; continue; fi
+    # shellcheck disable=SC2086
+    python3 -m kernelopt_bot.cli optimize "benchmarks/unseen/$file" --dtype "$dtype" $mode_flag --out "$R/unseen/$slug" \
+      > "$R/unseen_$slug.log" 2>&1 || rc=1
+    tail -3 "$R/unseen_$slug.log"
+  done
   return $rc
 }
 
@@ -307,10 +325,10 @@ part_kernels() {  # kernel targets (issue 14): optimize each of KERNEL_TARGETS (
 }
 
 export R summary GPU_ONLY_CASES DEFAULT_NOISE_PROBLEMS WARMED NOISED
-export -f run_tests timed_suite part_warm part_tests part_engine part_redteam part_isolation part_honest part_speedup part_optimize part_prdry part_suite part_ontop part_offsets part_gpus part_noise part_kernels part_train
+export -f run_tests timed_suite part_warm part_tests part_engine part_redteam part_isolation part_honest part_speedup part_optimize part_prdry part_suite part_ontop part_unseen part_offsets part_gpus part_noise part_kernels part_train
 for part in "${@:-engine}"; do
   case "$part" in
-    engine|tests|redteam|isolation|honest|speedup|optimize|prdry|suite|ontop|offsets|gpus|warm|noise|kernels|train) limited "$part" ;;
+    engine|tests|redteam|isolation|honest|speedup|optimize|prdry|suite|ontop|unseen|offsets|gpus|warm|noise|kernels|train) limited "$part" ;;
     *) echo "unknown part $part" >&2; status=2 ;;
   esac
 done
