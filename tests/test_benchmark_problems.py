@@ -37,8 +37,12 @@ MAX_TINY_NUMEL = 512
 
 INFERENCE = [p for p in PROBLEMS if not p.get("train")]
 TRAINING = [p for p in PROBLEMS if p.get("train")]  # the same files, each call one training step
-CASES = [pytest.param(p, dt, id=f"{p['path']}-{dt}") for p in INFERENCE for dt in p["dtypes"]]
-BY_PROBLEM = [pytest.param(p, id=p["path"]) for p in INFERENCE]
+# Problems written after the method settled, to check it off the suite (``gpu_check.sh unseen``):
+# not in suite.json, held to level 1's rules (single ops that stream enough bytes).
+UNSEEN = [{"path": p.relative_to(BENCHMARKS).as_posix(), "level": 1, "dtypes": ["fp32", "bf16"]}
+          for p in sorted(BENCHMARKS.glob("unseen/*.py"))]
+CASES = [pytest.param(p, dt, id=f"{p['path']}-{dt}") for p in INFERENCE + UNSEEN for dt in p["dtypes"]]
+BY_PROBLEM = [pytest.param(p, id=p["path"]) for p in INFERENCE + UNSEEN]
 TRAIN_CASES = [pytest.param(p, dt, id=f"{p['path']}-{dt}-train") for p in TRAINING for dt in p["dtypes"]]
 
 
@@ -83,6 +87,12 @@ def test_suite_lists_every_problem_file() -> None:
     assert set(listed) == on_disk, (
         f"not in suite.json: {sorted(on_disk - set(listed))}; missing on disk: {sorted(set(listed) - on_disk)}"
     )
+
+
+def test_unseen_problems_are_not_in_the_suite() -> None:
+    assert len(UNSEEN) >= 4, "benchmarks/unseen/ holds the problems gpu_check.sh unseen runs"
+    listed = {p["path"] for p in PROBLEMS}
+    assert not listed & {p["path"] for p in UNSEEN}
 
 
 def test_suite_entries_are_well_formed() -> None:
