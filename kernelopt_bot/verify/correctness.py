@@ -302,7 +302,7 @@ def _check(kernel: TritonKernel, recorded: tuple[Any, ...], launch_candidate: An
         _sync(device)
         for r in compared:
             result = compare(cand_args[r.index], ref_args[r.index], what=r.name,
-                             cancelling=dist in CANCELLING_DISTRIBUTIONS)
+                             cancelling=dist in CANCELLING_DISTRIBUTIONS, specials=dist == "special")
             if not result.ok:
                 return GateResult.fail("correctness", f"{result.reason} ({where})",
                                        seed=seed, distribution=dist, prefill=prefill, **result.numbers)
