@@ -15,7 +15,9 @@ the arguments the kernel got in the model:
   candidate can never read a result the reference left behind;
 * inputs the original does not mutate must come back bit-for-bit unchanged after every run;
 * every output and every mutated argument is compared (:mod:`kernelopt_bot.verify.tolerance`:
-  elementwise, on the norm, for systematic bias, and for values flushed to zero);
+  elementwise, on the norm, for systematic bias, and for values flushed to zero; on the
+  special-value inputs NaN and inf are both "not finite", as the order of operations decides
+  between them);
 * write discipline: on the CPU interpreter the first trial records which elements each program
   stores and loads (:mod:`kernelopt_bot.capture.memory_trace`); the candidate must write only
   what the original writes, from disjoint programs, and read no output before writing it. On a
