@@ -77,8 +77,7 @@ reap_left_behind() {  # $1 part, $2 the pids before it. A limit kills the part's
 }
 
 pack_results() {  # results.tgz as of now: if the call's own limit kills a later part, what ran so far comes back
-  [ -d "$R/unseen" ] && { echo "--- unseen"; python3 scripts/unseen_table.py "$R/unseen"; } >> "$summary"
-find "$R" -name .gitignore -delete  # output folders ignore themselves for users; these results are kept
+  find "$R" -name .gitignore -delete  # output folders ignore themselves for users; these results are kept
   rm -rf "$R"/kpr/dry/files  # a PR proposal's files: a vendored third-party kernel stays out of what comes back
   (cd "$OUT" && tar czf results.tgz.part r && mv results.tgz.part results.tgz)
 }
@@ -344,6 +343,7 @@ rm -rf "$R"/kpr/dry/files  # the proposal's files: a vendored third-party kernel
 for d in suite one_gpu all_gpus ontop; do
   [ -f "$R/$d/suite.md" ] && { echo "--- $d"; cat "$R/$d/suite.md"; python3 scripts/phase_table.py "$R/$d"; } >> "$summary"
 done
+[ -d "$R/unseen" ] && { echo "--- unseen"; python3 scripts/unseen_table.py "$R/unseen"; } >> "$summary"
 find "$R" -name .gitignore -delete  # output folders ignore themselves for users; these results are kept
 (cd "$OUT" && tar czf results.tgz r && rm -rf r)
 cat "$summary"
