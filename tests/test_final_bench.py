@@ -138,3 +138,92 @@ def test_a_headline_taken_from_gate_4_keeps_its_note_on_how_the_arms_started() -
     assert take_gate4_numbers(_pack(_entry("k0", [gate4])), result) and result.started_unlike == note
     result = _result(("k0", "accepted"))
     assert take_gate4_numbers(_pack(_entry("k0", [GATE4])), result) and result.started_unlike is None
+
+
+def _measured(speedup: float, noise: float = 0.009) -> Any:
+    from types import SimpleNamespace
+
+    return SimpleNamespace(baseline_ms=0.0545, packed_ms=0.0545 / speedup, speedup=speedup, noise_floor=noise,
+                           step_split_ms={}, baseline_host_ms=0.094, packed_host_ms=0.094, host_noise_floor=0.02,
+                           host_speedup=1.0)
+
+
+def _fresh_benchmark(monkeypatch: Any, speedups: list[float]) -> tuple[list[Any], _Arms]:
+    """compare_arms answering ``speedups`` in turn; returns the packs it was asked to measure."""
+    from types import SimpleNamespace
+
+    from kernelopt_bot.harness import bench
+    from kernelopt_bot.verify import model
+
+    asked: list[Any] = []
+    answers = iter(speedups)
+    monkeypatch.setattr(bench, "compare_arms", lambda *a, **k: _measured(next(answers)))
+    monkeypatch.setattr(model, "check_model", lambda *a, **k: SimpleNamespace(passed=True))
+
+    class _Recording(_Arms):
+        def candidate(self, pack: Any, **kwargs: Any) -> _Arm:
+            asked.append(sorted(e.kernel_name for e in pack.entries.values()))
+            return self.final
+
+    return asked, _Recording(LOADED, LOADED)
+
+
+def _engine_gate4(speedup: float) -> dict[str, Any]:
+    return {**GATE4, "numbers": {**GATE4["numbers"], "arms": "engine", "speedup": speedup}}
+
+
+def test_a_pack_the_fresh_benchmark_finds_short_of_gamma_is_not_delivered(monkeypatch: Any) -> None:
+    """Gate 4 timed the candidate on the engine's model at 1.047x; fresh processes measure the
+    pack at 0.985x (an H100's instance norm, 12-07). The compiler's kernel stays: an empty pack,
+    1.0x reported from the baseline as measured, and the kernel's row says why."""
+    from types import SimpleNamespace
+
+    from kernelopt_bot import final_bench
+    from kernelopt_bot.report import render_report
+
+    asked, arms = _fresh_benchmark(monkeypatch, [0.985])
+    pack = _pack(_entry("k0", [_engine_gate4(1.047)], accepted=3))
+    result = _result(("k0", "accepted"))
+    target = SimpleNamespace(spec="t.py", device="cuda", train=False)
+    delivered = final_bench.benchmark_pack(SimpleNamespace(model_arms=arms), target, pack, result, 3, gamma=1.03)
+    assert asked == [["k0"]] and len(delivered) == 0
+    assert final_bench.dropped_entries(pack, delivered) == ["k0"]
+    assert (result.speedup, result.baseline_ms, result.optimized_ms) == (1.0, 0.0545, 0.0545)
+    row = result.kernels[0]
+    assert row.status == "dropped" and row.speedup == 0.985 and result.verified_kernels == 0
+    assert "0.985x" in row.detail and "below gamma 1.03" in row.detail
+    report = render_report(result)
+    assert "below gamma 1.03" in report and "**1.000x**" in report
+    # the publish stage, which trusts nothing the run stage wrote, takes the row as it is
+    import json
+
+    from kernelopt_bot.github.trusted import validate_result
+
+    checked = validate_result(json.dumps(result.to_json()), name="t", dtype="bf16")
+    assert [k.status for k in checked.kernels] == ["dropped"]
+
+
+def test_a_fresh_measurement_within_the_noise_floor_does_not_hold_a_pack_up() -> None:
+    from kernelopt_bot.final_bench import short_of_gamma
+
+    assert short_of_gamma(1.04, 0.05, 1.03) is not None  # above gamma, but not beyond its noise
+    assert short_of_gamma(1.04, 0.01, 1.03) is None
+    assert short_of_gamma(1.02, 0.001, 1.03) is not None
+    assert short_of_gamma(None, None, 1.03) is None  # nothing timed (the CPU interpreter): no verdict
+
+
+def test_a_combined_pack_short_of_gamma_is_cut_to_its_best_entry_and_measured_again(monkeypatch: Any) -> None:
+    from types import SimpleNamespace
+
+    from kernelopt_bot import final_bench
+
+    asked, arms = _fresh_benchmark(monkeypatch, [1.01, 1.08])
+    best, other = _entry("k0", [_engine_gate4(1.09)]), _entry("k1", [_engine_gate4(1.04)])
+    best.measured["speedup"], other.measured["speedup"] = 1.09, 1.04
+    result = _result(("k0", "accepted"), ("k1", "accepted"))
+    target = SimpleNamespace(spec="t.py", device="cuda", train=False)
+    delivered = final_bench.benchmark_pack(SimpleNamespace(model_arms=arms), target, _pack(best, other), result, 3)
+    assert asked == [["k0", "k1"], ["k0"]]
+    assert list(e.kernel_name for e in delivered.entries.values()) == ["k0"] and result.speedup == 1.08
+    assert [k.status for k in result.kernels] == ["accepted", "dropped"]
+    assert "combined pack measured 1.010x" in result.kernels[1].detail

@@ -78,6 +78,25 @@ def test_an_unjudged_candidate_leaves_no_negative_cache_entry(tmp_path) -> None:
     assert store.cache.lookup(*orch._cache_key(kernel)) is not None  # a real rejection is remembered
 
 
+def test_a_replacement_the_final_benchmark_dropped_is_not_loaded_as_verified_again(tmp_path) -> None:
+    """Accepted by the gates, cached as verified, then dropped by the final benchmark on fresh
+    processes: the next run on this GPU must not load it from the cache and ship it."""
+    from kernelopt_bot.pack.format import PackEntry
+
+    cap = captured("gelu.py")
+    kernel = cap.artifact.kernels[0]
+    store = Store(tmp_path / "store.db")
+    orch = _GpuOrchestrator(cap, None, None, Budget(), strategies=[], store=store)  # type: ignore[arg-type]
+    block = next(iter(kernel.constexprs))
+    entry = PackEntry(kernel.key, kernel.name, config=LaunchConfig({block: 16}, num_warps=4, num_stages=1))
+    store.cache.record_verified(*orch._cache_key(kernel), entry, 1.047, None)
+    orch.withdraw(["some_other_kernel"])
+    assert store.cache.lookup(*orch._cache_key(kernel)).verified
+    orch.withdraw([kernel.name])
+    hit = store.cache.lookup(*orch._cache_key(kernel))
+    assert hit is not None and not hit.verified and hit.entry is None
+
+
 def orch_pack(cap):
     from kernelopt_bot.pack.format import KernelPack
 

@@ -407,6 +407,22 @@ def test_negative_cache(store: Store) -> None:
     assert [h["kind"] for h in store.cache.history(KEY)] == ["negative", "verified", "negative"]
 
 
+def test_a_withdrawn_replacement_becomes_a_negative_on_its_stack_only(store: Store) -> None:
+    """The final benchmark dropped a verified entry: this GPU and stack no longer load it as
+    verified (a later run would ship it again), while another GPU's verified row for the same
+    kernel stays; the history keeps every write."""
+    run_id = new_run(store)
+    other_gpu = ("NVIDIA H100 80GB HBM3", *ENV[1:])
+    store.cache.record_verified(KEY, *ENV, make_entry(), 1.05, run_id)
+    store.cache.record_verified(KEY, *other_gpu, make_entry(), 1.2, run_id)
+    store.cache.withdraw(KEY, *ENV, run_id)
+    hit = store.cache.lookup(KEY, *ENV)
+    assert hit is not None and hit.kind == "negative" and hit.entry is None
+    assert "final end-to-end benchmark" in hit.reason
+    assert store.cache.lookup(KEY, *other_gpu).kind == "verified"
+    assert [h["kind"] for h in store.cache.history(KEY)] == ["negative", "verified", "verified"]
+
+
 def test_invalidate(store: Store) -> None:
     _, _, torch_v, triton_v = ENV
     store.cache.record_verified(KEY, *ENV, make_entry(), 1.2, None)

@@ -51,7 +51,7 @@ KERNEL_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,199}$")
 DEVICE_RE = re.compile(r"^[A-Za-z0-9:_?-]{1,32}$")
 # What the search writes as a kernel's verdict (search/orchestrator.py), with free detail after.
 KERNEL_STATUS_RE = re.compile(r"^(accepted|cached|not searched|no proposal|no candidate accepted|rejected by"
-                              r"|passed gates 1-3|not verified)"
+                              r"|passed gates 1-3|not verified|dropped)"
                               r"(\b[^\n]{0,160})?$")
 META_KEYS = {"schema", "measured", "verified_kernels"}
 

@@ -256,6 +256,16 @@ class Orchestrator:
         if self.store is not None:
             self.store.cache.record_verified(*self._cache_key(kernel), entry, verdict.speedup, self.run_id)
 
+    def withdraw(self, kernel_names: list[str]) -> None:
+        """Kernels whose accepted replacement the final benchmark dropped (fresh processes found
+        it short of gamma): the verified-kernel cache forgets it, so a later run does not load it
+        as verified, and remembers the kernel as searched with nothing to show for it."""
+        if self.store is None or not kernel_names:
+            return
+        for kernel in self.capture.artifact.kernels:
+            if kernel.name in kernel_names:
+                self.store.cache.withdraw(*self._cache_key(kernel), self.run_id)
+
     def candidate_estimate_s(self, trusted: bool = False) -> float:
         """Expected seconds for one more candidate, trusted (the tuner's: gates in the engine) or
         not (gates in processes): the slowest of its kind so far in this run, else the default.

@@ -104,6 +104,18 @@ class VerifiedKernelCache:
         key = _cache_key(kernel_key, gpu, cc, torch_version, triton_version)
         self._write(key, "negative", None, None, reason, run_id)
 
+    def withdraw(
+        self, kernel_key: str, gpu: str, cc: str | None, torch_version: str, triton_version: str,
+        run_id: int | None,
+    ) -> None:
+        """A verified entry that did not hold up end to end (the final benchmark, on fresh
+        processes, found it short of gamma) is replaced by a negative for the same key; other
+        GPUs' and versions' rows stay. The history keeps both writes."""
+        key = _cache_key(kernel_key, gpu, cc, torch_version, triton_version)
+        self._write(key, "negative", None, None,
+                    "a replacement passed the gates but not the final end-to-end benchmark", run_id,
+                    replace=True)
+
     def _write(
         self,
         key: tuple[str, str, str, str, str],
@@ -112,9 +124,10 @@ class VerifiedKernelCache:
         speedup: float | None,
         reason: str,
         run_id: int | None,
+        replace: bool = False,
     ) -> None:
         """One cache write (already checked): appended to the history, and kept as the answer
-        for its key if it ranks above the one there."""
+        for its key if it ranks above the one there (``replace``: whatever is there)."""
         row = {
             "uid": new_uid(),
             "kind": kind,
@@ -128,6 +141,9 @@ class VerifiedKernelCache:
             if run_id is not None:
                 require_run(self._database, conn, run_id)
             insert_history_row(conn, key, row)
+            if replace:
+                conn.execute("DELETE FROM cache WHERE kernel_key = ? AND gpu = ? AND cc = ? AND torch = ? "
+                             "AND triton = ?", key)
             merge_cache_row(conn, key, row)
 
     def lookup(
