@@ -120,6 +120,34 @@ def test_a_candidate_that_raises_is_the_arms_failure_and_the_swap_is_still_undon
     assert _same(baseline.request("outputs", 3), baseline.request("outputs", 3))
 
 
+def test_the_baseline_a_swapped_candidate_is_timed_against_is_the_compilers_kernel_swapped_in_alike(
+        gelu: Cascade) -> None:
+    """Gate 4 in the engine compares like with like: the compiler's own kernel, loaded and swapped
+    in the way the candidate is, runs in the baseline arm (the same outputs, bit for bit, as the
+    compiled model as it is), and the compiled model is the compiler's again afterwards."""
+    cap = gelu.capture
+    kernel = cap.artifact.kernels[0]
+    originals = _globals(cap, kernel)
+    baseline = gelu._engine_baseline(kernel)
+    assert baseline.swap is not None and baseline.info["applied"] == [kernel.name]
+    assert baseline.swap.counted._kernel_obj is gelu.kernels.bench(kernel).original()
+    assert _same(baseline.request("outputs", 5), EngineArm(cap, "as compiled").request("outputs", 5))
+    assert all(_globals(cap, kernel)[i] is originals[i] for i in originals)
+
+
+def test_a_baseline_that_cannot_be_swapped_in_is_the_compiled_model_as_it_is(monkeypatch: Any) -> None:
+    cap = fresh_capture("gelu.py")
+    kernel = cap.artifact.kernels[0]
+    with Cascade(cap, OPTIONS) as cascade:
+        bench = cascade.kernels.bench(kernel)
+
+        def unloadable() -> Any:
+            raise RuntimeError("does not compile")
+
+        monkeypatch.setattr(bench, "original", unloadable)
+        assert cascade._engine_baseline(kernel).swap is None
+
+
 @pytest.mark.gpu
 def test_a_trusted_candidates_gate_4_runs_in_the_engine_on_a_gpu(gelu: Cascade) -> None:
     """On CUDA: gate 4 is measured on the engine's model (baseline, candidate, baseline again),
@@ -131,6 +159,7 @@ def test_a_trusted_candidates_gate_4_runs_in_the_engine_on_a_gpu(gelu: Cascade) 
     perf = verdict.gate("performance")
     assert perf is not None and perf.numbers.get("arms") == "engine"
     assert isinstance(perf.numbers.get("noise_floor"), float) and perf.numbers.get("rounds") == OPTIONS.rounds
+    assert perf.numbers.get("baseline_arm") == "the compiler's kernel, swapped in as the candidate is"
 
 
 def test_a_model_recompiled_since_capture_is_judged_in_process_arms_not_rejected() -> None:
