@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import statistics
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from kernelopt_bot.candidate import DEFAULT_GAMMA
@@ -98,7 +98,8 @@ def baselines_started(model_arms: Any) -> bool:
 
 
 def benchmark_pack(cascade: Any, tgt: Any, pack: KernelPack, result: RunResult, rounds: int,
-                   started: Any = None, gamma: float = DEFAULT_GAMMA) -> KernelPack:
+                   started: Any = None, gamma: float = DEFAULT_GAMMA,
+                   withdraw: Callable[[list[str]], None] | None = None) -> KernelPack:
     """Measure the combined pack end to end; if the combination misbehaves, keep the best single
     entry. An arm of ours that fails (its compile outlived the wall budget, say) is no verdict on
     the pack: the combination, never checked together, is cut to its best entry, which every gate
@@ -107,9 +108,11 @@ def benchmark_pack(cascade: Any, tgt: Any, pack: KernelPack, result: RunResult, 
 
     This measurement is the trusted one (fresh processes, ``install(pack)`` then a fresh
     compile), so gate 4's threshold holds on it too: a pack it finds short of ``gamma`` is cut to
-    its best entry, and a single entry short of it is dropped (:func:`drop_short_entry`). On an
-    H100 a tuner candidate that gate 4 had timed at 1.047x on the engine's model (a 55 us instance
-    norm) measured 0.985x here, and was shipped before this rule."""
+    its best entry, and a single entry short of it is dropped (:func:`drop_short_entry`) and
+    handed to ``withdraw`` (the verified-kernel cache forgets it: measured on its own and found
+    wanting, unlike an entry cut from a combination). On an H100 a tuner candidate that gate 4 had
+    timed at 1.047x on the engine's model (a 55 us instance norm) measured 0.985x here, and was
+    shipped before this rule."""
     from kernelopt_bot.harness.arm_process import ArmError, unlike_where_asked
     from kernelopt_bot.harness.bench import compare_arms
     from kernelopt_bot.harness.failures import InfrastructureFailure, is_out_of_memory
@@ -163,8 +166,10 @@ def benchmark_pack(cascade: Any, tgt: Any, pack: KernelPack, result: RunResult, 
     short = short_of_gamma(bench.speedup, bench.noise_floor, gamma)
     if short is not None and len(pack) > 1:
         pack = keep_best(pack, result, f"the combined pack {short}")
-        return benchmark_pack(cascade, tgt, pack, result, rounds, gamma=gamma)
+        return benchmark_pack(cascade, tgt, pack, result, rounds, gamma=gamma, withdraw=withdraw)
     if short is not None:
+        if withdraw is not None:
+            withdraw([e.kernel_name for e in pack.entries.values()])
         return drop_short_entry(pack, result, bench, short)
     result.baseline_ms, result.optimized_ms = bench.baseline_ms, bench.packed_ms
     result.speedup, result.noise_floor = bench.speedup, bench.noise_floor
@@ -205,11 +210,6 @@ def drop_short_entry(pack: KernelPack, result: RunResult, bench: Any, why: str) 
     result.latency_ms = {"baseline": host, "optimized": host, "speedup": 1.0, "noise_floor": bench.host_noise_floor}
     result.step_split_ms = {}
     return KernelPack(entries={}, target=pack.target, created_by=pack.created_by)
-
-
-def dropped_entries(before: KernelPack, after: KernelPack) -> list[str]:
-    """Names of the kernels whose entries the final benchmark took out of the pack."""
-    return [e.kernel_name for key, e in before.entries.items() if key not in after.entries]
 
 
 def note_not_benchmarked(pack: KernelPack, result: RunResult, why: str) -> None:

@@ -27,13 +27,7 @@ from kernelopt_bot.candidate import DEFAULT_GAMMA
 from kernelopt_bot.capture.settings import CompileSettings, check_config, target_settings
 from kernelopt_bot.device import resolve_device
 from kernelopt_bot.errors import BadInputError, KerneloptError
-from kernelopt_bot.final_bench import (
-    benchmark_pack,
-    dropped_entries,
-    empty_pack_need_s,
-    final_need_s,
-    final_pack_arm,
-)
+from kernelopt_bot.final_bench import benchmark_pack, empty_pack_need_s, final_need_s, final_pack_arm
 from kernelopt_bot.folders import make_dirs
 from kernelopt_bot.harness.failures import poisoned_in
 from kernelopt_bot.harness.isolation import Channel
@@ -622,9 +616,8 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
                 log("end-to-end benchmark")
                 left = budget.wall_s_left()
                 with arms_end_by(cascade.model_arms, None if left is None else left + reserve):
-                    delivered = benchmark_pack(cascade, tgt, pack, result, plan.rounds, final_arm, gamma=plan.gamma)
-                orchestrator.withdraw(dropped_entries(pack, delivered))
-                pack = delivered
+                    pack = benchmark_pack(cascade, tgt, pack, result, plan.rounds, final_arm, gamma=plan.gamma,
+                                          withdraw=orchestrator.withdraw)
             if steps.enabled:
                 steps.with_pack(pack, result)
             result.pack_entries = len(pack)

@@ -185,9 +185,11 @@ def test_a_pack_the_fresh_benchmark_finds_short_of_gamma_is_not_delivered(monkey
     pack = _pack(_entry("k0", [_engine_gate4(1.047)], accepted=3))
     result = _result(("k0", "accepted"))
     target = SimpleNamespace(spec="t.py", device="cuda", train=False)
-    delivered = final_bench.benchmark_pack(SimpleNamespace(model_arms=arms), target, pack, result, 3, gamma=1.03)
+    withdrawn: list[list[str]] = []
+    delivered = final_bench.benchmark_pack(SimpleNamespace(model_arms=arms), target, pack, result, 3, gamma=1.03,
+                                           withdraw=withdrawn.append)
     assert asked == [["k0"]] and len(delivered) == 0
-    assert final_bench.dropped_entries(pack, delivered) == ["k0"]
+    assert withdrawn == [["k0"]]  # the verified cache forgets it
     assert (result.speedup, result.baseline_ms, result.optimized_ms) == (1.0, 0.0545, 0.0545)
     row = result.kernels[0]
     assert row.status == "dropped" and row.speedup == 0.985 and result.verified_kernels == 0
@@ -222,8 +224,11 @@ def test_a_combined_pack_short_of_gamma_is_cut_to_its_best_entry_and_measured_ag
     best.measured["speedup"], other.measured["speedup"] = 1.09, 1.04
     result = _result(("k0", "accepted"), ("k1", "accepted"))
     target = SimpleNamespace(spec="t.py", device="cuda", train=False)
-    delivered = final_bench.benchmark_pack(SimpleNamespace(model_arms=arms), target, _pack(best, other), result, 3)
+    withdrawn: list[list[str]] = []
+    delivered = final_bench.benchmark_pack(SimpleNamespace(model_arms=arms), target, _pack(best, other), result, 3,
+                                           withdraw=withdrawn.append)
     assert asked == [["k0", "k1"], ["k0"]]
+    assert withdrawn == []  # cut from a combination, not found wanting on its own: still verified
     assert list(e.kernel_name for e in delivered.entries.values()) == ["k0"] and result.speedup == 1.08
     assert [k.status for k in result.kernels] == ["accepted", "dropped"]
     assert "combined pack measured 1.010x" in result.kernels[1].detail
