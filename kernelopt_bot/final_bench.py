@@ -108,9 +108,9 @@ def benchmark_pack(cascade: Any, tgt: Any, pack: KernelPack, result: RunResult, 
 
     This measurement is the trusted one (fresh processes, ``install(pack)`` then a fresh
     compile), so gate 4's threshold holds on it too: a pack it finds short of ``gamma`` is cut to
-    its best entry, and a single entry short of it is dropped (:func:`drop_short_entry`) and
-    handed to ``withdraw`` (the verified-kernel cache forgets it: measured on its own and found
-    wanting, unlike an entry cut from a combination). On an H100 a tuner candidate that gate 4 had
+    its best entry, and a single entry short of it is dropped (:func:`drop_short_entry`), its
+    kernel key handed to ``withdraw`` (the verified-kernel cache forgets it: measured on its own
+    and found wanting, unlike an entry cut from a combination). On an H100 a tuner candidate that gate 4 had
     timed at 1.047x on the engine's model (a 55 us instance norm) measured 0.985x here, and was
     shipped before this rule."""
     from kernelopt_bot.harness.arm_process import ArmError, unlike_where_asked
@@ -169,7 +169,7 @@ def benchmark_pack(cascade: Any, tgt: Any, pack: KernelPack, result: RunResult, 
         return benchmark_pack(cascade, tgt, pack, result, rounds, gamma=gamma, withdraw=withdraw)
     if short is not None:
         if withdraw is not None:
-            withdraw([e.kernel_name for e in pack.entries.values()])
+            withdraw(list(pack.entries))
         return drop_short_entry(pack, result, bench, short)
     result.baseline_ms, result.optimized_ms = bench.baseline_ms, bench.packed_ms
     result.speedup, result.noise_floor = bench.speedup, bench.noise_floor

@@ -177,7 +177,7 @@ part_unseen() {  # `kernelopt optimize` on each of UNSEEN_PROBLEMS ("file.py:dty
   local rc=0 spec file dtype slug path mode_flag=""
   [ -n "${UNSEEN_MODE:-}" ] && mode_flag="--mode $UNSEEN_MODE"
   for spec in ${UNSEEN_PROBLEMS:-cosine_similarity_rows.py:bf16 masked_mean_rows.py:fp32 var_mean_columns.py:fp32 softcap_softmax.py:bf16}; do
-    file="${spec%%:*}" dtype="${spec##*:}" slug="$(basename "$file" .py)_$dtype" path="benchmarks/unseen/${spec%%:*}"
+    file="${spec%%:*}" dtype="${spec##*:}" slug="$(basename "$file" .py)_$dtype" path="benchmarks/unseen/$file"
     [[ "$file" == */* ]] && path="benchmarks/$file"  # level1/x.py: a suite problem, run the same way to compare
     if [ $(( PART_END - $(date +%s) )) -lt "${UNSEEN_NEED_S:-170}" ]; then echo "$slug: not started (the part's limit)"; continue; fi
     # shellcheck disable=SC2086
@@ -258,8 +258,7 @@ part_noise() {  # the harness's noise floor (baseline against baseline, and an e
     if [ $(( PART_END - $(date +%s) )) -lt "${NOISE_MIN_S:-60}" ]; then  # a bench cut midway measures nothing
       echo "noise: stopped before $spec, under ${NOISE_MIN_S:-60} s left" | tee -a "$summary"; break
     fi
-    file="${spec%%:*}" dtype="${spec##*:}" slug="$(basename "$file" .py)_$dtype" path="benchmarks/unseen/${spec%%:*}"
-    [[ "$file" == */* ]] && path="benchmarks/$file"  # level1/x.py: a suite problem, run the same way to compare
+    file="${spec%%:*}" dtype="${spec##*:}" slug="$(basename "$file" .py)_$dtype"
     python3 -m kernelopt_bot.cli --verbose bench "benchmarks/$file" --pack "$R/empty_pack.json" --dtype "$dtype" \
       --json > "$R/noise_$slug.json" 2> "$R/noise_$slug.log" || rc=1
     python3 -c 'import json, sys; sys.exit(0 if json.load(open(sys.argv[1])).get("measured") else 1)' \
@@ -281,8 +280,7 @@ part_train() {  # training steps (issue 17): `kernelopt optimize --train` at the
   # TRAIN_PROBLEMS ("level/file.py:dtype"), then the step's speedup and its forward / backward split
   local rc=0 spec file dtype slug dirs=()
   for spec in ${TRAIN_PROBLEMS:-level1/layer_norm.py:bf16 level1/cross_entropy.py:bf16 level3/mlp_4layer.py:bf16 level3/prenorm_attention_block.py:bf16}; do
-    file="${spec%%:*}" dtype="${spec##*:}" slug="$(basename "$file" .py)_$dtype" path="benchmarks/unseen/${spec%%:*}"
-    [[ "$file" == */* ]] && path="benchmarks/$file"  # level1/x.py: a suite problem, run the same way to compare
+    file="${spec%%:*}" dtype="${spec##*:}" slug="$(basename "$file" .py)_$dtype"
     python3 -m kernelopt_bot.cli optimize "benchmarks/$file" --train --dtype "$dtype" --out "$R/train/$slug" \
       > "$R/train_$slug.log" 2>&1 || rc=1
     grep -E "configs timed|: (accepted|rejected)|error" "$R/train_$slug.log" | tail -4

@@ -189,7 +189,7 @@ def test_a_pack_the_fresh_benchmark_finds_short_of_gamma_is_not_delivered(monkey
     delivered = final_bench.benchmark_pack(SimpleNamespace(model_arms=arms), target, pack, result, 3, gamma=1.03,
                                            withdraw=withdrawn.append)
     assert asked == [["k0"]] and len(delivered) == 0
-    assert withdrawn == [["k0"]]  # the verified cache forgets it
+    assert withdrawn == [["key-k0"]]  # the verified cache forgets it (by the pack's kernel key)
     assert (result.speedup, result.baseline_ms, result.optimized_ms) == (1.0, 0.0545, 0.0545)
     row = result.kernels[0]
     assert row.status == "dropped" and row.speedup == 0.985 and result.verified_kernels == 0

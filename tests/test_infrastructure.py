@@ -90,9 +90,9 @@ def test_a_replacement_the_final_benchmark_dropped_is_not_loaded_as_verified_aga
     block = next(iter(kernel.constexprs))
     entry = PackEntry(kernel.key, kernel.name, config=LaunchConfig({block: 16}, num_warps=4, num_stages=1))
     store.cache.record_verified(*orch._cache_key(kernel), entry, 1.047, None)
-    orch.withdraw(["some_other_kernel"])
+    orch.withdraw(["f" * 64])  # another kernel's key
     assert store.cache.lookup(*orch._cache_key(kernel)).verified
-    orch.withdraw([kernel.name])
+    orch.withdraw([kernel.key])
     hit = store.cache.lookup(*orch._cache_key(kernel))
     assert hit is not None and not hit.verified and hit.entry is None
 

@@ -140,8 +140,12 @@ class Orchestrator:
                 "without a GPU no time ranks them)")
 
     def _cache_key(self, kernel: TritonKernel) -> tuple[str, str, str | None, str, str]:
+        return self._key_here(kernel.key)
+
+    def _key_here(self, kernel_key: str) -> tuple[str, str, str | None, str, str]:
+        """A kernel's cache key on this GPU and software stack."""
         env = self.env
-        return (kernel.key, env.gpu or self.device, env.compute_capability, env.torch or "", env.triton or "")
+        return (kernel_key, env.gpu or self.device, env.compute_capability, env.torch or "", env.triton or "")
 
     def _search_kernel(self, kernel: TritonKernel, row: KernelProfile, outcome: KernelOutcome,
                        pack: KernelPack) -> None:
@@ -256,15 +260,15 @@ class Orchestrator:
         if self.store is not None:
             self.store.cache.record_verified(*self._cache_key(kernel), entry, verdict.speedup, self.run_id)
 
-    def withdraw(self, kernel_names: list[str]) -> None:
-        """Kernels whose accepted replacement the final benchmark dropped (fresh processes found
-        it short of gamma): the verified-kernel cache forgets it, so a later run does not load it
-        as verified, and remembers the kernel as searched with nothing to show for it."""
-        if self.store is None or not kernel_names:
+    def withdraw(self, kernel_keys: list[str]) -> None:
+        """Kernels (by pack key) whose accepted replacement the final benchmark dropped (fresh
+        processes found it short of gamma): the verified-kernel cache forgets it, so a later run
+        does not load it as verified, and remembers the kernel as searched with nothing to show
+        for it."""
+        if self.store is None:
             return
-        for kernel in self.capture.artifact.kernels:
-            if kernel.name in kernel_names:
-                self.store.cache.withdraw(*self._cache_key(kernel), self.run_id)
+        for key in kernel_keys:
+            self.store.cache.withdraw(*self._key_here(key), self.run_id)
 
     def candidate_estimate_s(self, trusted: bool = False) -> float:
         """Expected seconds for one more candidate, trusted (the tuner's: gates in the engine) or
