@@ -5,6 +5,7 @@
 #   bash scripts/gpu_check.sh tests      the GPU tests named in GPU_TESTS (default tests/gpu)
 #   bash scripts/gpu_check.sh redteam    the red team (all three files) at tiny size, then its GPU-only cases (a race,
 #                                        gate 4) at full size
+#   bash scripts/gpu_check.sh redteam_gpu the red team's GPU-only cases alone (a race, gate 4's noise and gamma), at full size
 #   bash scripts/gpu_check.sh isolation  model code and candidates find no secret, with CUDA inside the namespaces
 #   bash scripts/gpu_check.sh honest     the honest candidates (HONEST_K selects)
 #   bash scripts/gpu_check.sh speedup    gate 4 on a sweep-found launch config (SPEEDUP_EXAMPLE, SPEEDUP_DTYPE)
@@ -113,9 +114,11 @@ part_redteam() {  # every case at the examples' tiny size, in three pytest proce
   wait $a || rc=1; wait $b || rc=1; wait $c || rc=1
   cat "$R"/redteam_*.tail
   unset KERNELOPT_EXAMPLE_SIZE
-  run_tests redteam_gpu tests/redteam -k "$GPU_ONLY_CASES" || rc=1
+  part_redteam_gpu || rc=1
   return $rc
 }
+
+part_redteam_gpu() { run_tests redteam_gpu tests/redteam -k "$GPU_ONLY_CASES"; }  # at full size (about 90 s on an H100)
 
 part_tests() { run_tests tests ${GPU_TESTS:-tests/gpu}; }  # GPU_TESTS: test files or node ids
 
@@ -325,10 +328,10 @@ part_kernels() {  # kernel targets (issue 14): optimize each of KERNEL_TARGETS (
 }
 
 export R summary GPU_ONLY_CASES DEFAULT_NOISE_PROBLEMS WARMED NOISED
-export -f run_tests timed_suite part_warm part_tests part_engine part_redteam part_isolation part_honest part_speedup part_optimize part_prdry part_suite part_ontop part_unseen part_offsets part_gpus part_noise part_kernels part_train
+export -f run_tests timed_suite part_warm part_tests part_engine part_redteam part_redteam_gpu part_isolation part_honest part_speedup part_optimize part_prdry part_suite part_ontop part_unseen part_offsets part_gpus part_noise part_kernels part_train
 for part in "${@:-engine}"; do
   case "$part" in
-    engine|tests|redteam|isolation|honest|speedup|optimize|prdry|suite|ontop|unseen|offsets|gpus|warm|noise|kernels|train) limited "$part" ;;
+    engine|tests|redteam|redteam_gpu|isolation|honest|speedup|optimize|prdry|suite|ontop|unseen|offsets|gpus|warm|noise|kernels|train) limited "$part" ;;
     *) echo "unknown part $part" >&2; status=2 ;;
   esac
 done
