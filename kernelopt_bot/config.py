@@ -50,7 +50,7 @@ SECRET_KEYS = ("api_key", "key", "token", "secret", "password", "apikey")
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class TargetConfig(_Strict):
@@ -527,6 +527,9 @@ def load_config(path: str | Path, *, root: Path | None = None, check_entries: bo
         raise BadInputError(f"{p}: no such file (the bot needs a {DEFAULT_CONFIG} in the repository)") from exc
     except OSError as exc:
         raise BadInputError(f"{p}: cannot read: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise BadInputError(f"{p}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start}); "
+                            "save it as UTF-8") from exc
     entries_root = (root or p.resolve().parent) if check_entries else None
     return parse_config(text, source=source or str(path), root=entries_root)
 

@@ -26,7 +26,11 @@ class CompileError(KerneloptError):
 
 def one_line(exc: BaseException) -> str:
     """``Type: first line of the message`` (or just ``Type``): how every failure is reported in one
-    line, whether it came from a target, a sandboxed candidate or a worker process."""
-    text = str(exc).strip().splitlines()
+    line, whether it came from a target, a sandboxed candidate or a worker process. A first line
+    that only announces what follows (it ends with a colon) takes the next line with it: alone it
+    said "raised:" and lost the reason."""
+    text = [line.strip() for line in str(exc).strip().splitlines()]
     first = text[0] if text else ""
+    if first.endswith(":"):  # a wrapper's heading (BackendCompilerFailed: "backend='inductor' raised:"): the cause is next
+        first = " ".join([first, next((line for line in text[1:] if line), "")]).strip()
     return f"{type(exc).__name__}: {first}" if first else type(exc).__name__

@@ -82,14 +82,40 @@ def reproduce_command(target: str, device: str | None, dtype: str, budget: dict[
     return shlex.join(parts)
 
 
+EARLIER = "previous"  # where a failed run moves the files of an earlier run whose pack had entries
+EARLIER_FILES = ("pack.json", "result.json", "report.md")
+
+
 def _write(out_dir: Path, result: RunResult, pack: KernelPack) -> None:
     from kernelopt_bot.report import render_report
 
     make_dirs(out_dir)
+    if result.status == "failed" and not len(pack):
+        kept = _keep_earlier_pack(out_dir)
+        if kept:
+            result.error = f"{result.error or 'failed'} (the earlier run's pack, {kept}, was kept in {EARLIER}/)"
     pack.save(out_dir / "pack.json")
     result.pack_path = str(out_dir / "pack.json")
     result.save(out_dir / "result.json")
     (out_dir / "report.md").write_text(render_report(result))
+
+
+def _keep_earlier_pack(out_dir: Path) -> str | None:
+    """Move an earlier run's files out of a failed run's way where its pack has entries, and say
+    what it held: a failed run writes an empty ``pack.json``, and run again after a model file broke,
+    it replaced the pack a GPU run had verified. A folder whose pack is empty or unreadable has
+    nothing to keep (None)."""
+    try:
+        entries = len(KernelPack.load(out_dir / "pack.json"))
+    except (OSError, ValueError, KerneloptError):
+        return None
+    if not entries:
+        return None
+    keep = make_dirs(out_dir / EARLIER)
+    for name in EARLIER_FILES:
+        with contextlib.suppress(FileNotFoundError):
+            os.replace(out_dir / name, keep / name)
+    return f"{entries} verified entr{'y' if entries == 1 else 'ies'}"
 
 
 ENGINE_ENTRY = "kernelopt_bot.pipeline.engine_main"

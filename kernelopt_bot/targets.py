@@ -402,7 +402,23 @@ def _check_eager(target: Target) -> None:
     steps = ("a training step", "a second training step") if target.train else ("model",)
     for what in steps:
         try:
-            target.eager(*inputs)
+            out = target.eager(*inputs)
         except Exception as exc:
             raise TargetError(f"{target.spec}: {what} fails eagerly: {one_line(exc)}") from exc
+        if not target.train:
+            _check_compared(target, out)
+
+
+def _check_compared(target: Target, out: Any) -> None:
+    """A model whose call gives no tensor and leaves no buffer gives gate 3 nothing to compare:
+    any kernel would pass it. Such a model (``forward`` returning None or a number, its work
+    written into an input in place) is the user's to change; it was reported as "captured no
+    graph" with exit 0."""
+    from kernelopt_bot.training import buffers_of, tensors
+
+    if tensors(out) or buffers_of(target.model, copy=False):
+        return
+    raise TargetError(f"{target.spec}: the model's call returned {type(out).__name__}, with no tensor in it and "
+                      "no buffer: kernelopt compares and times what a model returns, so return the tensors "
+                      "it computes (a tensor, or a tuple, list or dict of tensors)")
 

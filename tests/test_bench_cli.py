@@ -84,6 +84,23 @@ def test_bench_pin_applies_with_caches_disabled() -> None:
     assert result.max_abs_diff < 1e-5
 
 
+def test_a_pack_whose_source_does_not_parse_says_why(tmp_path: Path) -> None:
+    """The compiler wraps the cause under a heading line ("backend='inductor' raised:"); the
+    error said only the heading."""
+    from kernelopt_bot.pack.format import LaunchConfig, PackEntry
+    from kernelopt_bot.pack.runtime import running_environment
+
+    cap = captured("linear_epilogue.py")
+    kernel = cap.artifact.kernels[0]
+    pack = KernelPack(target=LINEAR)
+    pack.add(PackEntry(kernel.key, kernel.name, source="def nope(:\n", config=LaunchConfig({"XBLOCK": 2}, 2, 1),
+                       guard=running_environment(cap.target.device)))
+    pack.save(tmp_path / "pack.json")
+    result = run_cli("bench", LINEAR, "--pack", str(tmp_path / "pack.json"))
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert "does not run with" in result.stderr and "SyntaxError: invalid syntax" in result.stderr
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -39,6 +39,12 @@ def test_config_items_parse_as_json_and_keys_are_inductors() -> None:
     assert check_config({"coordinate_descent_tuning": True}) == {"coordinate_descent_tuning": True}
     with pytest.raises(BadInputError, match="unknown Inductor config key"):
         check_config({"coordinate_descent_tunning": True})
+    # values of the default's type (null fits any: some keys are optional); a number for a flag does not
+    assert check_config({"compile_threads": 4, "max_autotune_gemm_backends": "TRITON", "triton.max_tiles": None})
+    with pytest.raises(BadInputError, match=r"coordinate_descent_tuning=1 \(expected true or false\)"):
+        check_config({"coordinate_descent_tuning": 1})
+    with pytest.raises(BadInputError, match=r"compile_threads=true \(expected an integer\)"):
+        check_config({"compile_threads": True})
 
 
 def test_the_reproduce_line_carries_the_settings() -> None:

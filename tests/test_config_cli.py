@@ -49,3 +49,19 @@ def test_optimize_refuses_a_key_variable_not_named_like_a_secret() -> None:
                    "--llm-api-key-env", "KERNELOPT_LLM_APIKEY")
     assert proc.returncode == 2
     assert "--llm-api-key-env: 'KERNELOPT_LLM_APIKEY' is not named like a secret" in proc.stderr
+
+
+def test_check_refuses_what_the_cli_refuses_and_a_file_that_is_not_utf8(tmp_path: Path) -> None:
+    """The file's values are taken as YAML typed them, as the CLI's flags are: ``true`` is not a
+    count (``--budget candidates=true`` exits 2 too); and bytes that are not UTF-8 are the file's
+    fault, said so, not an internal error."""
+    typed = tmp_path / "typed.yml"
+    typed.write_text("targets:\n  - name: mlp\n    entry: pkg.m:f\nbudget: {candidates: true}\n")
+    proc = run_cli("config", "check", str(typed))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "budget.candidates" in proc.stderr and "integer" in proc.stderr
+    latin = tmp_path / "latin.yml"
+    latin.write_bytes("targets:\n  - name: caf\xe9\n    entry: pkg.m:f\n".encode("latin-1"))
+    proc = run_cli("config", "check", str(latin))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "not UTF-8 text" in proc.stderr and "internal error" not in proc.stderr

@@ -105,6 +105,41 @@ def test_failing_target_is_a_result_not_a_crash(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "out" / "result.json").read_text())["status"] == "failed"
 
 
+def test_a_failed_run_keeps_the_pack_an_earlier_run_verified(tmp_path: Path) -> None:
+    """Run again after the model file broke, a run's empty pack replaced the one a GPU run had
+    verified in the same folder: it is moved to previous/ and the error says so."""
+    out = tmp_path / "out"
+    out.mkdir()
+    earlier = KernelPack(target="model.py", created_by="kernelopt optimize")
+    earlier.add(PackEntry("k" * 64, "triton_per_fused_0", config=LaunchConfig({"XBLOCK": 1, "R0_BLOCK": 1024}, 8, 1)))
+    earlier.save(out / "pack.json")
+    (out / "report.md").write_text("# the earlier report\n")
+    saved = (out / "pack.json").read_bytes()
+    model = tmp_path / "model.py"
+    model.write_text("import torch\nclass Model(torch.nn.Module):\n    def forward(self, x)\n        return x\n")
+    result = run_cli("optimize", str(model), "--out", str(out), "--store", str(tmp_path / "s.db"))
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "the earlier run's pack, 1 verified entry, was kept in previous/" in result.stderr + result.stdout
+    assert (out / "previous" / "pack.json").read_bytes() == saved
+    assert (out / "previous" / "report.md").read_text() == "# the earlier report\n"
+    assert len(KernelPack.load(out / "pack.json")) == 0
+    again = run_cli("optimize", str(model), "--out", str(out), "--store", str(tmp_path / "s.db"))
+    assert again.returncode == 2 and (out / "previous" / "pack.json").read_bytes() == saved  # an empty pack moves nothing
+
+
+@pytest.mark.parametrize("returned", ["None", "3", "x.sum().item()"])
+def test_a_model_that_returns_no_tensor_is_bad_input(tmp_path: Path, returned: str) -> None:
+    """Gate 3 would compare nothing: any kernel would pass it. It read "captured no graph", exit 0."""
+    model = tmp_path / "model.py"
+    model.write_text("import torch\n\n\nclass Model(torch.nn.Module):\n    def forward(self, x):\n"
+                     f"        y = torch.relu(x)\n        return {returned}\n\n\n"
+                     "def get_inputs():\n    return [torch.randn(8, 8)]\n\n\n"
+                     "def get_init_inputs():\n    return []\n")
+    result = run_cli("optimize", str(model), "--out", str(tmp_path / "out"), "--store", str(tmp_path / "s.db"))
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "with no tensor in it and no buffer" in result.stderr
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["optimize", GELU, "--budget", "nope=1"], "unknown key"),
     (["optimize", GELU, "--budget", "candidates=-1"], "non-negative"),
@@ -113,6 +148,8 @@ def test_failing_target_is_a_result_not_a_crash(tmp_path: Path) -> None:
     (["optimize", "missing.py"], "no such file"),
     (["optimize", GELU, "--inductor-config", "not_an_inductor_key=1"], "unknown Inductor config key"),
     (["optimize", GELU, "--inductor-config", "no_equals_sign"], "expected KEY=VALUE"),
+    (["optimize", GELU, "--inductor-config", "coordinate_descent_tuning=maybe"],
+     'coordinate_descent_tuning="maybe" (expected true or false)'),
     (["optimize", GELU, "--mode", "fastest"], "Invalid value for '--mode'"),
 ])
 def test_bad_input_exits_2(args: list[str], message: str) -> None:

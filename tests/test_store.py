@@ -130,6 +130,7 @@ def test_corrupt_file_is_a_clear_error_and_left_untouched(tmp_path: Path) -> Non
     with pytest.raises(StoreError) as info:
         Store(path)
     assert str(path) in str(info.value)
+    assert info.value.exit_code == 2  # the file the user named: bad input
     assert path.read_bytes() == garbage
     assert sorted(p.name for p in tmp_path.iterdir()) == ["k.db"]
 
@@ -143,6 +144,7 @@ def test_foreign_sqlite_file_is_refused(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="not a kernelopt store") as info:
         Store(path)
     assert str(path) in str(info.value)
+    assert info.value.exit_code == 2
 
 
 def test_newer_schema_version_is_refused(tmp_path: Path) -> None:

@@ -71,3 +71,12 @@ def test_export_then_import_carries_the_store_to_another_runner(optimized: Path,
 def test_bad_store_commands_are_bad_input(tmp_path: Path, args: tuple[str, ...], message: str) -> None:
     run = _kernelopt(tmp_path, "store", *args)
     assert run.returncode == 2 and message in run.stderr, run.stderr
+
+
+def test_a_file_that_is_not_a_store_is_bad_input_and_left_as_it_was(tmp_path: Path) -> None:
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"not sqlite at all\n" * 50)
+    run = _kernelopt(tmp_path, "store", "runs", "--store", "junk.db")
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert "not a readable kernelopt database" in run.stderr and "Traceback" not in run.stderr
+    assert junk.read_bytes() == b"not sqlite at all\n" * 50

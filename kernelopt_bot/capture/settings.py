@@ -104,11 +104,33 @@ def check_config(config: dict[str, Any], what: str = "inductor_config") -> dict[
     """``config`` if every key is one of Inductor's config keys; else a clear error."""
     import torch._inductor.config as inductor_config
 
-    known = set(inductor_config.get_config_copy())
-    unknown = sorted(k for k in config if k not in known)
+    defaults = inductor_config.get_config_copy()
+    unknown = sorted(k for k in config if k not in defaults)
     if unknown:
         raise BadInputError(f"{what}: unknown Inductor config key(s) {', '.join(map(repr, unknown))}")
+    wrong = [f"{key}={json.dumps(value)} ({want})" for key, value in config.items()
+             if (want := _unlike_default(value, defaults[key]))]
+    if wrong:
+        raise BadInputError(f"{what}: {', '.join(wrong)}")
     return dict(config)
+
+
+def _unlike_default(value: Any, default: Any) -> str | None:
+    """What ``value`` should have been where its type is not the key's default's (a flag set to
+    "maybe" was kept as a string and recorded so); None where it fits or the default says nothing
+    (None, a list, a callable: Inductor's own checks decide). ``null`` always fits: some keys are
+    optional."""
+    if value is None:
+        return None
+    if isinstance(default, bool):
+        return None if isinstance(value, bool) else "expected true or false"
+    if isinstance(default, int):
+        return None if isinstance(value, int) and not isinstance(value, bool) else "expected an integer"
+    if isinstance(default, float):
+        return None if isinstance(value, (int, float)) and not isinstance(value, bool) else "expected a number"
+    if isinstance(default, str):
+        return None if isinstance(value, str) else "expected a string"
+    return None
 
 
 def _key(item: str, what: str) -> str:

@@ -19,7 +19,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from kernelopt_bot.errors import KerneloptError
+from kernelopt_bot.errors import KerneloptError, one_line
 from kernelopt_bot.harness.failures import is_infrastructure_text
 from kernelopt_bot.harness.isolation import Channel, describe_exit, spawn_isolated
 
@@ -332,7 +332,7 @@ def worker_main(conn: Channel, spec: ArmSpec) -> None:
     except BaseException as exc:  # noqa: BLE001 - everything must reach the parent
         tail = traceback.format_exc().strip().splitlines()[-3:]
         with contextlib.suppress(OSError, ValueError):
-            conn.send(("error", f"{type(exc).__name__}: {exc}".splitlines()[0] + " | " + " / ".join(tail)))
+            conn.send(("error", one_line(exc) + " | " + " / ".join(tail)))
     finally:
         conn.close()
 

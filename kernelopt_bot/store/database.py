@@ -154,6 +154,13 @@ class StoreError(KerneloptError):
     """The store file cannot be used (corrupt, foreign, too new, locked) or input was refused."""
 
 
+class UnreadableStore(StoreError):
+    """The file named as the store is not a kernelopt database (not SQLite, or another program's):
+    what the user pointed us at (exit 2, bad input), like a pack that is not JSON."""
+
+    exit_code = 2
+
+
 class Database:
     """One open store file: its connection, schema and transactions, for the store's jobs to
     read and write through. Safe to open from several processes at once; one object per thread
@@ -201,7 +208,7 @@ class Database:
             conn.execute("PRAGMA foreign_keys = ON")
             version = self._file_version(conn)
         except sqlite3.DatabaseError as exc:
-            raise StoreError(
+            raise UnreadableStore(
                 f"store {self.path} is not a readable kernelopt database ({exc}); it was left "
                 "untouched: move it aside or set KERNELOPT_DB to another path"
             ) from exc
@@ -248,7 +255,7 @@ class Database:
         if "meta" in tables:
             app = conn.execute("SELECT value FROM meta WHERE key = 'app'").fetchone()
         if app is None or app[0] != "kernelopt":
-            raise StoreError(
+            raise UnreadableStore(
                 f"{self.path} is an SQLite database but not a kernelopt store "
                 f"(tables: {', '.join(sorted(tables))}); it was left untouched"
             )
