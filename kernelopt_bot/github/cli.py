@@ -261,11 +261,14 @@ def _merge_and_publish(cfg: KerneloptConfig, gateway: Gateway, dirs: list[Path],
     from kernelopt_bot.github.sweep import default_head, merge, publish_merge, read_history
 
     head = default_head(gateway, root)
-    result = merge(cfg, dirs, gateway, history_text=read_history(gateway, history_file), head_sha=head)
-    ref = publish_merge(cfg, gateway, result, head)
+    result = merge(cfg, dirs, gateway, history_text=read_history(gateway, history_file), head_sha=head,
+                   history_on_branch=history_file is None)
+    # The report and the history are written before anything is published: a GitHub error while
+    # publishing (a 403 on opening the PR) left the folder, and so the job's artifact, empty.
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "sweep.md").write_text(result.report, encoding="utf-8")
     (out_dir / "history.json").write_text(json.dumps(result.history, indent=2) + "\n", encoding="utf-8")
+    ref = publish_merge(cfg, gateway, result, head)
     failures = []
     for o in result.outcomes:
         if o.failed:

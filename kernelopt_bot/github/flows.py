@@ -35,7 +35,7 @@ from kernelopt_bot.github import checkout
 from kernelopt_bot.github.affected import affected_targets
 from kernelopt_bot.github.commands import HELP, Command, CommandError, authorize, parse_command
 from kernelopt_bot.github.events import IssueCommentEvent, PullRequestEvent
-from kernelopt_bot.github.gateway import Gateway, ProposalRef, PullInfo
+from kernelopt_bot.github.gateway import Gateway, GitHubAPIError, ProposalRef, PullInfo
 from kernelopt_bot.github.proposal import (
     Proposal,
     SourceChanges,
@@ -195,6 +195,7 @@ def publish_pr_results(ctx: BotContext, pull: PullInfo, head_sha: str, outcomes:
         changes = source_changes(outcomes, cfg, lambda path: gw.read_file(path, ref=base[0]))
         notes = [*(notes or []), *changes.problems]
     sources = changes.after
+    proposal_error: GitHubAPIError | None = None
     if (packs or carried or edited) and base is None:
         proposal_ref = ProposalRef("skipped", note=f"No follow-up PR: the base branch {pull.base_ref} was not found; "
                                    "the packs and patches are in this workflow run's artifacts.")
@@ -225,7 +226,12 @@ def publish_pr_results(ctx: BotContext, pull: PullInfo, head_sha: str, outcomes:
                            f" for #{pull.number} at {head_sha[:12]}\n\n" + "\n".join(f"- {p}" for p in sorted(files)),
             draft=cfg.publish.draft, labels=list(cfg.publish.labels), reviewers=list(cfg.publish.reviewers),
             sources=frozenset(sources))
-        proposal_ref = gw.publish_proposal(proposal, max_open=cfg.publish.max_open_proposals)
+        try:
+            proposal_ref = gw.publish_proposal(proposal, max_open=cfg.publish.max_open_proposals)
+        except GitHubAPIError as exc:  # the report still goes up, saying so; the job fails after it (below)
+            proposal_error = exc
+            proposal_ref = ProposalRef("failed", note=f"The follow-up PR could not be opened ({exc}); the packs "
+                                       "and patches are in this workflow run's artifacts.")
     elif failures:
         proposal_ref = ProposalRef("kept", note=f"Follow-up PR left as it was: nothing verified, but {len(failures)} "
                                    "target run(s) failed.")
@@ -259,6 +265,8 @@ def publish_pr_results(ctx: BotContext, pull: PullInfo, head_sha: str, outcomes:
         note=proposal_ref.note if proposal_ref.note else ""))
     report_path = ctx.out_dir / "report.md"
     report_path.write_text(summary, encoding="utf-8")
+    if proposal_error is not None:  # reported and written: now the job fails on it, as on any API error
+        raise proposal_error
     return BotOutcome(outputs=_outputs(ctx, rows, proposal_ref, report_path), summary=summary,
                       failures=failures, message=f"reported on #{pull.number}: {comment_url}")
 
@@ -383,7 +391,7 @@ class Ack:
 def _reply(gw: Gateway, ev: IssueCommentEvent, text: str) -> None:
     """The bot's one reply to this comment (found and edited on a re-run). Only for authorized users."""
     quote = f"> {md(ev.body.strip().splitlines()[0] if ev.body.strip() else '', 200)}\n\n"
-    gw.reply(ev.number, f"{quote}&#64;{md(ev.login, 60)} {text}", key=str(ev.comment_id))
+    gw.reply(ev.number, f"{quote}{md('@' + ev.login, 61)} {text}", key=str(ev.comment_id))
 
 
 def command_ack(ctx: BotContext, ev: IssueCommentEvent) -> Ack:

@@ -298,8 +298,12 @@ class GitHubGateway:
         return self._retried(f"look for the open PR from {branch}", find)
 
     def open_proposals(self) -> int:
+        """The bot's open proposals: PRs from a ``kernelopt/`` branch of this repository. A fork's
+        branch may take any name, and five fork PRs from ``kernelopt/*`` branches held the limit."""
         return self._retried("count open kernelopt PRs", lambda: sum(
-            1 for p in self.repo.get_pulls(state="open") if p.head.ref.startswith(BRANCH_PREFIX)))
+            1 for p in self.repo.get_pulls(state="open")
+            if p.head.ref.startswith(BRANCH_PREFIX) and p.head.repo is not None
+            and p.head.repo.full_name == self.repo.full_name))
 
     def _commit(self, parent_sha: str, files: dict[str, str | None], message: str, *,
                 base_tree: bool = True) -> str:

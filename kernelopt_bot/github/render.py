@@ -28,6 +28,7 @@ PROPOSAL_MARKER = "<!-- kernelopt:proposal -->"
 SWEEP_MARKER = "<!-- kernelopt:sweep -->"
 
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
+ZWSP = "\u200b"  # zero-width space: renders as nothing, and no mention or link starts across it
 
 
 def md(value: Any, limit: int = 300) -> str:
@@ -39,8 +40,13 @@ def md(value: Any, limit: int = 300) -> str:
         text = text[: limit - 1] + "…"
     text = html.escape(text, quote=True)
     text = _MD_SPECIAL.sub(r"\\\1", text)
-    # "@user" would ping; "://" would autolink. Entities render the same glyphs without either.
-    return text.replace("@", "&#64;").replace("://", "&#58;//")
+    # "@user" would ping, "owner/repo#12" would cross-reference (a backlink in another
+    # repository's issue), "://" and "www." would autolink. GitHub finds mentions and references in the text as
+    # rendered, where an entity such as "&#64;" is "@" again; a zero-width space after the sign
+    # (as Dependabot writes mentions) breaks each.
+    text = text.replace("@", "@" + ZWSP).replace("://", ":" + ZWSP + "//")
+    text = re.sub(r"([\w.-]+/[\w.-]+)#(?=\d)", r"\1#" + ZWSP, text)  # "#12" alone links within this repo
+    return re.sub(r"(?i)\bwww\.", lambda m: m.group(0)[:3] + ZWSP + ".", text)
 
 
 def fence(value: Any, lang: str = "") -> str:

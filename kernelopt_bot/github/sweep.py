@@ -282,10 +282,22 @@ def decide(cfg: KerneloptConfig, outcomes: list[JobOutcome], current: dict[str, 
 
 
 def merge(cfg: KerneloptConfig, dirs: list[Path], gateway: Gateway, *, history_text: str | None,
-          head_sha: str) -> MergeResult:
+          head_sha: str, history_on_branch: bool = False) -> MergeResult:
+    """The shards' results against the packs on the default branch and the history.
+    ``history_on_branch``: the history came from :data:`HISTORY_BRANCH`, where an unreadable one
+    (a hand edit gone wrong) is reported and replaced, git keeping the old one; it stopped every
+    later sweep with exit 2. A file the user named (``--history``) that is unreadable still is."""
     outcomes = load_outcomes(dirs, cfg=cfg, allow_source=True)  # shards run the default branch's code
     shards = sum(1 for d in dirs for _ in Path(d).rglob("shard-*-of-*.json")) or len(dirs)
-    history = parse_history(history_text)
+    history_problem = ""
+    try:
+        history = parse_history(history_text)
+    except BadInputError as exc:
+        if not history_on_branch:
+            raise
+        history, history_problem = parse_history(None), (
+            f"{HISTORY_FILE} on {HISTORY_BRANCH} could not be read ({exc}); this sweep starts a new history "
+            "(the branch's git history keeps the old file)")
     prev = previous(history)
     default = gateway.default_branch()
     current: dict[str, str | None] = {t.name: gateway.read_file(pack_file(t.name), ref=default) for t in cfg.targets}
@@ -308,7 +320,7 @@ def merge(cfg: KerneloptConfig, dirs: list[Path], gateway: Gateway, *, history_t
     history["runs"].append(history_entry(outcomes, head_sha))
     history["runs"] = history["runs"][-HISTORY_KEEP:]
     report = render("sweep.md.j2", **base_context(rows, head_sha=head_sha, shards=shards, changes=changes,
-                                                  regressions=regressions))
+                                                  regressions=regressions, history_problem=history_problem))
     return MergeResult(outcomes, rows, changes, files, regressions, history, shards, report)
 
 

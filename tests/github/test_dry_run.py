@@ -116,7 +116,7 @@ def test_unavailable_llm_agents_are_said_in_the_comment_the_pr_body_and_the_summ
     ev = harness.event("pull_request", pull_request__base__sha=base, pull_request__head__sha=head)
     run = harness.bot("pull_request", ev, repo, "--dry-run", out=out)
     assert run.code == 0, run.text
-    line = "LLM agents unavailable: tuner only (connection refused by https&#58;//llm.test/v1)"
+    line = "LLM agents unavailable: tuner only (connection refused by https:\u200b//llm.test/v1)"
     comment, body = (out / "comment.md").read_text(), (out / "pr_body.md").read_text()
     assert comment.count(line) == 1  # once, although two runs (fp32, bf16) were without the agents
     assert line in body and line in run.summary

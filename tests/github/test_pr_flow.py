@@ -161,8 +161,9 @@ def test_server_error_on_pr_creation_leaves_no_pr(harness: Harness, gh: GH, repo
     assert "the next run opens or updates its PR" in run.text
     assert "::error title=kernelopt%3A GitHub API::" in run.text
     assert run.summary.startswith("## kernelopt: publishing failed") and "502" in run.summary
-    # nothing half-made: no comment claims a PR exists
-    assert gh.state.comments_on(gh.pr) == []
+    # nothing half-made: the report went up, and says the PR could not be opened (it once was lost)
+    (comment,) = gh.state.comments_on(gh.pr)
+    assert "The follow-up PR could not be opened" in comment["body"] and "502" in comment["body"]
     # a re-run finds the branch, moves it, and opens the PR
     rerun = harness.bot("pull_request", _pr_event(harness, gh), repo_dir)
     assert rerun.code == 0, rerun.text
@@ -176,7 +177,9 @@ def test_rate_limit_before_the_commit_leaves_nothing(harness: Harness, gh: GH, r
     assert run.code == 1
     assert "rate limit exceeded (403) (resets at" in run.text
     assert "heads/kernelopt/pr-1" not in gh.state.refs
-    assert not gh.state.pulls_from("kernelopt/pr-1") and gh.state.comments_on(gh.pr) == []
+    assert not gh.state.pulls_from("kernelopt/pr-1")
+    (comment,) = gh.state.comments_on(gh.pr)  # the report still says what was measured, and why no PR
+    assert "The follow-up PR could not be opened" in comment["body"]
 
 
 def test_not_found_repository_is_a_clear_error(harness: Harness, gh: GH, repo_dir, monkeypatch) -> None:
@@ -199,6 +202,16 @@ def test_max_open_proposals_is_honoured(harness: Harness, gh: GH, repo_dir) -> N
     assert "max\\_open\\_proposals" in gh.state.comments_on(gh.pr)[0]["body"]
 
 
+def test_fork_prs_from_kernelopt_branches_do_not_count_as_proposals(harness: Harness, gh: GH, repo_dir) -> None:
+    harness.use_server(gh)
+    cfg = (repo_dir / ".kernelopt.yml").read_text().replace("max_open_proposals: 5", "max_open_proposals: 1")
+    (repo_dir / ".kernelopt.yml").write_text(cfg)
+    gh.state.open_pull("kernelopt/pr-99", "main", head_repo="mallory/fork", head_sha="f" * 40)
+    run = harness.bot("pull_request", _pr_event(harness, gh), repo_dir)
+    assert run.code == 0, run.text
+    assert len(gh.state.pulls_from("kernelopt/pr-1")) == 1
+
+
 def test_with_retries_a_passing_server_error_is_ridden_out(harness: Harness, gh: GH, repo_dir, monkeypatch) -> None:
     harness.use_server(gh)
     monkeypatch.setenv("KERNELOPT_GITHUB_RETRIES", "2")
@@ -217,6 +230,19 @@ def test_with_retries_a_long_rate_limit_fails_fast(harness: Harness, gh: GH, rep
     assert run.code == 1
     assert "could not open or update the PR from kernelopt/pr-1" in run.text and "rate limit" in run.text
     assert not gh.state.pulls_from("kernelopt/pr-1")
+    # the report still went up, saying why there is no follow-up PR (it was lost with the error)
+    (comment,) = gh.state.comments_on(gh.pr)
+    assert "The follow-up PR could not be opened" in comment["body"] and "| attn |" in comment["body"]
+
+
+def test_a_forbidden_pull_request_still_leaves_the_report(harness: Harness, gh: GH, repo_dir) -> None:
+    """A repository where Actions may not open pull requests answers 403 to POST /pulls."""
+    harness.use_server(gh)
+    gh.server.fail("POST", r"/pulls$", status=403, count=5)
+    run = harness.bot("pull_request", _pr_event(harness, gh), repo_dir)
+    assert run.code == 1, run.text
+    (comment,) = gh.state.comments_on(gh.pr)
+    assert "The follow-up PR could not be opened" in comment["body"] and "403" in comment["body"]
 
 
 def test_packs_of_targets_not_rerun_stay_in_the_follow_up_pr(harness: Harness, gh: GH, repo_dir,

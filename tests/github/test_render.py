@@ -19,8 +19,11 @@ def test_md_escapes_html_markdown_mentions_and_newlines() -> None:
     assert "<" not in out and ">" not in out and "\n" not in out
     assert "&lt;img" in out
     assert "\\|" in out and "\\`x\\`" in out and "\\*\\*" in out and "\\[link\\]" in out
-    assert "@" not in out and "&#64;admin" in out
+    assert "@admin" not in out and "@\u200badmin" in out  # GitHub reads "&#64;admin" as a mention again
     assert "http://" not in out
+    refs = md("see #12, acme/app#3 and www.evil.test; &amp; stays")
+    assert "app#3" not in refs and "acme/app#\u200b3" in refs and "see #12" in refs  # a PR of this repo still links
+    assert "www." not in refs and "www\u200b.evil" in refs
     assert len(md("x" * 1000)) <= 300
 
 

@@ -132,3 +132,31 @@ def test_nothing_to_change_closes_an_open_sweep_pr(harness: Harness, gh: GH, rep
     _merge(harness, repo_dir, _shards(harness, repo_dir, harness.tmp / "n1"))
     assert gh.state.pulls[number]["state"] == "closed"
     assert "found the packs on main current" in gh.state.comments_on(number)[0]["body"]
+
+
+def test_a_forbidden_pull_request_still_leaves_the_sweep_report_and_history(harness: Harness, gh: GH,
+                                                                              repo_dir: Path) -> None:
+    """Written after publishing, a 403 on opening the sweep PR left the output folder (the job's
+    artifact) empty and the history unkept."""
+    harness.use_server(gh)
+    gh.server.fail("POST", r"/pulls$", status=403, count=5)
+    out = harness.tmp / "forbidden"
+    run = harness.invoke(bot_cli.sweep, ["merge", *map(str, _shards(harness, repo_dir, harness.tmp / "f1")), "--out",
+                                         str(out), "--config", str(repo_dir / ".kernelopt.yml"), "--repo-root",
+                                         str(repo_dir)])
+    assert run.code == 1, run.text
+    assert "403" in run.text
+    assert "target run(s)" in (out / "sweep.md").read_text()
+    assert len(json.loads((out / "history.json").read_text())["runs"]) == 1
+
+
+def test_an_unreadable_history_on_its_branch_is_reported_and_replaced(harness: Harness, gh: GH,
+                                                                         repo_dir: Path) -> None:
+    """A bad hand edit of history.json on kernelopt/history stopped every later sweep with exit 2."""
+    harness.use_server(gh)
+    gh.state.commit_files("kernelopt/history", {"history.json": "{not json"}, "a bad hand edit")
+    run = _merge(harness, repo_dir, _shards(harness, repo_dir, harness.tmp / "h1"))
+    report = Path(run.outputs["report-path"]).read_text()
+    assert "**History:** history.json on kernelopt/history could not be read" in report
+    assert len(json.loads(gh.state.files_at("kernelopt/history")["history.json"])["runs"]) == 1
+    assert run.code == 0

@@ -116,9 +116,14 @@ def test_third_party_actions_are_pinned_and_scripts_take_no_expressions(path: Pa
 def test_least_privilege_timeouts_concurrency(path: Path) -> None:
     doc = _load(path)
     assert doc["permissions"] == {"contents": "read"}
-    assert "concurrency" in doc
+    comments = "issue_comment" in _triggers(doc)
+    # Every comment starts a comment-triggered workflow: at its top level a group would let a comment
+    # whose jobs are all skipped cancel a command queued there. There only the GPU jobs queue.
+    assert ("concurrency" in doc) != comments, path.name
     for name, job in doc["jobs"].items():
         assert "timeout-minutes" in job, f"{path.name}:{name} has no timeout"
+        if comments and job.get("runs-on") == ["self-hosted", "gpu"]:
+            assert job["concurrency"]["cancel-in-progress"] == "false", f"{path.name}:{name}"  # BaseLoader: strings
         perms = job.get("permissions") or {}
         writes = {k for k, v in perms.items() if v == "write"}
         if writes:
@@ -251,3 +256,32 @@ def test_action_installs_into_a_throwaway_venv() -> None:
     cleanup = steps[-1]
     assert cleanup["if"].startswith("always()") and "rm -rf" in cleanup["run"]
     assert "steps.venv.outputs.dir" in cleanup["env"]["KO_VENV"]
+
+
+def _triggers(doc: dict[str, Any]) -> set[str]:
+    """The events a workflow runs on."""
+    on = doc.get("on")
+    return {on} if isinstance(on, str) else set(on or ())
+
+
+def _group(doc: dict[str, Any], job: str) -> str:
+    return (doc["jobs"][job].get("concurrency") or doc.get("concurrency") or {}).get("group", "")
+
+
+def test_a_push_never_cancels_a_commands_run() -> None:
+    """The PR workflow cancels its own run on a new push; sharing a group with the command
+    workflow's GPU job, a push (a fork's included) killed a maintainer's command mid-run."""
+    pr, command = (_load(ROOT / ".github" / "workflows" / name) for name in ("kernelopt-pr.yml", "kernelopt-command.yml"))
+    assert _group(pr, "run") and _group(command, "run")
+    assert _group(pr, "run").split("${{")[0] != _group(command, "run").split("${{")[0]
+
+
+def test_jobs_that_hold_the_llm_key_beside_model_code_insist_on_namespaces() -> None:
+    """A step that runs the engine with the LLM key in its environment refuses a runner without
+    namespace isolation (the Action's default), not ``auto``, which falls back to a scrubbed
+    environment alone."""
+    for path in WORKFLOWS:
+        for step in _steps(_load(path)):
+            env = step.get("env") or {}
+            if "KERNELOPT_LLM_API_KEY" in env and "kernelopt_bot.cli" in step.get("run", ""):
+                assert env.get("KERNELOPT_ISOLATION") == "namespace", (path.name, step.get("name"))
