@@ -215,8 +215,9 @@ class PublishConfig(_Strict):
     labels: list[str] = Field(default_factory=list, description="Labels put on the follow-up PR.")
     reviewers: list[str] = Field(default_factory=list, description="GitHub logins asked to review it.")
     max_open_proposals: int = Field(default=5, ge=0, le=100,
-                                    description="At most this many kernelopt PRs open in the repository; "
-                                                "past it, no new one is opened.")
+                                    description="At most this many of the bot's PRs open (from its `kernelopt/` "
+                                                "branches of this repository; a fork's do not count); past it, "
+                                                "no new one is opened.")
 
     @field_validator("reviewers")
     @classmethod
