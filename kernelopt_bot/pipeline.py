@@ -115,7 +115,7 @@ def _keep_earlier_pack(out_dir: Path) -> str | None:
     for name in EARLIER_FILES:
         with contextlib.suppress(FileNotFoundError):
             os.replace(out_dir / name, keep / name)
-    return f"{entries} verified entr{'y' if entries == 1 else 'ies'}"
+    return f"{entries} entr{'y' if entries == 1 else 'ies'}"
 
 
 ENGINE_ENTRY = "kernelopt_bot.pipeline.engine_main"
