@@ -55,6 +55,23 @@ def test_on_special_inputs_finite_against_not_finite_still_fails(candidate: list
     assert not result.ok and reason in result.reason, result.reason
 
 
+@pytest.mark.parametrize("distribution", ["special", "mixed", "large", "row_scales", "normal", "zero_rows"])
+def test_gate_two_takes_nan_for_an_infinity_only_on_inputs_that_overflow(distribution: str) -> None:
+    """Attention pooling bf16 on an H100 (12-07c): gate 2 drew the second kernel's max and sum like
+    any input, exp(x - max) overflowed on the wide "mixed" inputs, and the compiler's own source at
+    another launch config gave inf where its config gave NaN on 36 elements (partial sums that
+    overflowed to both signs meet as NaN in one order and stay inf in another). On inputs that
+    cannot overflow, NaN and inf must still sit where the reference has them."""
+    from kernelopt_bot.verify.correctness import OVERFLOWING_DISTRIBUTIONS
+
+    overflowing = distribution in OVERFLOWING_DISTRIBUTIONS
+    assert overflowing == (distribution in ("special", "mixed", "large", "row_scales"))
+    c, r = _pair([INF, NAN, 0.5], [NAN, -INF, 0.5])
+    assert compare(c, r, specials=overflowing).ok == overflowing
+    c, r = _pair([INF], [0.5])  # finite against not finite fails everywhere
+    assert not compare(c, r, specials=overflowing).ok
+
+
 VAR_MEAN_COLUMNS = '''
 import torch
 

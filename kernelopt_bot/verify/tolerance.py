@@ -3,11 +3,12 @@
 Elementwise checks alone let a kernel that is slightly wrong everywhere through; norm checks alone
 let a kernel that is badly wrong in a few places through. We do both, and NaN/inf must sit exactly
 where the reference has them (an output pre-filled with NaN that the candidate never wrote shows up
-here). On inputs seeded with infinities and NaN (``specials``), where a value is not finite is
-checked, not which non-finite value it is: IEEE arithmetic on infinities depends on the order of
-the operations (a Welford lane whose first element is inf gets m2 = inf * 0 = NaN, one that meets
-it later m2 = inf), so two honest launch configs of one reduction give NaN and inf on the same
-element.
+here). On inputs seeded with infinities and NaN, or wide enough to overflow (``specials``; which
+distributions: ``correctness.OVERFLOWING_DISTRIBUTIONS``), where a value is not finite is checked,
+not which non-finite value it is: IEEE arithmetic on infinities depends on the order of the
+operations (a Welford lane whose first element is inf gets m2 = inf * 0 = NaN, one that meets it
+later m2 = inf; partial sums that overflowed to both signs meet as NaN in one order and stay inf in
+another), so two honest launch configs of one reduction give NaN and inf on the same element.
 """
 
 from __future__ import annotations
@@ -151,10 +152,10 @@ def compare(candidate: torch.Tensor, reference: torch.Tensor,
     two summation orders differ by a consistent 1e-6-1e-5 (an honest layer norm's rstd on the
     H200: -5e-6 against the compiler's, in every row).
 
-    ``specials``: the inputs were seeded with infinities and NaN. A NaN against an infinity is then
-    accepted (the order of operations decides between them: on an H100 every launch config of a
-    split ``var_mean``, max-autotune's own included, gave NaN where the compiler's kernel gave inf
-    on a few elements, 12-07); a non-finite value where the reference is finite, or the reverse,
+    ``specials``: the inputs were seeded with infinities and NaN, or are wide enough to overflow
+    float32. A NaN against an infinity is then accepted (the order of operations decides between
+    them: on an H100 every launch config of a split ``var_mean``, max-autotune's own included, gave
+    NaN where the compiler's kernel gave inf on a few elements, 12-07); a non-finite value where the reference is finite, or the reverse,
     still fails, and so do two infinities of opposite sign.
 
     The float64 work runs on the reference's device in pieces of at most
