@@ -26,7 +26,8 @@
 #   bash scripts/gpu_check.sh ontop      each verified pack of a committed suite (ONTOP_SUITE) on max-autotune-no-cudagraphs,
 #                                        over that mode alone (issue 13's third figure; ONTOP_ARGS="--only PATTERN ...")
 #   bash scripts/gpu_check.sh unseen     `kernelopt optimize` at the default budget on benchmarks/unseen/ (UNSEEN_PROBLEMS="file.py:dtype ..."),
-#                                        problems the method was never tuned on, with the user's mode (UNSEEN_MODE) or the default
+#                                        problems the method was never tuned on, with the user's mode (UNSEEN_MODE) or the default;
+#                                        each run's store (every candidate's gate numbers) comes back as r/unseen/SLUG.store.db
 #   bash scripts/gpu_check.sh offsets    identical processes of one model timed side by side (OFFSETS_PROBLEMS="level3/x.py:bf16 ...",
 #                                        OFFSETS_ARMS, OFFSETS_VARIANTS="cold warm": each arm as it started, or a cold
 #                                        start replaced by a cache load): is a launch-bound network's noise between
@@ -184,8 +185,10 @@ part_unseen() {  # `kernelopt optimize` on each of UNSEEN_PROBLEMS ("file.py:dty
     [[ "$file" == */* ]] && path="benchmarks/$file"  # level1/x.py: a suite problem, run the same way to compare
     if [ $(( PART_END - $(date +%s) )) -lt "${UNSEEN_NEED_S:-170}" ]; then echo "$slug: not started (the part's limit)"; continue; fi
     # shellcheck disable=SC2086
+    # The run's own store comes back with it: each candidate's gate numbers (gate 4 in the engine's
+    # included) are there, not in result.json (`kernelopt store show --latest ... --store FILE --json`).
     python3 -m kernelopt_bot.cli optimize "$path" --dtype "$dtype" $mode_flag --out "$R/unseen/$slug" \
-      > "$R/unseen_$slug.log" 2>&1 || rc=1
+      --store "$R/unseen/$slug.store.db" > "$R/unseen_$slug.log" 2>&1 || rc=1
     tail -3 "$R/unseen_$slug.log"
   done
   return $rc
