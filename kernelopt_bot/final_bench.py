@@ -110,9 +110,9 @@ def benchmark_pack(cascade: Any, tgt: Any, pack: KernelPack, result: RunResult, 
     compile), so gate 4's threshold holds on it too: a pack it finds short of ``gamma`` is cut to
     its best entry, and a single entry short of it is dropped (:func:`drop_short_entry`), its
     kernel key handed to ``withdraw`` (the verified-kernel cache forgets it: measured on its own
-    and found wanting, unlike an entry cut from a combination). On an H100 a tuner candidate that gate 4 had
-    timed at 1.047x on the engine's model (a 55 us instance norm) measured 0.985x here, and was
-    shipped before this rule."""
+    and found wanting, unlike an entry cut from a combination). On an H100 a tuner candidate that
+    gate 4 had timed at 1.047x on the engine's model (a 55 us instance norm) measured 0.985x here,
+    and was shipped before this rule."""
     from kernelopt_bot.harness.arm_process import ArmError, unlike_where_asked
     from kernelopt_bot.harness.bench import compare_arms
     from kernelopt_bot.harness.failures import InfrastructureFailure, is_out_of_memory

@@ -66,7 +66,7 @@ def test_an_unjudged_candidate_leaves_no_negative_cache_entry(tmp_path) -> None:
                             (Proposal(Candidate("d", source="y"), "t"), rejected)], outcome, orch_pack(cap))
     assert "not verified (infrastructure: timed out" in outcome.detail
     assert outcome.status == "no candidate accepted"  # one was judged, and rejected
-    assert store.cache.lookup(*orch._cache_key(kernel)) is None  # searched again next time
+    assert store.cache.lookup(*orch._cache_key(kernel.key)) is None  # searched again next time
     none_judged = KernelOutcome(kernel.name, kernel.kind)  # every candidate ours to blame: no verdict to name
     orch._conclude(kernel, [(Proposal(Candidate("c", source="x"), "t"), _unjudged())], none_judged, orch_pack(cap))
     assert none_judged.status == "not verified (infrastructure: no candidate was judged)"
@@ -75,7 +75,7 @@ def test_an_unjudged_candidate_leaves_no_negative_cache_entry(tmp_path) -> None:
     assert KERNEL_STATUS_RE.match(none_judged.status)  # a status the publish stage accepts
     orch._conclude(kernel, [(Proposal(Candidate("d", source="y"), "t"), rejected)], KernelOutcome("k", "x"),
                    orch_pack(cap))
-    assert store.cache.lookup(*orch._cache_key(kernel)) is not None  # a real rejection is remembered
+    assert store.cache.lookup(*orch._cache_key(kernel.key)) is not None  # a real rejection is remembered
 
 
 def test_a_replacement_the_final_benchmark_dropped_is_not_loaded_as_verified_again(tmp_path) -> None:
@@ -89,11 +89,11 @@ def test_a_replacement_the_final_benchmark_dropped_is_not_loaded_as_verified_aga
     orch = _GpuOrchestrator(cap, None, None, Budget(), strategies=[], store=store)  # type: ignore[arg-type]
     block = next(iter(kernel.constexprs))
     entry = PackEntry(kernel.key, kernel.name, config=LaunchConfig({block: 16}, num_warps=4, num_stages=1))
-    store.cache.record_verified(*orch._cache_key(kernel), entry, 1.047, None)
+    store.cache.record_verified(*orch._cache_key(kernel.key), entry, 1.047, None)
     orch.withdraw(["f" * 64])  # another kernel's key
-    assert store.cache.lookup(*orch._cache_key(kernel)).verified
+    assert store.cache.lookup(*orch._cache_key(kernel.key)).verified
     orch.withdraw([kernel.key])
-    hit = store.cache.lookup(*orch._cache_key(kernel))
+    hit = store.cache.lookup(*orch._cache_key(kernel.key))
     assert hit is not None and not hit.verified and hit.entry is None
 
 

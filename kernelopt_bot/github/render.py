@@ -46,7 +46,7 @@ def md(value: Any, limit: int = 300) -> str:
     # (as Dependabot writes mentions) breaks each.
     text = text.replace("@", "@" + ZWSP).replace("://", ":" + ZWSP + "//")
     text = re.sub(r"([\w.-]+/[\w.-]+)#(?=\d)", r"\1#" + ZWSP, text)  # "#12" alone links within this repo
-    return re.sub(r"(?i)\bwww\.", lambda m: m.group(0)[:3] + ZWSP + ".", text)
+    return re.sub(r"(?i)\b(www)\.", r"\1" + ZWSP + ".", text)
 
 
 def fence(value: Any, lang: str = "") -> str:

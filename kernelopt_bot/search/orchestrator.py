@@ -139,18 +139,16 @@ class Orchestrator:
         return (f"not searched (the kernel limit: only the first {self.limits.max_kernels} are searched; "
                 "without a GPU no time ranks them)")
 
-    def _cache_key(self, kernel: TritonKernel) -> tuple[str, str, str | None, str, str]:
-        return self._key_here(kernel.key)
-
-    def _key_here(self, kernel_key: str) -> tuple[str, str, str | None, str, str]:
-        """A kernel's cache key on this GPU and software stack."""
+    def _cache_key(self, kernel_key: str) -> tuple[str, str, str | None, str, str]:
+        """A kernel's cache key on this GPU and software stack (by its key: the final benchmark
+        withdraws a pack's entries by theirs)."""
         env = self.env
         return (kernel_key, env.gpu or self.device, env.compute_capability, env.torch or "", env.triton or "")
 
     def _search_kernel(self, kernel: TritonKernel, row: KernelProfile, outcome: KernelOutcome,
                        pack: KernelPack) -> None:
         if self.store is not None:
-            hit = self.store.cache.lookup(*self._cache_key(kernel))
+            hit = self.store.cache.lookup(*self._cache_key(kernel.key))
             if hit is not None and hit.verified and hit.entry is not None:
                 entry = PackEntry.from_json({**hit.entry, "kernel_name": kernel.name,
                                              "lookup_key": lookup_key_or_none(kernel.source)})
@@ -258,7 +256,7 @@ class Orchestrator:
         outcome.status, outcome.speedup = "accepted", verdict.speedup
         outcome.replacement, outcome.detail = _replacement_kind(entry), proposal.candidate.label
         if self.store is not None:
-            self.store.cache.record_verified(*self._cache_key(kernel), entry, verdict.speedup, self.run_id)
+            self.store.cache.record_verified(*self._cache_key(kernel.key), entry, verdict.speedup, self.run_id)
 
     def withdraw(self, kernel_keys: list[str]) -> None:
         """Kernels (by pack key) whose accepted replacement the final benchmark dropped (fresh
@@ -268,7 +266,7 @@ class Orchestrator:
         if self.store is None:
             return
         for key in kernel_keys:
-            self.store.cache.withdraw(*self._key_here(key), self.run_id)
+            self.store.cache.withdraw(*self._cache_key(key), self.run_id)
 
     def candidate_estimate_s(self, trusted: bool = False) -> float:
         """Expected seconds for one more candidate, trusted (the tuner's: gates in the engine) or
@@ -348,7 +346,7 @@ class Orchestrator:
             outcome.status = "no proposal"
             outcome.detail = "no strategy found a candidate faster than the compiler's kernel"
             if self.store is not None and self.device == "cuda":
-                self.store.cache.record_negative(*self._cache_key(kernel), outcome.detail, self.run_id)
+                self.store.cache.record_negative(*self._cache_key(kernel.key), outcome.detail, self.run_id)
             return
         statuses = Counter(_shown_status(v) for _, v in tried)
         # Without a GPU, a kernel with a candidate that passed gates 1-3 is not settled: gate 4
@@ -362,7 +360,7 @@ class Orchestrator:
         # our side failed to verify was not judged, so the kernel is not settled either.
         unjudged = any(v.infrastructure is not None for _, v in tried)
         if self.store is not None and self.device == "cuda" and not unjudged:
-            self.store.cache.record_negative(*self._cache_key(kernel), outcome.detail, self.run_id)
+            self.store.cache.record_negative(*self._cache_key(kernel.key), outcome.detail, self.run_id)
 
 
 def strategy_of(proposal: Proposal) -> str:

@@ -155,8 +155,8 @@ def compare(candidate: torch.Tensor, reference: torch.Tensor,
     ``specials``: the inputs were seeded with infinities and NaN, or are wide enough to overflow
     float32. A NaN against an infinity is then accepted (the order of operations decides between
     them: on an H100 every launch config of a split ``var_mean``, max-autotune's own included, gave
-    NaN where the compiler's kernel gave inf on a few elements, 12-07); a non-finite value where the reference is finite, or the reverse,
-    still fails, and so do two infinities of opposite sign.
+    NaN where the compiler's kernel gave inf on a few elements, 12-07); a non-finite value where
+    the reference is finite, or the reverse, still fails, and so do two infinities of opposite sign.
 
     The float64 work runs on the reference's device in pieces of at most
     :data:`~kernelopt_bot.harness.memory.CHUNK_ELEMENTS` elements (a candidate on another device
