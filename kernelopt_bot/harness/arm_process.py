@@ -214,8 +214,7 @@ def _serve(spec: ArmSpec, conn: Channel) -> None:
     if target.device == "cuda":  # compiled (with every core): its timing keeps to one (harness.cpu_pin)
         time_on_one_core()
     peak_mb = torch.cuda.max_memory_reserved() / 2**20 if target.device == "cuda" else None
-    releases = _releases_between_requests(target.device, peak_mb)
-    idle_mb = _idle(target.device, releases)
+    idle_mb = _idle(target.device)
     conn.send(("ready", {
         "applied": [a.kernel_name for a in runtime.applied()],
         "skipped": [f"{s.kernel_name}: {s.reason}" for s in runtime.skipped()],
@@ -241,7 +240,7 @@ def _serve(spec: ArmSpec, conn: Channel) -> None:
             timing = time_model(target.device, functools.partial(target.run, compiled, inputs, part=part),
                                 reps=reps, hide_host=hide_host)
             del inputs
-            _idle(target.device, releases)
+            _idle(target.device)
             conn.send(("ok", timing.reply()))
         elif op == "outputs":
             (seed,) = args
@@ -252,7 +251,7 @@ def _serve(spec: ArmSpec, conn: Channel) -> None:
             # first, then into the files, an answer of 14 GiB took 16 s.
             message = conn.prepare(("ok", target.compared_outputs(compiled, target.make_inputs(seed))))
             try:
-                _idle(target.device, releases)
+                _idle(target.device)
             except BaseException:
                 message.close()
                 raise
@@ -261,34 +260,26 @@ def _serve(spec: ArmSpec, conn: Channel) -> None:
             conn.send(("error", f"unknown request {op!r}"))
 
 
-# An arm whose start peaked above this share of the GPU gives its allocator's cached blocks back
-# between requests: the arms of a comparison take turns on the GPU, and on the H100 three arms of
-# the 30 GB RMS norm, each keeping its 28 GB peak cached while idle, left the third out of memory
-# (12-06). A small model's arms keep theirs (nothing to gain, and no allocation between requests).
-IDLE_RELEASE_SHARE = 0.1
-
-
-def _releases_between_requests(device: str, peak_mb: float | None) -> bool:
-    """Whether this arm gives its cached blocks back between requests (:data:`IDLE_RELEASE_SHARE`),
-    decided once from its start's peak."""
-    if device != "cuda" or peak_mb is None:
-        return False
-    import torch
-
-    return peak_mb * 2**20 > IDLE_RELEASE_SHARE * torch.cuda.mem_get_info()[1]
-
-
-def _idle(device: str, releases: bool) -> float | None:
-    """Between requests: the arm's cached blocks back to the GPU where it ``releases`` them;
-    returns the MiB the arm then holds (None without CUDA)."""
+# Every arm gives its allocator's cached blocks, and its L2 flush buffer, back between requests:
+# the arms of a comparison take turns on the GPU, so an idle arm need hold only what persists (the
+# weights, the compiled model's constants), and the run's memory plan counts it so
+# (:meth:`~kernelopt_bot.harness.model_arms.ModelArms.room_for`). On the H100 three arms of the
+# 30 GB RMS norm, each keeping its 28 GB peak cached while idle, left the third out of memory
+# (12-06); on small models the arms that kept theirs were most of the run's peak, 2.2x the model
+# each beside the timed one (attention pooling, 12-07c). A request's first call allocates anew,
+# before anything is timed.
+def _idle(device: str) -> float | None:
+    """Between requests: the arm's cached blocks and flush buffer back to the GPU; returns the MiB
+    the arm then holds (None without CUDA)."""
     if device != "cuda":
         return None
     import torch
 
-    if releases:
-        from kernelopt_bot.harness.memory import free_memory
+    from kernelopt_bot.harness.memory import free_memory
+    from kernelopt_bot.harness.timing import release_flushers
 
-        free_memory(device)
+    release_flushers()
+    free_memory(device)
     return torch.cuda.memory_reserved() / 2**20
 
 

@@ -355,9 +355,13 @@ class KernelService:
 
     def close(self) -> None:
         """Drop every kernel's compiled variants and harness (their GPU memory goes with them),
-        put the recorded arguments back in host memory, and end the compile process."""
+        put the recorded arguments back in host memory, drop the L2 flush buffer, and end the
+        compile process."""
+        from kernelopt_bot.harness.timing import release_flushers
+
         self._to_host()
         self._benches.clear()
         if self.pool is not None:
             self.pool.close()
+        release_flushers()  # the model arms that come next time themselves
         free_memory(self.device)

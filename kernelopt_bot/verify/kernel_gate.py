@@ -47,6 +47,14 @@ def judge_kernel(bench: KernelBench, source: str | None, config: LaunchConfig | 
     reference = bench.original()
     steps.done("compile")
     harness = bench.harness
+
+    def reference_at_candidate_config() -> Any:
+        """The compiler's source pinned to the candidate's launch config (gate 2's measure of the
+        compiler's own spread on inputs that overflow), compiled when first asked for."""
+        if config is None:
+            return None
+        pinned = bench.compile_all([(None, config)], deadline_s=compile_deadline_s, threads=1)[0]
+        return None if isinstance(pinned, str) else (lambda a: harness.launch(pinned, a))
     with warnings.catch_warnings():
         # Special-value inputs make the interpreter's numpy warn; the comparison judges the results.
         warnings.simplefilter("ignore", RuntimeWarning)
@@ -55,6 +63,7 @@ def judge_kernel(bench: KernelBench, source: str | None, config: LaunchConfig | 
                 bench.kernel, bench.recording.args, bench.recording.kwargs,
                 lambda a: harness.launch(compiled, a), lambda a: harness.launch(reference, a),
                 seeds=seeds, distributions=distributions, device=bench.device, ends_at=ends_at,
+                reference_at_candidate_config=reference_at_candidate_config,
             )
         except OutOfWallTime as exc:
             steps.done("correctness")

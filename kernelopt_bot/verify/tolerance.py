@@ -208,6 +208,29 @@ def compare(candidate: torch.Tensor, reference: torch.Tensor,
     return Comparison(True, "within tolerance", numbers)
 
 
+def disagreeing(first: torch.Tensor, second: torch.Tensor,
+                table: dict[torch.dtype, Tolerance] | None = None) -> torch.Tensor:
+    """A flat mask (on ``second``'s device) of the elements where two results of one honest
+    computation disagree: in kind (NaN, +inf, -inf, finite), or, both finite, beyond the dtype's
+    elementwise tolerance (as :func:`compare` counts a mismatch, ``atol`` scaled by the largest
+    finite ``|second|``). Gate 2 asks it of the compiler's own kernel at two launch configs: where
+    those two disagree, the inputs decide nothing (an overflow's order). A piece at a time."""
+    if first.shape != second.shape:
+        raise ValueError(f"shape {tuple(first.shape)} != {tuple(second.shape)}")
+    if not second.is_floating_point():
+        return (first.to(second.device) != second).reshape(-1)
+    tol = (table or KERNEL_TOLERANCE).get(second.dtype, KERNEL_TOLERANCE[torch.float32])
+    atol_abs = tol.atol * _scale(second)
+    pieces: list[torch.Tensor] = []
+    for a, b in memory.float64_chunks(first, second):
+        kind_a = torch.where(torch.isnan(a), 3, torch.where(torch.isinf(a), torch.sign(a).to(torch.int64), 0))
+        kind_b = torch.where(torch.isnan(b), 3, torch.where(torch.isinf(b), torch.sign(b).to(torch.int64), 0))
+        both_finite = (kind_a == 0) & (kind_b == 0)
+        apart = both_finite & ((a - b).abs() > atol_abs + tol.rtol * b.abs())
+        pieces.append((kind_a != kind_b) | apart)
+    return torch.cat(pieces) if pieces else torch.zeros(0, dtype=torch.bool, device=second.device)
+
+
 # Where the reference holds a normal nonzero value, a candidate may give exactly 0 on at most this
 # fraction of elements (cancellation can do that honestly; flushing small values does it widely).
 FLUSH_FRACTION = 0.01
