@@ -118,42 +118,6 @@ def test_the_memory_plan_starts_only_the_arms_the_gpu_holds(monkeypatch: pytest.
     assert model_arms.room_for(3) == 1  # nothing compiling: one goes ahead (an out-of-memory error is then reported)
 
 
-def test_the_runs_memory_plan_holds_three_models_beside_what_the_arms_keep_idle(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Attention pooling bf16 on an H100 (12-07c): the options' three arms compiled at once beside
-    two baselines that kept their peaks, and the run peaked at 12.9x the model beyond the contexts.
-    Now the arms compile within three times the model: each ready arm counts what it keeps between
-    requests, each compiling one the model, the engine what it holds; free memory alone is no
-    longer the limit, but one arm still starts when none compiles. The baselines' start beside
-    the search is left to free memory (the search's own memory is that phase's peak)."""
-    import torch
-
-    from kernelopt_bot.harness import model_arms as arena_module
-
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: (70000 * 2**20, 80000 * 2**20))
-    model_arms = ModelArms("model.py", "cuda", "fp32")
-
-    def arm(compiling: bool, idle_mb: float = 0.0) -> SimpleNamespace:
-        return SimpleNamespace(closed=False, compiling=compiling, ready=not compiling, alive=True,
-                               info={} if compiling else {"gpu_mb": 1128.0, "idle_gpu_mb": idle_mb})
-
-    model_arms._baselines["baseline"] = arm(False, 40.0)  # type: ignore[assignment]
-    model_arms._baselines["baseline-repeat"] = arm(False, 40.0)  # type: ignore[assignment]
-    assert arena_module.RUN_MEMORY_MODELS == 3.0
-    assert model_arms.room_for(3) == 2  # 3 x 1128 MiB, less two idle arms of 40: two compile at once
-    assert model_arms.room_for(3, planned=False) == 3  # by free memory alone, all three
-    model_arms._started.append(arm(True))  # type: ignore[arg-type]
-    assert model_arms.room_for(3) == 1
-    model_arms._started.append(arm(True))  # type: ignore[arg-type]
-    assert model_arms.room_for(3) == 0  # two compiling: the next waits for them
-    model_arms._started[:] = []
-    for label in ("baseline", "baseline-repeat"):  # arms that keep their peak between requests
-        model_arms._baselines[label] = arm(False, 1128.0)  # type: ignore[assignment]
-    model_arms._started.append(arm(False, 1128.0))  # type: ignore[arg-type]
-    assert model_arms._planned_room() == 0
-    assert model_arms.room_for(3) == 1  # none compiles: one goes ahead all the same
-
-
 def test_whether_three_arms_fit_counts_their_contexts_and_the_memory_others_hold(monkeypatch: pytest.MonkeyPatch) -> None:
     """``holds``: one arm at its peak, the others idle, each with a CUDA context, beside what the
     device's other users hold now (this process, another job): the memory in use that our ready,
@@ -200,7 +164,7 @@ def test_a_large_model_gets_one_baseline_and_two_arms_at_most(monkeypatch: pytes
     assert model_arms.room_for(3) == arena_module.LARGE_MODEL_ARMS
 
     class Live:
-        closed, compiling, ready, alive, info = False, False, True, True, {}
+        closed, compiling, ready, info = False, False, True, {}
 
     model_arms._baselines["baseline"] = Live()  # type: ignore[assignment]
     assert model_arms.room_for(3) == 1  # the baseline and one other arm

@@ -262,9 +262,9 @@ def _serve(spec: ArmSpec, conn: Channel) -> None:
 
 # Every arm gives its allocator's cached blocks, and its L2 flush buffer, back between requests:
 # the arms of a comparison take turns on the GPU, so an idle arm need hold only what persists (the
-# weights, the compiled model's constants), and the run's memory plan counts it so
-# (:meth:`~kernelopt_bot.harness.model_arms.ModelArms.room_for`). On the H100 three arms of the
-# 30 GB RMS norm, each keeping its 28 GB peak cached while idle, left the third out of memory
+# weights, the compiled model's constants), and the free memory the next arms are sized by
+# (:meth:`~kernelopt_bot.harness.model_arms.ModelArms.room_for`) says so. On the H100 three arms of
+# the 30 GB RMS norm, each keeping its 28 GB peak cached while idle, left the third out of memory
 # (12-06); on small models the arms that kept theirs were most of the run's peak, 2.2x the model
 # each beside the timed one (attention pooling, 12-07c). A request's first call allocates anew,
 # before anything is timed.

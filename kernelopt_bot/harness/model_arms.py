@@ -6,8 +6,7 @@ the same target are verified, so they are started once and asked again and again
 gets its own fresh process, with its pack, compile mode and Inductor settings.
 
 Arms that are not needed one after the other (the compiler's options, the final benchmark's arm)
-compile at once, as many as the GPU's free memory and the run's memory plan (three times the
-model, :data:`RUN_MEMORY_MODELS`) hold (:meth:`ModelArms.room_for`), and nothing
+compile at once, as many as the GPU's free memory holds (:meth:`ModelArms.room_for`), and nothing
 is timed while any of them still compiles (:meth:`ModelArms.settle`): a compile beside a timed arm
 takes the CPU its launches need, which on a launch-bound model is the whole measurement.
 
@@ -44,13 +43,6 @@ RESERVE_MB = 2048.0  # left free for the engine's own work and the allocator's f
 # times the model (issue 12), and a model that fills the GPU still fits.
 LARGE_MODEL_SHARE = 1.0 / 3.0
 LARGE_MODEL_ARMS = 2
-# The run's memory plan (issue 12): beyond their CUDA contexts, the run's processes together hold at
-# most this many times what the compiled model alone holds (the baseline arm's start peak). Arms
-# give their cached blocks back between requests, so an idle arm counts what it keeps; an arm that
-# compiles counts the model; the engine counts what it holds now. Before this plan the options'
-# arms compiled as many at once as free memory held, and the run peaked at 13x the model (H100,
-# 12-07c). One arm may always start when none compiles, so a run goes on.
-RUN_MEMORY_MODELS = 3.0
 BASELINE_STARTS = 2  # a baseline that failed this often is not started again: the failure is its answer
 BASELINE_LABELS = ("baseline", "baseline-repeat")  # the arms that serve a whole run (a GPU's has both)
 
@@ -179,11 +171,7 @@ class ModelArms:
             return False
         missing = [label for label in self._baseline_labels()
                    if label not in self._baselines or not self._baselines[label].alive]
-        # Free memory decides here, not the run's plan: the search's own memory (the engine's
-        # recorded arguments and trials, 1-3x the model) is this phase's peak whatever the arms
-        # do, the baselines compile beside it for the wall time, and give back all but what they
-        # keep once ready.
-        if self.room_for(len(missing), planned=False) < len(missing):
+        if self.room_for(len(missing)) < len(missing):
             return False
         self._start_baselines()
         return True
@@ -336,14 +324,12 @@ class ModelArms:
             loaded = compile_seconds(info) if info and not compiled_cold(info) else None
         return max(WARM_LOAD_MIN_S, loaded or 0.0)  # as the arm itself plans it (ArmProcess.load_s)
 
-    def room_for(self, wanted: int, *, planned: bool = True) -> int:
+    def room_for(self, wanted: int) -> int:
         """How many of ``wanted`` new arms may start compiling now. On a GPU, each needs about what
         the ready baseline arm holds (times :data:`ARM_HEADROOM`, plus a context), arms still
-        compiling count as already holding theirs, and :data:`RESERVE_MB` stays free; and no more
-        than the run's memory plan holds (:meth:`_planned_room`; not ``planned``: free memory
-        alone). At least one when nothing
-        compiles, so the run goes on (an out-of-memory error is then reported as an
-        infrastructure failure, not a verdict)."""
+        compiling count as already holding theirs, and :data:`RESERVE_MB` stays free. At least
+        one when nothing compiles, so the run goes on (an out-of-memory error is then reported as
+        an infrastructure failure, not a verdict)."""
         if self.device != "cuda" or wanted <= 0:
             return max(0, wanted)
         held = self.arm_mb()
@@ -358,32 +344,10 @@ class ModelArms:
         per_arm = held * ARM_HEADROOM + CONTEXT_MB
         compiling = len(self.compiling())
         fit = int((free_mb - RESERVE_MB) // per_arm) - compiling
-        if planned:
-            fit = min(fit, self._planned_room())
         if self.one_baseline:  # a large model: at most LARGE_MODEL_ARMS arms hold it at once
             live = [w for w in [*self._baselines.values(), *self._started] if not w.closed]
             return min(wanted, max(0, min(fit, LARGE_MODEL_ARMS - len(live))))
         return min(wanted, max(fit, 0 if compiling else 1))
-
-    def _planned_room(self) -> int:
-        """How many more arms may compile within the run's memory plan (:data:`RUN_MEMORY_MODELS`
-        times the model): what the engine holds now (this process's caching allocator), each
-        ready arm what it keeps between requests (``idle_gpu_mb``, as it said), each compiling
-        arm the model. Without a figure for the model, no limit."""
-        model = self.baseline_info().get("gpu_mb") or self.arm_mb_hint
-        if not model:
-            return 1 << 30
-        import torch
-
-        held = torch.cuda.memory_reserved() / 2**20 if torch.cuda.is_initialized() else 0.0
-        for worker in [*self._baselines.values(), *self._started]:
-            if worker.closed:
-                continue
-            if worker.compiling:
-                held += model
-            elif worker.ready and worker.alive:
-                held += _idle_mb(worker.info, _mb(worker.info.get("gpu_mb")) or model)
-        return int((RUN_MEMORY_MODELS * model - held) // model)
 
     def close(self) -> None:
         for worker in self._started:
