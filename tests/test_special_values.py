@@ -117,26 +117,28 @@ def test_disagreeing_marks_a_change_of_kind_and_a_finite_gap_beyond_tolerance() 
     first[4] = 0.95  # 5% off a float32 value: beyond rtol=1e-3
     assert disagreeing(first, second)[4]
     assert not disagreeing(second, second).any()
+    # NaN against an infinity agrees, as gate 2 judges inputs that overflow
+    assert not disagreeing(*_pair([NAN, -INF], [INF, NAN]))[:2].any()
 
 
-def _doubled(nan_at: tuple[int, ...] = ()) -> Callable[[tuple[object, ...]], None]:
-    """A stand-in kernel for gelu's arguments (x, out, n): out = 2x, NaN at ``nan_at`` (where an
-    overflow's order made one launch config give NaN)."""
+def _doubled(nan_at: tuple[int, ...] = (), value: float = NAN) -> Callable[[tuple[object, ...]], None]:
+    """A stand-in kernel for gelu's arguments (x, out, n): out = 2x, ``value`` at ``nan_at`` (NaN:
+    where an overflow's order made one launch config give NaN)."""
     def launch(args: tuple[object, ...]) -> None:
         x, out = args[0], args[1]
         assert isinstance(x, torch.Tensor) and isinstance(out, torch.Tensor)
         out.copy_(x * 2)
-        out.view(-1)[list(nan_at)] = NAN
+        out.view(-1)[list(nan_at)] = value
     return launch
 
 
-def _gate2(distribution: str, candidate_nan_at: tuple[int, ...], compiler_at_config_nan_at: tuple[int, ...] | None
-           ) -> GateResult:
+def _gate2(distribution: str, candidate_nan_at: tuple[int, ...], compiler_at_config_nan_at: tuple[int, ...] | None,
+           candidate_value: float = NAN) -> GateResult:
     cap = captured("gelu.py")
     kernel = cap.artifact.kernels[0]
     rec = cap.recording(kernel.graph, kernel.name)
     at_config = None if compiler_at_config_nan_at is None else (lambda: _doubled(compiler_at_config_nan_at))
-    return check_correctness(kernel, rec.args, rec.kwargs, _doubled(candidate_nan_at), _doubled(),
+    return check_correctness(kernel, rec.args, rec.kwargs, _doubled(candidate_nan_at, candidate_value), _doubled(),
                              seeds=(0,), distributions=(distribution,), device="cuda",
                              reference_at_candidate_config=at_config)
 
@@ -166,6 +168,10 @@ def test_gate_two_does_not_judge_where_the_compilers_kernel_at_the_candidates_co
     # NaN where the compiler's kernel agrees with itself is the candidate's own.
     elsewhere = _gate2("large", (0, 1, 2), (0, 1))
     assert elsewhere.passed is False and "1 NaN where the reference has values" in elsewhere.reason
+    # Where the two configs disagree, the candidate must give what one of them gives: a finite value
+    # of its own making where one config gives NaN and the other 2x is its own (review, stop 61).
+    own = _gate2("large", (0, 1), (0, 1), candidate_value=12345.0)
+    assert own.passed is False and "elements outside rtol" in own.reason, own.reason
     # On inputs that do not overflow, the rules stand whole.
     assert _gate2("normal", (0, 1), (0, 1)).passed is False
 
@@ -181,3 +187,4 @@ def test_gate_two_judges_the_whole_output_where_the_compilers_kernel_disagrees_w
     wide = tuple(range(int(COMPILER_SPREAD_SHARE * n) + 1))
     gate = _gate2("large", wide, wide)
     assert gate.passed is False and "NaN pattern differs" in gate.reason
+    assert f"disagrees with itself on {len(wide)} of {n} elements of out_ptr0, over 1%: judged whole" in gate.reason

@@ -434,8 +434,19 @@ def test_transformations_are_timed_on_every_config_that_ties_for_the_fastest() -
                 out.append(0.7 if config == runner_up else times.get(config, 0.9))
         return 1.0, out
 
-    proposals = TimedTuner(timer, sample_size=6, descent_rounds=1).propose(
+    timed: list[tuple[str, str]] = []
+    scripted = timer
+
+    def recording(kernel_: object, cands: list[Candidate]) -> tuple[float, list[float | str | None]]:
+        timed.extend((c.label, c.config.describe() if c.config is not None else "") for c in cands)
+        return scripted(kernel_, cands)
+
+    proposals = TimedTuner(recording, sample_size=6, descent_rounds=2).propose(
         SearchContext(kernel, _profile(1.0), None, "cuda"), 3)
+    fastest = next(k for k, v in times.items() if v == 0.800)
     runner_up = next(k for k, v in times.items() if v == 0.802)
     assert proposals[0].kernel_ms == pytest.approx(0.7)
     assert proposals[0].candidate.source is not None and proposals[0].candidate.label.endswith(runner_up)
+    assert len(timed) == len(set(timed))  # nothing timed twice, over the rounds
+    on = {config for label, config in timed if " + " in label and not label.startswith("stacked")}
+    assert on == {fastest, runner_up}  # the third of the beam, 12% slower, gets none

@@ -339,15 +339,17 @@ def _check(kernel: TritonKernel, recorded: tuple[Any, ...], launch_candidate: An
         results = _compared(compared, cand_args, ref_outs, dist)
         failed = next((res for res in results if not res.ok), None)
         if failed is not None and dist in OVERFLOWING_DISTRIBUTIONS and reference_at_config is not None:
-            spread = _compiler_spread(reference_at_config, fresh, compared, ref_outs, device)
-            if spread is not None:
+            spread = _compiler_spread(reference_at_config, fresh, compared, cand_args, ref_outs, device)
+            if isinstance(spread, str):
+                where += f"; {spread}"
+            elif spread and (unjudged := sum(int(m.sum()) for m in spread.values())):
                 results = _compared(compared, cand_args, ref_outs, dist, spread)
                 failed = next((res for res in results if not res.ok), None)
-                unjudged = sum(int(m.sum()) for m in spread.values())
                 if failed is None:
                     excused += unjudged
                 else:
-                    where += f"; {unjudged} element(s) not judged, where the compiler's kernel at this config disagrees"
+                    where += (f"; {unjudged} element(s) not judged, where the compiler's kernel at this config "
+                              "disagrees with itself and the candidate agrees with it there")
         if failed is not None:
             return GateResult.fail("correctness", f"{failed.reason} ({where})",
                                    seed=seed, distribution=dist, prefill=prefill, **failed.numbers)
@@ -374,34 +376,25 @@ def _check(kernel: TritonKernel, recorded: tuple[Any, ...], launch_candidate: An
 
 def _compared(compared: list[ArgRole], cand_args: tuple[Any, ...], ref_outs: dict[int, torch.Tensor], dist: str,
               unjudged: dict[int, torch.Tensor] | None = None) -> list[Comparison]:
-    """Each compared output of the candidate against the compiler's; where ``unjudged`` has a mask
-    for an output, its elements there are set alike (0) on both sides first, in copies."""
-    results = []
-    for r in compared:
-        cand, ref = cand_args[r.index], ref_outs[r.index]
-        mask = None if unjudged is None else unjudged.get(r.index)
-        if mask is not None and bool(mask.any()):
-            cand, ref = _blanked(cand, mask), _blanked(ref, mask)
-        results.append(compare(cand, ref, what=r.name, cancelling=dist in CANCELLING_DISTRIBUTIONS,
-                               specials=dist in OVERFLOWING_DISTRIBUTIONS))
-    return results
-
-
-def _blanked(t: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """A contiguous copy of ``t`` with the elements under the flat ``mask`` set to 0."""
-    copy = t.contiguous().clone()
-    copy.view(-1)[mask.to(copy.device)] = 0
-    return copy
+    """Each compared output of the candidate against the compiler's, the elements of its mask in
+    ``unjudged`` (if any) left out (``compare``'s ``skip``: no copy of either output)."""
+    return [compare(cand_args[r.index], ref_outs[r.index], what=r.name, cancelling=dist in CANCELLING_DISTRIBUTIONS,
+                    specials=dist in OVERFLOWING_DISTRIBUTIONS,
+                    skip=None if unjudged is None else unjudged.get(r.index))
+            for r in compared]
 
 
 def _compiler_spread(reference_at_config: ReferenceAtConfig, fresh: Callable[[], tuple[Any, ...]],
-                     compared: list[ArgRole], ref_outs: dict[int, torch.Tensor],
-                     device: str) -> dict[int, torch.Tensor] | None:
-    """Per compared output, the elements where the compiler's kernel at the candidate's launch
-    config disagrees with the reference on this trial's inputs; None where there is no such
-    kernel, it fails to run, or it disagrees on more than :data:`COMPILER_SPREAD_SHARE` of an
-    output (then these inputs still say something about the candidate). Running out of memory,
-    and a sticky device error, are raised: they are ours, not this answer."""
+                     compared: list[ArgRole], cand_args: tuple[Any, ...], ref_outs: dict[int, torch.Tensor],
+                     device: str) -> dict[int, torch.Tensor] | str | None:
+    """Per compared output, the elements not to judge: where the compiler's kernel at the
+    candidate's launch config disagrees with the reference on this trial's inputs
+    (:func:`~kernelopt_bot.verify.tolerance.disagreeing`) and the candidate agrees with that
+    kernel, so each element of the candidate's is one the compiler's own kernel gives at one of the
+    two configs. None where there is no such kernel or it fails to run; why not, where it
+    disagrees on more than :data:`COMPILER_SPREAD_SHARE` of an output (then these inputs still say
+    something about the candidate). Running out of memory, a sticky device error, our deadline and
+    our own failures are raised: they are ours, not this answer."""
     try:
         launch = reference_at_config()
         if launch is None:
@@ -409,16 +402,22 @@ def _compiler_spread(reference_at_config: ReferenceAtConfig, fresh: Callable[[],
         again = fresh()
         launch(again)
         _sync(device)
+    except (InfrastructureFailure, OutOfWallTime):
+        raise
     except Exception as exc:
         if is_out_of_memory(exc) or is_sticky_device_error(exc):
             raise
         return None
     masks: dict[int, torch.Tensor] = {}
     for r in compared:
-        mask = disagreeing(again[r.index], ref_outs[r.index])
-        if int(mask.sum()) > COMPILER_SPREAD_SHARE * mask.numel():
-            return None
-        masks[r.index] = mask
+        spread = disagreeing(again[r.index], ref_outs[r.index])
+        count = int(spread.sum())
+        if count > COMPILER_SPREAD_SHARE * spread.numel():
+            return (f"the compiler's kernel at this config disagrees with itself on {count} of {spread.numel()} "
+                    f"elements of {r.name}, over {COMPILER_SPREAD_SHARE:.0%}: judged whole")
+        if count:
+            spread &= ~disagreeing(cand_args[r.index], again[r.index])
+            masks[r.index] = spread
     return masks
 
 

@@ -10,6 +10,7 @@ out-of-memory error is retried once after freeing and then reported as ours.
 
 from __future__ import annotations
 
+import time
 import warnings
 from typing import Any
 
@@ -50,10 +51,19 @@ def judge_kernel(bench: KernelBench, source: str | None, config: LaunchConfig | 
 
     def reference_at_candidate_config() -> Any:
         """The compiler's source pinned to the candidate's launch config (gate 2's measure of the
-        compiler's own spread on inputs that overflow), compiled when first asked for."""
+        compiler's own spread on inputs that overflow), compiled when first asked for, within the
+        candidate's compile deadline and the run's. None where it does not compile; our deadline
+        and running out of memory are raised (ours, not the candidate's)."""
         if config is None:
             return None
-        pinned = bench.compile_all([(None, config)], deadline_s=compile_deadline_s, threads=1)[0]
+        limits = [x for x in (compile_deadline_s, None if ends_at is None else max(1.0, ends_at - time.time()))
+                  if x is not None]
+        deadline = min(limits) if limits else None
+        pinned = bench.compile_all([(None, config)], deadline_s=deadline, threads=1)[0]
+        if isinstance(pinned, str) and deadline is not None and pinned == late_text(deadline):
+            raise InfrastructureFailure(f"the compiler's kernel at the candidate's config {pinned} (our deadline)")
+        if isinstance(pinned, str) and is_out_of_memory(pinned):
+            raise torch.cuda.OutOfMemoryError(pinned)
         return None if isinstance(pinned, str) else (lambda a: harness.launch(pinned, a))
     with warnings.catch_warnings():
         # Special-value inputs make the interpreter's numpy warn; the comparison judges the results.

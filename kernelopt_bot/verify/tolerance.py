@@ -141,7 +141,7 @@ class _Sums:
 
 def compare(candidate: torch.Tensor, reference: torch.Tensor,
             table: dict[torch.dtype, Tolerance] | None = None, what: str = "output", *,
-            cancelling: bool = False, specials: bool = False) -> Comparison:
+            cancelling: bool = False, specials: bool = False, skip: torch.Tensor | None = None) -> Comparison:
     """Is ``candidate`` the same tensor as ``reference`` within the dtype's tolerance?
 
     ``cancelling``: the inputs were built to cancel (equal or zero rows, a large common offset).
@@ -158,6 +158,9 @@ def compare(candidate: torch.Tensor, reference: torch.Tensor,
     NaN where the compiler's kernel gave inf on a few elements, 12-07); a non-finite value where
     the reference is finite, or the reverse, still fails, and so do two infinities of opposite sign.
 
+    ``skip``: a flat mask of elements left out of every rule (gate 2's elements where the
+    compiler's own kernel disagrees with itself), dropped a piece at a time.
+
     The float64 work runs on the reference's device in pieces of at most
     :data:`~kernelopt_bot.harness.memory.CHUNK_ELEMENTS` elements (a candidate on another device
     moves a piece at a time), so its extra memory is bounded whatever the output's size; the
@@ -170,12 +173,19 @@ def compare(candidate: torch.Tensor, reference: torch.Tensor,
     if n == 0:
         return Comparison(True, "empty", {})
     if not reference.is_floating_point():
-        wrong = int((candidate.to(reference.device) != reference).sum())
+        differ = (candidate.to(reference.device) != reference).reshape(-1)
+        if skip is not None:
+            differ &= ~skip.to(differ.device)
+        wrong = int(differ.sum())
         return Comparison(wrong == 0, f"{what}: {wrong} of {n} elements differ" if wrong else "exact",
                           {"mismatches": wrong})
     tol = (table or KERNEL_TOLERANCE).get(reference.dtype, KERNEL_TOLERANCE[torch.float32])
     sums = _Sums(tol.atol * _scale(reference), tol.rtol, reference.dtype, specials)
+    skips = memory.flat_pieces(skip) if skip is not None else None
     for c, r in memory.float64_chunks(candidate, reference):
+        if skips is not None:
+            kept = ~next(skips)[0].to(c.device)
+            c, r = c[kept], r[kept]
         sums.add(c, r)
     if sums.stray_nan or sums.missing_nan:
         stray, missing = sums.stray_nan, sums.missing_nan
@@ -210,25 +220,28 @@ def compare(candidate: torch.Tensor, reference: torch.Tensor,
 
 def disagreeing(first: torch.Tensor, second: torch.Tensor,
                 table: dict[torch.dtype, Tolerance] | None = None) -> torch.Tensor:
-    """A flat mask (on ``second``'s device) of the elements where two results of one honest
-    computation disagree: in kind (NaN, +inf, -inf, finite), or, both finite, beyond the dtype's
-    elementwise tolerance (as :func:`compare` counts a mismatch, ``atol`` scaled by the largest
-    finite ``|second|``). Gate 2 asks it of the compiler's own kernel at two launch configs: where
-    those two disagree, the inputs decide nothing (an overflow's order). A piece at a time."""
+    """A flat mask (on ``second``'s device) of the elements where two results disagree as gate 2
+    judges inputs that overflow (:func:`compare`'s ``specials``): one finite and the other not,
+    two infinities of opposite sign, or, both finite, a gap beyond the dtype's elementwise
+    tolerance (``atol`` scaled by the largest finite ``|second|``). NaN against an infinity agrees.
+    Gate 2 asks it of the compiler's own kernel at two launch configs (where those disagree, the
+    inputs decide nothing) and of the candidate against the second. Filled a piece at a time:
+    beside the mask itself, the float64 pieces are the only temporaries."""
     if first.shape != second.shape:
         raise ValueError(f"shape {tuple(first.shape)} != {tuple(second.shape)}")
     if not second.is_floating_point():
         return (first.to(second.device) != second).reshape(-1)
     tol = (table or KERNEL_TOLERANCE).get(second.dtype, KERNEL_TOLERANCE[torch.float32])
     atol_abs = tol.atol * _scale(second)
-    pieces: list[torch.Tensor] = []
+    mask = torch.empty(second.numel(), dtype=torch.bool, device=second.device)
+    start = 0
     for a, b in memory.float64_chunks(first, second):
-        kind_a = torch.where(torch.isnan(a), 3, torch.where(torch.isinf(a), torch.sign(a).to(torch.int64), 0))
-        kind_b = torch.where(torch.isnan(b), 3, torch.where(torch.isinf(b), torch.sign(b).to(torch.int64), 0))
-        both_finite = (kind_a == 0) & (kind_b == 0)
-        apart = both_finite & ((a - b).abs() > atol_abs + tol.rtol * b.abs())
-        pieces.append((kind_a != kind_b) | apart)
-    return torch.cat(pieces) if pieces else torch.zeros(0, dtype=torch.bool, device=second.device)
+        finite_a, finite_b = torch.isfinite(a), torch.isfinite(b)
+        opposite = torch.isinf(a) & torch.isinf(b) & (a != b)
+        apart = finite_a & finite_b & ((a - b).abs() > atol_abs + tol.rtol * b.abs())
+        mask[start:start + a.numel()] = (finite_a != finite_b) | opposite | apart
+        start += a.numel()
+    return mask
 
 
 # Where the reference holds a normal nonzero value, a candidate may give exactly 0 on at most this
