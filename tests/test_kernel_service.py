@@ -230,3 +230,35 @@ def test_every_variant_is_probed_and_only_the_contenders_get_the_full_repetition
     # the original's time counts when it is the fastest; without times (the CPU) nobody contends
     assert contenders({1: 1.5, 2: 1.05}, original_ms=1.0) == [2]
     assert contenders({1: None, 2: "error"}, original_ms=None) == []
+
+
+@pytest.mark.parametrize(("pinned", "expected"), [
+    ("late", "the compiler's kernel at the candidate's config not compiled within 60 s"),
+    ("CUDA out of memory. Tried to allocate 2.00 GiB", "out of memory"),
+])
+def test_gate_2s_pinned_compile_failing_on_our_side_is_infrastructure(monkeypatch: pytest.MonkeyPatch, pinned: str,
+                                                                      expected: str) -> None:
+    """Where a trial on inputs that overflow fails, gate 2 compiles the compiler's source pinned to
+    the candidate's config (the compiler's own spread). That compile running past our deadline, or
+    out of memory, is ours: an infrastructure failure, never the candidate's "rejected by
+    correctness" (review, stop 61)."""
+    cap = captured("gelu.py")
+    kernel = cap.artifact.kernels[0]
+    service = KernelService(cap.target.device, cap.recording)
+    bench = service.bench(kernel)
+    real = bench.compile_all
+
+    def compile_all(variants: list, *, deadline_s: float | None, threads: int) -> list:
+        if variants[0][0] is None:  # the compiler's source, pinned: only the spread asks for it
+            return [late_text(deadline_s) if pinned == "late" else pinned]
+        return real(variants, deadline_s=deadline_s, threads=threads)
+
+    monkeypatch.setattr(bench, "compile_all", compile_all)
+    constant = first_float_constant(kernel.source)
+    wrong = bump_constant(kernel.source, constant, constant.replace("0.5", "0.25"))
+    config = other_tiling(kernel, cap.recording(kernel.graph, kernel.name).chosen_config)
+    with pytest.raises(InfrastructureFailure, match=expected):
+        judge_in_engine(service, kernel, wrong, config, seeds=(0,), distributions=("large",), compile_deadline_s=60)
+    # on inputs that cannot overflow nothing is pinned: the wrong candidate is the candidate's verdict
+    result = judge_in_engine(service, kernel, wrong, config, seeds=(0,), distributions=("normal",), compile_deadline_s=60)
+    assert result["correctness"]["passed"] is False
