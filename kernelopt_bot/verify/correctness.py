@@ -66,13 +66,14 @@ CANCELLING_DISTRIBUTIONS = frozenset({"equal_rows", "zero_rows", "offset"})
 # second kernel's max and sum like any input, exp(x - max) overflowed, and the compiler's own source
 # at another config gave inf where its config gave NaN on 36 elements (their float64 sums are finite,
 # about 1e50 and more: both are artefacts). A finite value against a non-finite one still fails,
-# unless the compiler's own kernel at the candidate's launch config disagrees with itself there
-# (:data:`COMPILER_SPREAD_SHARE`). Denormals overflow too, as divisors: the same problem's rerun
+# unless the compiler's own kernel at the candidate's launch config disagrees with itself there and
+# the candidate gives what that kernel gives (:data:`COMPILER_SPREAD_SHARE`). Denormals overflow too, as divisors: the same problem's rerun
 # (12-07d) drew the softmax's sum below float32's smallest normal, and 1/sum overflowed.
 OVERFLOWING_DISTRIBUTIONS = frozenset({"special", "mixed", "large", "row_scales", "denormal"})
-# On those inputs, the elements where the compiler's kernel at the candidate's launch config and at
-# its own disagree (tolerance.disagreeing) are not judged, up to this share of an output: an
-# autotuner could have picked either config, so neither result there is the right one. On attention
+# On those inputs, where the compiler's kernel at the candidate's launch config and at its own
+# disagree (tolerance.disagreeing), up to this share of an output, the candidate may give what
+# either gives: an autotuner could have picked either config, so neither result there is the only
+# right one (a value of the candidate's own there still fails). On attention
 # pooling bf16 (H100, 12-07d) gate 2 rejected the compiler's own source at another config (only
 # its eviction hints dropped) for 134 NaN where its config gave finite values, and 112 the other way
 # round, of 196608. Past the share, the inputs say something after all, and the trial is judged whole.
@@ -257,8 +258,8 @@ def check_correctness(kernel: TritonKernel, recorded: tuple[Any, ...], kwargs: d
 
     ``reference_at_candidate_config``: where a trial on inputs that overflow fails, gives the
     compiler's own kernel pinned to the candidate's launch config (its launcher, or None where
-    there is none), asked for then only; the elements where it and the reference disagree are
-    not judged (:data:`COMPILER_SPREAD_SHARE`).
+    there is none), asked for then only; where it and the reference disagree, the candidate may
+    give what either gives (:data:`COMPILER_SPREAD_SHARE`).
 
     ``ends_at`` (``time.time()``): the run's wall deadline. No trial starts that would end past
     it (as long as the longest so far): the gate stops with :class:`OutOfWallTime`, ours, not a verdict (on the CPU a kernel's trial can
@@ -308,7 +309,7 @@ def _check(kernel: TritonKernel, recorded: tuple[Any, ...], launch_candidate: An
     reduction = reduction_length(kernel, recorded)
     traced = device == "cpu" and os.environ.get("TRITON_INTERPRET") == "1"
     worst = 0.0
-    excused = 0  # elements not judged: the compiler's kernel disagreed with itself there
+    excused = 0  # elements not judged: the compiler's kernel disagreed with itself, the candidate agreed with one
     plan = trial_plan(seeds, distributions)
     longest = 0.0  # the longest trial so far: none starts that would end past the deadline
     for trial, (seed, dist) in enumerate(plan):

@@ -159,7 +159,8 @@ def compare(candidate: torch.Tensor, reference: torch.Tensor,
     the reference is finite, or the reverse, still fails, and so do two infinities of opposite sign.
 
     ``skip``: a flat mask of elements left out of every rule (gate 2's elements where the
-    compiler's own kernel disagrees with itself), dropped a piece at a time.
+    compiler's own kernel disagrees with itself and the candidate gives what one of its configs
+    gives), dropped a piece at a time.
 
     The float64 work runs on the reference's device in pieces of at most
     :data:`~kernelopt_bot.harness.memory.CHUNK_ELEMENTS` elements (a candidate on another device
