@@ -78,6 +78,9 @@ class Target:
     # The model's buffers as loaded (reset_state), taken when the target is made, in host memory:
     # a copy on the GPU would hold a large buffer (a static cache, a mask) twice in every process.
     initial_buffers: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
+    # Gate 3's references per seed (verify.references.ModelReferences), made on first use: every
+    # check of the run in this process compares against the same ones, computed once.
+    references: Any = field(default=None, init=False, repr=False, compare=False)
     # What the last compared call in this process gave: its output count, then its buffers' names.
     _output_count: int | None = field(default=None, init=False, repr=False)
     _buffer_names: list[str] = field(default_factory=list, init=False, repr=False)

@@ -21,9 +21,10 @@ import torch
 # Elements per piece when comparing large tensors. A comparison holds about 90 bytes of
 # temporaries an element (both sides in float64, their finite parts, the error, the bound, the
 # bias's copies, masks): at 2**26 elements that measured 6 GB on the H200 for any output over
-# 512 MB, the engine's search peak; at 2**22 it is 376 MB, and a piece is still large enough
-# that its launches and one host sync cost nothing against reading it.
-CHUNK_ELEMENTS = 2**22
+# 512 MB, the engine's search peak; at 2**22, 376 MB, as much as a 3000 x 16384 float32 softmax's
+# input and output together (the whole model, 12-07). At 2**20 it is 94 MB, and a piece of 4 MB
+# to 8 MB is still large enough that its launches and one host sync cost little against reading it.
+CHUNK_ELEMENTS = 2**20
 
 
 def free_memory(device: str = "cuda") -> None:

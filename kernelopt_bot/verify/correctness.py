@@ -331,6 +331,9 @@ def _check(kernel: TritonKernel, recorded: tuple[Any, ...], launch_candidate: An
         problem = _run_checked(launch_candidate, cand_args, read_only, device)
         if problem is not None:
             return GateResult.fail("correctness", f"{problem} ({where})", seed=seed)
+        # Its inputs are checked and done with: only its outputs are compared, so the inputs go
+        # before the compiler's argument set is drawn (one input set fewer at the trial's peak).
+        cand_args = _outputs_only(cand_args, compared)
         ref_args = fresh()  # fresh buffers, after the candidate
         launch_reference(ref_args)
         _sync(device)
@@ -427,9 +430,18 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def _run_checked(launch: Any, args: tuple[Any, ...], read_only: list[ArgRole], device: str) -> str | None:
-    """Launch once; why the read-only inputs did not come back bit-for-bit, or ``None``."""
-    before = {r.index: args[r.index].clone() for r in read_only}
+def _outputs_only(args: tuple[Any, ...], compared: list[ArgRole]) -> tuple[Any, ...]:
+    """``args`` with every tensor but the compared outputs dropped (None in its place)."""
+    keep = {r.index for r in compared}
+    return tuple(None if isinstance(a, torch.Tensor) and i not in keep else a for i, a in enumerate(args))
+
+
+def _run_checked(launch: Any, args: tuple[Any, ...], read_only: list[ArgRole], device: str,
+                 copies_on: str | None = None) -> str | None:
+    """Launch once; why the read-only inputs did not come back bit-for-bit, or ``None``. Their
+    copies are taken on ``copies_on`` (default: where they are): the host, where the device would
+    otherwise hold them beside a second argument set (the repeat check's)."""
+    before = {r.index: args[r.index].to(copies_on or args[r.index].device, copy=True) for r in read_only}
     launch(args)
     _sync(device)
     for r in read_only:
@@ -461,7 +473,9 @@ def _repeatable(fresh: Any, first: tuple[Any, ...], compared: list[ArgRole], rea
     that race show as runs that differ), unless the compiler's kernel itself is not repeatable."""
     for _ in range(REPEATS_ON_GPU - 1):
         again = fresh()
-        problem = _run_checked(launch_candidate, again, read_only, device)
+        # The first run's outputs are held here beside a whole argument set: the inputs' copies go
+        # to the host (one trial's, not every trial's: its transfer is not paid 20 times).
+        problem = _run_checked(launch_candidate, again, read_only, device, copies_on="cpu")
         if problem is not None:
             return problem
         differs = next((r.name for r in compared if not _same(first[r.index], again[r.index])), None)
@@ -494,4 +508,5 @@ def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
         return False
     bytes_a = a.contiguous().reshape(-1).view(torch.uint8)
     bytes_b = b.contiguous().reshape(-1).view(torch.uint8)
-    return all(bool(torch.equal(x, y)) for x, y in memory.flat_pieces(bytes_a, bytes_b, chunk=4 * memory.CHUNK_ELEMENTS))
+    return all(bool(torch.equal(x.to(y.device), y))
+               for x, y in memory.flat_pieces(bytes_a, bytes_b, chunk=4 * memory.CHUNK_ELEMENTS))

@@ -8,12 +8,13 @@ candidate may reorder floating-point work, so it is accepted when its error agai
 within ``factor`` times the compiler baseline's own error against float64 (never below the dtype's
 rounding unit) and its mean signed error against float64 (a bias the norm hides: +0.6% on
 every element) is within twice the compiler's or what unbiased rounding allows. Both errors are
-recorded either way.
+recorded either way. The eager outputs and the float64 referee are computed once per seed and
+kept in host memory (:mod:`kernelopt_bot.verify.references`), the referee run on the host where it
+has room: no GPU memory of the engine's is held for them beside the arms.
 """
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import torch
@@ -28,6 +29,7 @@ from kernelopt_bot.harness.failures import (
 )
 from kernelopt_bot.harness.memory import float64_chunks, free_memory
 from kernelopt_bot.targets import Target
+from kernelopt_bot.verify.references import ModelReferences, references_of
 from kernelopt_bot.verify.tolerance import (
     MODEL_TIGHT_TOLERANCE,
     UNIT_ROUNDOFF,
@@ -38,26 +40,6 @@ from kernelopt_bot.verify.tolerance import (
 from kernelopt_bot.verify.verdict import GateResult
 
 DEFAULT_MODEL_SEEDS = (101, 102)
-
-
-def _float64_outputs(target: Target, inputs: tuple[Any, ...]) -> list[torch.Tensor]:
-    """The eager model's outputs in float64: on the target's device, or, when that runs out of
-    memory (a float64 copy of a large model's inputs and activations is twice their size), on the
-    CPU, where the referee is slower but its answer the same. Out of memory there too is ours."""
-    try:
-        return _float64_on(target, inputs, target.device)
-    except Exception as exc:
-        if target.device == "cpu" or not is_out_of_memory(exc):
-            raise
-    free_memory(target.device)
-    return _float64_on(target, inputs, "cpu")
-
-
-def _float64_on(target: Target, inputs: tuple[Any, ...], device: str) -> list[torch.Tensor]:
-    model64 = copy.deepcopy(target.model).to(device=device, dtype=torch.float64)
-    args64 = tuple(x.to(device=device, dtype=torch.float64) if isinstance(x, torch.Tensor) and x.is_floating_point()
-                   else x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs)
-    return target.compared_outputs(model64, args64, model64, device=device)
 
 
 def _same_nan_pattern(a: torch.Tensor, b: torch.Tensor, device: str) -> bool:
@@ -73,6 +55,7 @@ def check_model(target: Target, baseline: Arm, candidate: Arm, kernel_name: str 
     ``kernel_name`` None, is a whole-model variant such as another compile mode). No seed starts
     past ``ends_at`` (the run's wall deadline, ``time.time()``): :class:`OutOfWallTime`, ours."""
     numbers: dict[str, Any] = {"err_candidate_f64": None, "err_baseline_f64": None, "tight": True}
+    references = references_of(target)
     if kernel_name is not None and kernel_name not in candidate.info.get("applied", []):
         return GateResult.fail("model", f"the pack did not apply to {kernel_name} in the compiled model "
                                         f"(applied: {candidate.info.get('applied') or 'none'})")
@@ -80,12 +63,11 @@ def check_model(target: Target, baseline: Arm, candidate: Arm, kernel_name: str 
         for done, seed in enumerate(seeds):
             if past_deadline(ends_at):
                 raise OutOfWallTime(f"the wall budget ran out during gate 3, after {done} of {len(seeds)} input sets")
-            # The arms' outputs stay where they arrive (the CPU, for a process arm): the
-            # comparisons move them to the target's device a piece at a time.
+            # The arms' outputs stay where they arrive (the CPU, for a process arm), and the
+            # references are kept in host memory: the comparisons move both to the target's device
+            # a piece at a time.
             packed = candidate.request("outputs", seed, timeout_s=timeout_s)
-            inputs = target.make_inputs(seed)
-            eager = target.compared_outputs(target.model, inputs, device=target.device)
-            verdict = _check_seed(target, inputs, seed, packed, eager,
+            verdict = _check_seed(target, references, seed, packed, references.eager(seed),
                                   lambda s=seed: baseline.request("outputs", s, timeout_s=timeout_s),
                                   factor, numbers)
             if verdict is not None:
@@ -108,7 +90,7 @@ def check_model(target: Target, baseline: Arm, candidate: Arm, kernel_name: str 
     return GateResult.ok("model", f"{how} on {len(seeds)} fresh input sets", **numbers)
 
 
-def _check_seed(target: Target, inputs: tuple[Any, ...], seed: int, packed: list[torch.Tensor],
+def _check_seed(target: Target, references: ModelReferences, seed: int, packed: list[torch.Tensor],
                 eager: list[torch.Tensor], baseline_outputs: Any, factor: float,
                 numbers: dict[str, Any]) -> GateResult | None:
     """None when this seed passes; otherwise the failing result. Updates ``numbers``."""
@@ -118,12 +100,14 @@ def _check_seed(target: Target, inputs: tuple[Any, ...], seed: int, packed: list
         if p.dtype != e.dtype or p.shape != e.shape:
             return GateResult.fail("model", f"{target.output_label(i)}: {p.dtype}{tuple(p.shape)} but eager gives "
                                             f"{e.dtype}{tuple(e.shape)}")
-    if all(compare(p, e, MODEL_TIGHT_TOLERANCE, target.output_label(i)).ok for i, (p, e) in enumerate(zip(packed, eager))):
+    on = target.device
+    if all(compare(p, e, MODEL_TIGHT_TOLERANCE, target.output_label(i), on=on).ok
+           for i, (p, e) in enumerate(zip(packed, eager))):
         return None
     numbers["tight"] = False
     base = baseline_outputs()
     try:
-        ref64 = _float64_outputs(target, inputs)
+        ref64 = references.float64(seed)
     except Exception as exc:
         if is_out_of_memory(exc):
             raise  # ours, not the candidate's: check_model reports it as such
@@ -136,14 +120,14 @@ def _check_seed(target: Target, inputs: tuple[Any, ...], seed: int, packed: list
             continue
         if not _same_nan_pattern(p, b, target.device):
             return GateResult.fail("model", f"{target.output_label(i)}: NaN where the compiler's model has none (seed {seed})")
-        err_c, err_b = relative_error(p, r), relative_error(b, r)
+        err_c, err_b = relative_error(p, r, on=on), relative_error(b, r, on=on)
         numbers["err_candidate_f64"] = max(err_c, numbers["err_candidate_f64"] or 0.0)
         numbers["err_baseline_f64"] = max(err_b, numbers["err_baseline_f64"] or 0.0)
         if not err_c <= factor * max(err_b, floor):
             return GateResult.fail(
                 "model", f"{target.output_label(i)}: error against float64 {err_c:.3g} > {factor:g} x compiler's "
                          f"{max(err_b, floor):.3g} (seed {seed}): less accurate in substance", **numbers)
-        bias_c, bias_b = systematic_bias(p, r, p.dtype), systematic_bias(b, r, p.dtype)
+        bias_c, bias_b = systematic_bias(p, r, p.dtype, on=on), systematic_bias(b, r, p.dtype, on=on)
         allowed = max(BIAS_BASELINE_FACTOR * abs(bias_b.signed), bias_c.bound)
         numbers["bias_candidate_f64"], numbers["bias_baseline_f64"] = bias_c.signed, bias_b.signed
         if abs(bias_c.signed) > allowed:

@@ -62,10 +62,12 @@ class Comparison:
     numbers: dict[str, Any]
 
 
-def _scale(ref: torch.Tensor) -> float:
-    """The largest finite ``|ref|`` (0 when there is none), a piece at a time."""
+def _scale(ref: torch.Tensor, on: torch.device | str | None = None) -> float:
+    """The largest finite ``|ref|`` (0 when there is none), a piece at a time on ``on`` (default:
+    where ``ref`` is)."""
     worst = 0.0
     for (piece,) in memory.flat_pieces(ref):
+        piece = piece if on is None else piece.to(on)
         finite = piece[torch.isfinite(piece)]
         if finite.numel():
             worst = max(worst, float(finite.abs().max()))
@@ -141,7 +143,8 @@ class _Sums:
 
 def compare(candidate: torch.Tensor, reference: torch.Tensor,
             table: dict[torch.dtype, Tolerance] | None = None, what: str = "output", *,
-            cancelling: bool = False, specials: bool = False, skip: torch.Tensor | None = None) -> Comparison:
+            cancelling: bool = False, specials: bool = False, skip: torch.Tensor | None = None,
+            on: torch.device | str | None = None) -> Comparison:
     """Is ``candidate`` the same tensor as ``reference`` within the dtype's tolerance?
 
     ``cancelling``: the inputs were built to cancel (equal or zero rows, a large common offset).
@@ -162,10 +165,11 @@ def compare(candidate: torch.Tensor, reference: torch.Tensor,
     compiler's own kernel disagrees with itself and the candidate gives what one of its configs
     gives), dropped a piece at a time.
 
-    The float64 work runs on the reference's device in pieces of at most
-    :data:`~kernelopt_bot.harness.memory.CHUNK_ELEMENTS` elements (a candidate on another device
-    moves a piece at a time), so its extra memory is bounded whatever the output's size; the
-    statistics and messages are those of one pass over the whole tensor."""
+    The float64 work runs on ``on`` (default: the reference's device) in pieces of at most
+    :data:`~kernelopt_bot.harness.memory.CHUNK_ELEMENTS` elements (a tensor on another device, a
+    reference kept in host memory, moves a piece at a time), so its extra memory is bounded
+    whatever the output's size; the statistics and messages are those of one pass over the whole
+    tensor."""
     if candidate.shape != reference.shape:
         return Comparison(False, f"{what}: shape {tuple(candidate.shape)} != {tuple(reference.shape)}", {})
     if candidate.dtype != reference.dtype:
@@ -174,16 +178,17 @@ def compare(candidate: torch.Tensor, reference: torch.Tensor,
     if n == 0:
         return Comparison(True, "empty", {})
     if not reference.is_floating_point():
-        differ = (candidate.to(reference.device) != reference).reshape(-1)
+        where = reference.device if on is None else torch.device(on)
+        differ = (candidate.to(where) != reference.to(where)).reshape(-1)
         if skip is not None:
             differ &= ~skip.to(differ.device)
         wrong = int(differ.sum())
         return Comparison(wrong == 0, f"{what}: {wrong} of {n} elements differ" if wrong else "exact",
                           {"mismatches": wrong})
     tol = (table or KERNEL_TOLERANCE).get(reference.dtype, KERNEL_TOLERANCE[torch.float32])
-    sums = _Sums(tol.atol * _scale(reference), tol.rtol, reference.dtype, specials)
+    sums = _Sums(tol.atol * _scale(reference, on), tol.rtol, reference.dtype, specials)
     skips = memory.flat_pieces(skip) if skip is not None else None
-    for c, r in memory.float64_chunks(candidate, reference):
+    for c, r in memory.float64_chunks(candidate, reference, device=on):
         if skips is not None:
             kept = ~next(skips)[0].to(c.device)
             c, r = c[kept], r[kept]
@@ -296,16 +301,18 @@ class _BiasSums:
         return Bias(signed, rounding + compute + BIAS_SIGMAS * spread)
 
 
-def systematic_bias(value: torch.Tensor, reference: torch.Tensor, dtype: torch.dtype) -> Bias:
+def systematic_bias(value: torch.Tensor, reference: torch.Tensor, dtype: torch.dtype, *,
+                    on: torch.device | str | None = None) -> Bias:
     """``sum((value - ref) * sign(ref)) / sum(|ref|)`` over finite nonzero reference elements: an
     error that pushes results away from (or toward) zero everywhere adds up here, while honest
     rounding and reordering errors, of either sign, cancel. The bound is half the dtype's rounding
     unit, plus ``COMPUTE_BIAS_UNITS`` of float32's (the precision kernels compute in), plus
     ``BIAS_SIGMAS`` times what unbiased errors of the observed size would average to
     (``||value - ref|| / sum|ref|``), so it shrinks with the number of elements. In float64, a
-    piece at a time (:func:`~kernelopt_bot.harness.memory.float64_chunks`)."""
+    piece at a time (:func:`~kernelopt_bot.harness.memory.float64_chunks`), on ``on`` (default:
+    the reference's device)."""
     sums = _BiasSums()
-    for v, r in memory.float64_chunks(value, reference):
+    for v, r in memory.float64_chunks(value, reference, device=on):
         sums.add(v, r)
     return sums.result(dtype)
 
@@ -318,12 +325,13 @@ def flushed_to_zero(value: torch.Tensor, reference: torch.Tensor, dtype: torch.d
     return int((normal & (value == 0)).sum()), int(normal.sum())
 
 
-def relative_error(value: torch.Tensor, reference: torch.Tensor) -> float:
+def relative_error(value: torch.Tensor, reference: torch.Tensor, *, on: torch.device | str | None = None) -> float:
     """||value - reference|| / ||reference|| over the reference's finite elements, in float64, a
-    piece at a time (:func:`~kernelopt_bot.harness.memory.float64_chunks`)."""
+    piece at a time (:func:`~kernelopt_bot.harness.memory.float64_chunks`), on ``on`` (default: the
+    reference's device)."""
     ref_norms: list[float] = []
     diff_norms: list[float] = []
-    for v, r in memory.float64_chunks(value, reference):
+    for v, r in memory.float64_chunks(value, reference, device=on):
         finite = torch.isfinite(r)
         r, v = r[finite], v[finite]
         ref_norms.append(float(r.norm()))
