@@ -87,6 +87,12 @@ def _norm(pieces: list[float]) -> float:
     return top * math.sqrt(math.fsum((x / top) ** 2 for x in pieces))
 
 
+def _beyond(err: torch.Tensor, reference: torch.Tensor, atol_abs: float, rtol: float) -> torch.Tensor:
+    """The elementwise rule both :func:`compare` and :func:`disagreeing` apply: where ``err``
+    (``|value - reference|``) exceeds ``atol_abs + rtol * |reference|``."""
+    return err > atol_abs + rtol * reference.abs()
+
+
 @dataclass
 class _Sums:
     """What :func:`compare` needs from every element, added up a piece at a time so the float64
@@ -128,8 +134,7 @@ class _Sums:
         finite = ~(nan_r | inf_r)
         c, r = c[finite], r[finite]
         err = (c - r).abs()
-        bound = self.atol_abs + self.rtol * r.abs()
-        self.mismatches += int((err > bound).sum())
+        self.mismatches += int(_beyond(err, r, self.atol_abs, self.rtol).sum())
         if err.numel():
             worst = float(err.max())
             self.max_abs_err = worst if self.max_abs_err is None else max(self.max_abs_err, worst)
@@ -244,7 +249,7 @@ def disagreeing(first: torch.Tensor, second: torch.Tensor,
     for a, b in memory.float64_chunks(first, second):
         finite_a, finite_b = torch.isfinite(a), torch.isfinite(b)
         opposite = torch.isinf(a) & torch.isinf(b) & (a != b)
-        apart = finite_a & finite_b & ((a - b).abs() > atol_abs + tol.rtol * b.abs())
+        apart = finite_a & finite_b & _beyond((a - b).abs(), b, atol_abs, tol.rtol)
         mask[start:start + a.numel()] = (finite_a != finite_b) | opposite | apart
         start += a.numel()
     return mask
