@@ -348,9 +348,10 @@ def _run_pipeline_here(target: str, *, device: str | None, dtype: str, out_dir: 
             result.patch_path = None if patch is None else str(patch)
         else:
             from kernelopt_bot.harness.device_watch import DeviceMemoryWatch
+            from kernelopt_bot.harness.model_arms import CONTEXT_MB
 
             watch = DeviceMemoryWatch(resolve_device(device), phase=lambda: phase_log.clock.current,
-                                      processes=_gpu_processes)
+                                      processes=_gpu_processes, context_mb=CONTEXT_MB)
             try:
                 with watch:
                     pack = _run(target, device, dtype, plan, settings, llm, store_path, result, phase_log,
@@ -390,6 +391,12 @@ def _record_device_peaks(result: RunResult, watch: Any) -> None:
     processes were on the GPU at the peak, into ``result.processes``."""
     result.processes["device_peak_mb"] = None if watch.peak_mb is None else round(watch.peak_mb, 1)
     result.processes["device_peak_processes"] = watch.processes_at_peak
+    if watch.peak_beyond_mb is not None:
+        result.processes["context_mb"] = round(watch.context_mb, 1)
+        result.processes["context_measured"] = watch.context_measured
+        result.processes["beyond_contexts_mb"] = round(watch.peak_beyond_mb, 1)
+        result.processes["beyond_contexts_processes"] = watch.processes_at_peak_beyond
+        result.processes["beyond_contexts_phase"] = watch.phase_at_peak_beyond
     if watch.peaks_by_phase:
         result.processes["device_peak_mb_by_phase"] = {k: round(v, 1) for k, v in watch.peaks_by_phase.items()}
     if watch.engine_peaks_by_phase:
@@ -424,7 +431,6 @@ def _process_counts(device: str) -> dict[str, Any]:
 
 def _processes_line(processes: dict[str, Any]) -> str:
     """optimize.log's line on what the run cost in processes and GPU memory."""
-    from kernelopt_bot.harness.model_arms import CONTEXT_MB
 
     def mib(key: str) -> str:
         value = processes.get(key)
@@ -442,12 +448,20 @@ def _processes_line(processes: dict[str, Any]) -> str:
         if model_mb:
             line += f"; the compiled model alone holds {mib('model_gpu_mb')} ({processes['device_peak_mb'] / model_mb:.1f}x)"
         if at_peak:
-            # Each process's CUDA context is an estimate (CONTEXT_MB), not measured: the part of a
-            # small model's peak that no plan of ours cuts (the MLP's 17x on the H100, 12-06).
-            beyond = max(0.0, processes["device_peak_mb"] - at_peak * CONTEXT_MB)
-            line += (f"; {at_peak} process(es) on the GPU at the peak, whose CUDA contexts take about "
-                     f"{at_peak * CONTEXT_MB:.0f} MiB (estimated at {CONTEXT_MB:.0f} each): {beyond:.0f} MiB beyond them"
-                     + (f" ({beyond / model_mb:.1f}x the model)" if model_mb else ""))
+            line += f"; {at_peak} process(es) on the GPU at that peak"
+        beyond, context = processes.get("beyond_contexts_mb"), processes.get("context_mb")
+        if beyond is not None and context is not None:
+            # The part of a small model's peak that no plan of ours cuts is the processes' CUDA
+            # contexts (the MLP's 17x on the H100, 12-06); the context is measured in the engine
+            # (at most CONTEXT_MB), and what is beyond them is counted at every reading, so a phase
+            # with fewer processes but more memory is not hidden by the overall peak's.
+            how = "measured in the engine" if processes.get("context_measured") else "estimated"
+            line += (f"; beyond the CUDA contexts of the processes alive at each reading ({context:.0f} MiB each, "
+                     f"{how}), at most {max(0.0, beyond):.0f} MiB"
+                     + (f" ({max(0.0, beyond) / model_mb:.1f}x the model)" if model_mb else "")
+                     + f", with {processes.get('beyond_contexts_processes')} process(es) on the GPU"
+                     + (f" ({processes['beyond_contexts_phase']})" if processes.get("beyond_contexts_phase") else ""))
+
     by_phase = processes.get("device_peak_mb_by_phase") or {}
     engine = processes.get("engine_peak_mb_by_phase") or {}
     if by_phase:

@@ -24,14 +24,27 @@ class DeviceMemoryWatch:
     the engine's part and the arms' part of a phase's peak can be told apart. ``processes``: how
     many processes hold a CUDA context now (the engine and its children on the GPU); how many did
     at the peak is ``processes_at_peak``: each context holds hundreds of MiB, more than a small
-    model itself, and is the part of the peak no plan of ours can cut."""
+    model itself, and is the part of the peak no plan of ours can cut.
+
+    ``context_mb``: what one process's CUDA context is taken to hold, at most. The first reading,
+    with the engine alone on the device, measures it (the memory in use less what the engine's
+    allocator holds; 530 MiB on an H100 with torch 2.11) and keeps the smaller: another user of
+    the device then makes no context look larger. With it, every reading counts what the device
+    holds beyond the contexts of the processes alive then: ``peak_beyond_mb`` (and its phase and
+    process count) is the largest, which a phase with fewer processes but more memory can hold,
+    not the overall peak's share."""
 
     def __init__(self, device: str, interval_s: float = 0.2, phase: Callable[[], str | None] | None = None,
-                 processes: Callable[[], int] | None = None) -> None:
+                 processes: Callable[[], int] | None = None, context_mb: float | None = None) -> None:
         self.device, self.interval_s = device, interval_s
         self.peak_mb: float | None = None
         self.processes_at_peak: int | None = None
         self._processes = processes
+        self.context_mb = context_mb
+        self.context_measured = False
+        self.peak_beyond_mb: float | None = None
+        self.processes_at_peak_beyond: int | None = None
+        self.phase_at_peak_beyond: str | None = None
         self.peaks_by_phase: dict[str, float] = {}
         self.engine_peaks_by_phase: dict[str, float] = {}
         self._phase = phase
@@ -49,16 +62,28 @@ class DeviceMemoryWatch:
 
         self.record((total - free) / 2**20, torch.cuda.memory_reserved() / 2**20)
 
+    def _count(self) -> int | None:
+        if self._processes is None:
+            return None
+        with contextlib.suppress(Exception):  # a count we cannot take leaves the figures standing
+            return self._processes()
+        return None
+
     def record(self, used_mb: float, engine_mb: float | None = None) -> None:
         """One reading of the memory in use (and of this process's own), counted in the overall
-        peak and its phase's."""
+        peak and its phase's, and beyond the contexts of the processes alive now."""
+        count = self._count()
+        if not self.context_measured and self.context_mb is not None and engine_mb is not None and count == 1:
+            self.context_measured = True  # the engine alone: its context is what its allocator does not hold
+            self.context_mb = min(self.context_mb, max(0.0, used_mb - engine_mb))
+        phase = self._phase() if self._phase is not None else None
         if self.peak_mb is None or used_mb > self.peak_mb:
             self.peak_mb = used_mb
-            self.processes_at_peak = None
-            if self._processes is not None:
-                with contextlib.suppress(Exception):  # a count we cannot take leaves the peak standing
-                    self.processes_at_peak = self._processes()
-        phase = self._phase() if self._phase is not None else None
+            self.processes_at_peak = count
+        if self.context_mb is not None and count is not None:
+            beyond = used_mb - count * self.context_mb
+            if self.peak_beyond_mb is None or beyond > self.peak_beyond_mb:
+                self.peak_beyond_mb, self.processes_at_peak_beyond, self.phase_at_peak_beyond = beyond, count, phase
         if phase:
             self.peaks_by_phase[phase] = max(self.peaks_by_phase.get(phase, 0.0), used_mb)
             if engine_mb is not None:

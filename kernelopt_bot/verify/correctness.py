@@ -117,10 +117,11 @@ def trial_plan(seeds: tuple[int, ...], distributions: tuple[str, ...]) -> list[t
 
 
 def draw(distribution: str, n: int, gen: torch.Generator, *, row: int = 1,
-         dtype: torch.dtype = torch.float32) -> torch.Tensor:
+         dtype: torch.dtype = torch.float32, first_row: int = 0) -> torch.Tensor:
     """``n`` float32 values from one of :data:`DISTRIBUTIONS`, reproducible, on ``gen``'s device;
-    ``row`` elements make one row for the structured distributions, ``dtype`` (the tensor's)
-    sets what a denormal is."""
+    ``row`` elements make one row for the structured distributions (``first_row``: the index of
+    the first, where these values are a piece of a longer draw: which rows are "every other"),
+    ``dtype`` (the tensor's) sets what a denormal is."""
     dev = gen.device
     base = torch.randn(n, generator=gen, device=dev)
     row = max(1, min(row, n))
@@ -133,7 +134,7 @@ def draw(distribution: str, n: int, gen: torch.Generator, *, row: int = 1,
         return per_row[:, None].expand(n_rows, row).reshape(-1)[:n]
 
     def even() -> torch.Tensor:
-        return per_element(torch.arange(n_rows, device=dev) % 2 == 0)
+        return per_element((torch.arange(n_rows, device=dev) + first_row) % 2 == 0)
 
     # In place where the values allow it: the gates draw on the GPU the model arms share, and an
     # input of a large kernel is gigabytes (each temporary here is another copy of it).
@@ -239,13 +240,30 @@ def trial_arguments(recorded: tuple[Any, ...], roles: list[ArgRole], seed: int,
             _prefill(flat, prefill, gen)
         elif role in ("in", "inout") and fresh.is_floating_point():
             dist = "normal" if distribution == "offset" and fresh.numel() < largest else distribution
-            values = draw(dist, flat.numel(), gen, row=row_length(fresh, reduction), dtype=fresh.dtype)
-            if fresh.dtype == torch.float16:  # keep finite values finite; specials stay special
-                values = torch.where(values.isfinite(), values.clamp(-6e4, 6e4), values)
-            flat.copy_(values.to(dtype=flat.dtype))
-            del values  # before the next argument's buffer: on the GPU each is a copy of an activation
+            _draw_into(flat, dist, gen, row_length(fresh, reduction))
         out.append(fresh)
     return tuple(out)
+
+
+# Elements drawn at once into an input (whole rows; at least one): a draw holds up to three float32
+# temporaries its size, so a whole bf16 activation of 375 MiB drawn at once held 2.2 GB beside it
+# (the engine's search peak on attention pooling, 3014 MiB on an H100, 12-07).
+DRAW_PIECE_ELEMENTS = 2**20
+
+
+def _draw_into(flat: torch.Tensor, distribution: str, gen: torch.Generator, row: int) -> None:
+    """Fill ``flat`` (an input's storage) with :func:`draw`'s values, a piece of whole rows at
+    a time, so the temporaries stay bounded whatever the input's size."""
+    n = flat.numel()
+    row = max(1, min(row, n))
+    step = row * max(1, DRAW_PIECE_ELEMENTS // row)
+    for start in range(0, n, step):
+        piece = flat[start:start + step]
+        values = draw(distribution, piece.numel(), gen, row=row, dtype=flat.dtype, first_row=start // row)
+        if flat.dtype == torch.float16:  # keep finite values finite; specials stay special
+            values = torch.where(values.isfinite(), values.clamp(-6e4, 6e4), values)
+        piece.copy_(values)
+        del values
 
 
 def check_correctness(kernel: TritonKernel, recorded: tuple[Any, ...], kwargs: dict[str, Any],
