@@ -119,7 +119,7 @@ part_redteam() {  # every case at the examples' tiny size, in three pytest proce
   return $rc
 }
 
-part_redteam_gpu() { run_tests redteam_gpu tests/redteam -k "$GPU_ONLY_CASES"; }  # at full size (about 90 s on an H100)
+part_redteam_gpu() { run_tests redteam_gpu tests/redteam -k "$GPU_ONLY_CASES"; }  # at full size (126 s on an H100, 12-07d: give it 150)
 
 part_tests() { run_tests tests ${GPU_TESTS:-tests/gpu}; }  # GPU_TESTS: test files or node ids
 

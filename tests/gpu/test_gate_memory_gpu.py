@@ -66,17 +66,20 @@ def test_gate_two_holds_about_two_argument_sets_beside_the_recorded_ones() -> No
 def test_gate_three_references_are_kept_on_the_host_and_the_referee_runs_there() -> None:
     """The float64 copy of a bf16 model and its activations is four times the model: on the
     device it was the engine's peak (4130 MiB on attention pooling, 3.7x the model, 12-07). Now
-    the device holds at most the eager run's own memory, once per seed."""
+    the referee takes no more of the device than drawing its inputs there does (the file draws
+    them on the GPU in float32, then casts: 1126 MiB for 375 MiB of bf16 inputs on an H100), and
+    nothing of either reference stays."""
     target = load_target(str(ROOT / "benchmarks" / "unseen" / "attention_pool.py"), "cuda", "bf16")
     calls: list[int] = []
     target.model.register_forward_hook(lambda *_: calls.append(1))
     inputs_mb = sum(x.numel() * x.element_size() for x in target.make_inputs(101)) / MIB
+    drawing = _extra_peak_mb(lambda: target.make_inputs(101))
     refs = references_of(target)
     referee = _extra_peak_mb(lambda: refs.float64(101))
     eager = _extra_peak_mb(lambda: refs.eager(101))
     again = _extra_peak_mb(lambda: (refs.eager(101), refs.float64(101)))
-    print(f"MEMORY gate 3's references on {inputs_mb:.0f} MiB of bf16 inputs: referee {referee:.0f} MiB, "
-          f"eager {eager:.0f} MiB, both again {again:.0f} MiB extra on the device")
+    print(f"MEMORY gate 3's references on {inputs_mb:.0f} MiB of bf16 inputs (drawn with {drawing:.0f} MiB): "
+          f"referee {referee:.0f} MiB, eager {eager:.0f} MiB, both again {again:.0f} MiB extra on the device")
     assert all(t.device.type == "cpu" for t in [*refs.eager(101), *refs.float64(101)])
     assert len(calls) == 2 and again == 0
-    assert referee <= inputs_mb  # its inputs drawn on the device, then moved; 4x or more there before
+    assert referee <= drawing + 64  # its inputs drawn on the device, then moved; the float64 model not there
