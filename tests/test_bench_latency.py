@@ -220,8 +220,11 @@ def test_the_device_peak_says_how_many_processes_held_a_cuda_context_then() -> N
     running = [1]
     phase = ["loading"]
     watch = DeviceMemoryWatch("cuda", processes=lambda: running[0], context_mb=600.0, phase=lambda: phase[0])
-    watch.record(530.0, 0.0)  # the engine alone: its context is 530 MiB
+    watch.record(500.0, 0.0)  # the engine alone, before anything ran
+    watch.record(930.0, 400.0)  # still alone, its libraries loaded: its context is 530 MiB
     assert watch.context_measured and watch.context_mb == 530.0
+    watch.record(900.0, 400.0)  # a smaller reading does not shrink it
+    assert watch.context_mb == 530.0
     running[0], phase[0] = 3, "searching"
     watch.record(3000.0, 1300.0)  # 1410 beyond three contexts
     running[0], phase[0] = 6, "options"

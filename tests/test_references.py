@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import torch
 
-from kernelopt_bot.targets import load_target
+from kernelopt_bot.targets import Target, load_target
 from kernelopt_bot.verify import references as refs_module
 from kernelopt_bot.verify.model import check_model
 from kernelopt_bot.verify.references import ModelReferences, references_of
@@ -78,11 +78,28 @@ def test_check_model_shares_them_across_checks() -> None:
     assert len(calls) == 4
 
 
-def test_the_referee_of_a_gpu_target_runs_on_the_host_where_it_has_room(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Where the host has room, the device is not asked (a target that says "cuda", its tensors on
-    the CPU: a GPU call would raise on this machine)."""
-    target = load_target(TARGET, "cpu", "bf16")
+def _gpu_labelled(monkeypatch: pytest.MonkeyPatch, *, train: bool = False, draws: bool = False) -> Any:
+    """A target that says "cuda", its tensors on the CPU (a GPU call would raise on this machine):
+    its compared outputs asked for on "cuda" stay on the CPU, and the device's generator is a
+    counter its model's forward moves when ``draws`` (dropout on the GPU)."""
+    target = load_target(TARGET, "cpu", "bf16", train=train)
     target.device = "cuda"
+    plain = Target.compared_outputs
+
+    def compared(call: Any, inputs: Any, model: Any = None, *, device: str | None = None) -> Any:
+        return plain(target, call, inputs, model, device="cpu" if device == "cuda" else device)
+
+    target.compared_outputs = compared
+    offset = [0]
+    if draws:
+        target.model.register_forward_hook(lambda *_: offset.__setitem__(0, offset[0] + 4))
+    monkeypatch.setattr(refs_module, "_device_draws", lambda device: offset[0])
+    return target
+
+
+def test_the_referee_of_a_gpu_target_runs_on_the_host_where_it_has_room(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the host has room, the device is not asked."""
+    target = _gpu_labelled(monkeypatch)
     where: list[str] = []
     referee = ModelReferences._referee
 
@@ -110,8 +127,7 @@ def _scripted(monkeypatch: pytest.MonkeyPatch, fails: dict[str, BaseException]) 
 
 
 def test_without_room_on_the_host_the_device_runs_the_referee(monkeypatch: pytest.MonkeyPatch) -> None:
-    target = load_target(TARGET, "cpu", "bf16")
-    target.device = "cuda"
+    target = _gpu_labelled(monkeypatch)
     monkeypatch.setattr(refs_module, "_available_host_bytes", lambda: 1024)
     where = _scripted(monkeypatch, {})
     ModelReferences(target).float64(101)
@@ -119,8 +135,7 @@ def test_without_room_on_the_host_the_device_runs_the_referee(monkeypatch: pytes
 
 
 def test_out_of_memory_on_the_device_falls_back_to_the_host_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    target = load_target(TARGET, "cpu", "bf16")
-    target.device = "cuda"
+    target = _gpu_labelled(monkeypatch)
     monkeypatch.setattr(refs_module, "_available_host_bytes", lambda: 1024)
     where = _scripted(monkeypatch, {"cuda": torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 4 GiB")})
     ModelReferences(target).float64(101)
@@ -130,16 +145,53 @@ def test_out_of_memory_on_the_device_falls_back_to_the_host_once(monkeypatch: py
 def test_model_code_that_runs_only_on_the_device_gets_the_device(monkeypatch: pytest.MonkeyPatch) -> None:
     """The host tried first fails (a model that makes its tensors on the GPU): the device decides,
     and its own failure is the one raised, the host's chained to it."""
-    target = load_target(TARGET, "cpu", "bf16")
-    target.device = "cuda"
+    target = _gpu_labelled(monkeypatch)
     host = RuntimeError("Expected all tensors to be on the same device")
     where = _scripted(monkeypatch, {"cpu": host})
-    assert ModelReferences(target).float64(101)[0].shape == (2,)
+    refs = ModelReferences(target)
+    assert refs.float64(101)[0].shape == (2,)
     assert where == ["cpu", "cuda"]
+    refs.float64(102)
+    assert where == ["cpu", "cuda", "cuda"]  # the host failed once: not asked again
     where = _scripted(monkeypatch, {"cpu": host, "cuda": ValueError("no float64 kernel")})
     with pytest.raises(ValueError, match="no float64 kernel") as raised:
         ModelReferences(target).float64(101)
     assert raised.value.__cause__ is host and where == ["cpu", "cuda"]
+
+
+def test_a_model_that_draws_on_the_device_gets_its_referee_there(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dropout on the GPU draws from the device's generator; on the host the referee would draw
+    other masks, a referee of another computation (the compiler's error against it large, and a
+    wrong candidate's within 10x of it). A training step draws so; an inference model may."""
+    where = _scripted(monkeypatch, {})
+    ModelReferences(_gpu_labelled(monkeypatch, draws=True)).float64(101)
+    assert where == ["cuda"]
+    where = _scripted(monkeypatch, {})
+    ModelReferences(_gpu_labelled(monkeypatch, train=True)).float64(101)
+    assert where == ["cuda"]
+    where = _scripted(monkeypatch, {})
+    ModelReferences(_gpu_labelled(monkeypatch)).float64(101)
+    assert where == ["cpu"]
+
+
+def test_the_hosts_room_is_judged_from_the_compiled_models_peak(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Activations that grow faster than the inputs (an attention's scores) are not in the
+    parameters and inputs: where the baseline arm said what it held at its peak, that counts, in
+    float64 (a bf16 arm's 100 MiB is 400 MiB wide, 1.6 GiB with the activation factor)."""
+    target = load_target(TARGET, "cpu", "bf16")
+    inputs = target.make_inputs(101)
+    monkeypatch.setattr(refs_module, "_available_host_bytes", lambda: 4 * 2**30)  # half of it, 2 GiB, for the referee
+    assert refs_module._host_has_room(target, inputs)
+    assert refs_module._host_has_room(target, inputs, arm_mb=100.0)
+    assert not refs_module._host_has_room(target, inputs, arm_mb=200.0)
+
+
+def test_the_hosts_allocator_running_out_is_out_of_memory() -> None:
+    from kernelopt_bot.harness.failures import is_out_of_memory
+
+    assert is_out_of_memory(RuntimeError("[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: "
+                                         "can't allocate memory: you tried to allocate 70368744177664 bytes."))
+    assert not is_out_of_memory(RuntimeError("Expected all tensors to be on the same device"))
 
 
 def test_a_reference_over_the_keep_limit_is_computed_per_check(monkeypatch: pytest.MonkeyPatch) -> None:

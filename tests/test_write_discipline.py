@@ -83,25 +83,34 @@ def test_structured_distributions_have_their_structure() -> None:
 def test_an_input_drawn_in_pieces_keeps_its_rows_structure_and_is_reproducible(monkeypatch: pytest.MonkeyPatch) -> None:
     """Inputs are drawn a piece of whole rows at a time (their float32 temporaries were 2.2 GB
     beside a 375 MiB bf16 activation): "every other row" still counts rows from the input's
-    start, every row is drawn, and the same generator gives the same bits."""
+    start (three rows a piece, so a piece may start on an odd row), a row longer than a piece is
+    drawn whole, a short last row is a row, every row is drawn, and the same generator gives the
+    same bits."""
     from kernelopt_bot.verify import correctness
 
-    monkeypatch.setattr(correctness, "DRAW_PIECE_ELEMENTS", 40)  # two 16-element rows a piece, 7 pieces
-
-    def drawn(dist: str, seed: int = 0) -> torch.Tensor:
-        flat = torch.full((13 * 16,), float("nan"), dtype=torch.bfloat16)
+    def drawn(dist: str, seed: int = 0, piece: int = 48, rows: int = 13) -> torch.Tensor:
+        monkeypatch.setattr(correctness, "DRAW_PIECE_ELEMENTS", piece)
+        flat = torch.full((rows * 16 + 5,), float("nan"), dtype=torch.bfloat16)  # a short last row
         correctness._draw_into(flat, dist, torch.Generator().manual_seed(seed), 16)
-        return flat.view(13, 16)
+        return flat
 
-    rows = drawn("negative_rows")
-    assert bool((rows[0::2] < 0).all()) and bool((rows[1::2] > 0).any(dim=1).all())
-    assert bool((drawn("zero_rows")[0::2] == 0).all()) and bool((drawn("zero_rows")[1::2] != 0).any(dim=1).all())
-    equal = drawn("equal_rows")
-    assert bool((equal[0::2] == equal[0::2, :1]).all())
-    for dist in DISTRIBUTIONS:
-        assert not bool(drawn(dist).isnan().all(dim=1).any()), dist  # no row left undrawn
-        assert torch.equal(drawn(dist).view(torch.int16), drawn(dist).view(torch.int16)), dist
-        assert not torch.equal(drawn(dist), drawn(dist, seed=1)), dist
+    for piece in (48, 10):  # three rows a piece; a row longer than a piece
+        negative = drawn("negative_rows", piece=piece)
+        zero = drawn("zero_rows", piece=piece)
+        equal = drawn("equal_rows", piece=piece)
+        for r in range(14):  # 13 whole rows and the short one, the 14th: even-numbered rows are the structured ones
+            row = slice(16 * r, 16 * (r + 1))
+            if r % 2 == 0:
+                assert bool((negative[row] < 0).all()) and bool((zero[row] == 0).all()), (piece, r)
+                assert bool((equal[row] == equal[row][0]).all()), (piece, r)
+            else:
+                assert bool((negative[row] > 0).any()) and bool((zero[row] != 0).any()), (piece, r)
+        for dist in DISTRIBUTIONS:
+            values = drawn(dist, piece=piece)
+            assert not bool(values.view(-1)[:16 * 13].view(13, 16).isnan().all(dim=1).any()), dist  # every row drawn
+            assert not bool(values[-5:].isnan().all()), dist
+            assert torch.equal(values.view(torch.int16), drawn(dist, piece=piece).view(torch.int16)), dist
+            assert not torch.equal(values, drawn(dist, seed=1, piece=piece)), dist
 
 
 def test_systematic_bias_is_caught_and_honest_rounding_is_not() -> None:

@@ -26,10 +26,10 @@ class DeviceMemoryWatch:
     at the peak is ``processes_at_peak``: each context holds hundreds of MiB, more than a small
     model itself, and is the part of the peak no plan of ours can cut.
 
-    ``context_mb``: what one process's CUDA context is taken to hold, at most. The first reading,
-    with the engine alone on the device, measures it (the memory in use less what the engine's
-    allocator holds; 530 MiB on an H100 with torch 2.11) and keeps the smaller: another user of
-    the device then makes no context look larger. With it, every reading counts what the device
+    ``context_mb``: what one process's CUDA context is taken to hold, at most. Readings with the
+    engine alone on the device measure it (the memory in use less what the engine's allocator
+    holds, the largest such: 527 MiB on an H100 with torch 2.11), and the cap stays where that is
+    more: another user of the device then makes no context look larger. With it, every reading counts what the device
     holds beyond the contexts of the processes alive then: ``peak_beyond_mb`` (and its phase and
     process count) is the largest, which a phase with fewer processes but more memory can hold,
     not the overall peak's share."""
@@ -41,6 +41,7 @@ class DeviceMemoryWatch:
         self.processes_at_peak: int | None = None
         self._processes = processes
         self.context_mb = context_mb
+        self._context_cap = context_mb
         self.context_measured = False
         self.peak_beyond_mb: float | None = None
         self.processes_at_peak_beyond: int | None = None
@@ -73,9 +74,13 @@ class DeviceMemoryWatch:
         """One reading of the memory in use (and of this process's own), counted in the overall
         peak and its phase's, and beyond the contexts of the processes alive now."""
         count = self._count()
-        if not self.context_measured and self.context_mb is not None and engine_mb is not None and count == 1:
-            self.context_measured = True  # the engine alone: its context is what its allocator does not hold
-            self.context_mb = min(self.context_mb, max(0.0, used_mb - engine_mb))
+        if self._context_cap is not None and engine_mb is not None and count == 1:
+            # The engine alone: its context is what its allocator does not hold. It grows as
+            # libraries and kernels load (the first reading is before any ran), so the largest seen
+            # while alone counts, never above the cap.
+            seen = max(0.0, used_mb - engine_mb)
+            self.context_mb = min(self._context_cap, max(seen, self.context_mb if self.context_measured else 0.0))
+            self.context_measured = True
         phase = self._phase() if self._phase is not None else None
         if self.peak_mb is None or used_mb > self.peak_mb:
             self.peak_mb = used_mb

@@ -38,7 +38,9 @@ def is_out_of_memory(error: BaseException | str) -> bool:
             return True
         error = str(error)
     lowered = error.lower()
-    return "out of memory" in lowered or "outofmemoryerror" in lowered
+    # The host's allocator says it in its own words: "DefaultCPUAllocator: can't allocate memory"
+    return any(words in lowered for words in ("out of memory", "outofmemoryerror", "can't allocate memory",
+                                              "not enough memory"))
 
 
 # A CUDA error that poisons the process's context: every later call fails the same way, so the

@@ -69,7 +69,7 @@ def check_model(target: Target, baseline: Arm, candidate: Arm, kernel_name: str 
             packed = candidate.request("outputs", seed, timeout_s=timeout_s)
             verdict = _check_seed(target, references, seed, packed, references.eager(seed),
                                   lambda s=seed: baseline.request("outputs", s, timeout_s=timeout_s),
-                                  factor, numbers)
+                                  factor, numbers, _arm_mb(baseline))
             if verdict is not None:
                 return verdict
     except ArmError as exc:
@@ -92,8 +92,9 @@ def check_model(target: Target, baseline: Arm, candidate: Arm, kernel_name: str 
 
 def _check_seed(target: Target, references: ModelReferences, seed: int, packed: list[torch.Tensor],
                 eager: list[torch.Tensor], baseline_outputs: Any, factor: float,
-                numbers: dict[str, Any]) -> GateResult | None:
-    """None when this seed passes; otherwise the failing result. Updates ``numbers``."""
+                numbers: dict[str, Any], arm_mb: float | None = None) -> GateResult | None:
+    """None when this seed passes; otherwise the failing result. Updates ``numbers``. ``arm_mb``:
+    what the baseline arm held at its peak, where it said (the referee's room on the host)."""
     if len(packed) != len(eager):
         return GateResult.fail("model", f"{len(packed)} outputs, eager has {len(eager)}")
     for i, (p, e) in enumerate(zip(packed, eager)):
@@ -107,7 +108,7 @@ def _check_seed(target: Target, references: ModelReferences, seed: int, packed: 
     numbers["tight"] = False
     base = baseline_outputs()
     try:
-        ref64 = references.float64(seed)
+        ref64 = references.float64(seed, arm_mb)
     except Exception as exc:
         if is_out_of_memory(exc):
             raise  # ours, not the candidate's: check_model reports it as such
@@ -136,6 +137,12 @@ def _check_seed(target: Target, references: ModelReferences, seed: int, packed: 
                          f"{bias_c.signed:+.3g}, allowed {allowed:.3g} (compiler's {bias_b.signed:+.3g}; "
                          f"seed {seed})", **numbers)
     return None
+
+
+def _arm_mb(arm: Any) -> float | None:
+    """What the compiled model held on the GPU at its peak, as the baseline arm said (``gpu_mb``)."""
+    value = getattr(arm, "info", {}).get("gpu_mb")
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else None
 
 
 # A candidate's mean signed error against float64 may be this many times the compiler's own.

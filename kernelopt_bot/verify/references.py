@@ -37,30 +37,45 @@ class ModelReferences:
     def __init__(self, target: Target) -> None:
         self.target = target
         self._kept: dict[tuple[str, int], list[torch.Tensor]] = {}
+        # Whether the host may run the referee: not where the model draws random numbers on the
+        # device (the host's generator would draw other dropout masks than the arms', and a
+        # referee of another computation lets a wrong candidate through), nor once the host failed
+        # it or its answer was too large to keep (then every check would pay the host's run again).
+        self._host_allowed = target.device != "cpu" and not target.train
 
     def eager(self, seed: int) -> list[torch.Tensor]:
         kept = self._kept.get(("eager", seed))
         if kept is not None:
             return kept
         target = self.target
-        outputs = target.compared_outputs(target.model, target.make_inputs(seed), device=target.device)
+        inputs = target.make_inputs(seed)
+        before = _device_draws(target.device)
+        outputs = target.compared_outputs(target.model, inputs, device=target.device)
+        after = _device_draws(target.device)
+        if before is None or after != before:  # it drew on the device, or we cannot tell
+            self._host_allowed = False
         return self._keep(("eager", seed), outputs)
 
-    def float64(self, seed: int) -> list[torch.Tensor]:
-        """On the host where it has room (the GPU's memory is planned for the model's arms); on
-        the device where it has not, or where the model's code runs only there. Out of memory on
-        the device: on the host after all, if not tried. Out of memory there too is raised: ours."""
+    def float64(self, seed: int, arm_mb: float | None = None) -> list[torch.Tensor]:
+        """On the host where it may and has room (the GPU's memory is planned for the model's
+        arms); on the device otherwise, or where the model's code runs only there. Out of memory
+        on the device: on the host after all, if not tried. Out of memory there too is raised:
+        ours. ``arm_mb``: what an arm of the compiled model holds at its peak (its activations
+        included), where known: the host's room is judged from it."""
         kept = self._kept.get(("float64", seed))
         if kept is not None:
             return kept
         target = self.target
+        if self._host_allowed and ("eager", seed) not in self._kept:
+            self.eager(seed)  # whether the model draws on the device decides where the referee runs
         inputs = target.make_inputs(seed)
         on_host: Exception | None = None  # why the host could not, where it was tried
-        if target.device != "cpu" and _host_has_room(target, inputs):
+        if self._host_allowed and _host_has_room(target, inputs, arm_mb):
             try:
                 return self._referee(seed, inputs, "cpu")
             except Exception as exc:  # noqa: BLE001 - device-only code, or the host said no: the device decides
                 on_host = exc
+                self._host_allowed = False
         try:
             return self._referee(seed, inputs, target.device)
         except Exception as exc:
@@ -81,6 +96,7 @@ class ModelReferences:
 
     def _keep(self, key: tuple[str, int], outputs: list[torch.Tensor]) -> list[torch.Tensor]:
         if sum(t.numel() * t.element_size() for t in outputs) > KEEP_BYTES:
+            self._host_allowed = False  # not kept: the next check would run it on the host again
             return outputs
         kept = [t.to("cpu") for t in outputs]
         del outputs
@@ -104,13 +120,32 @@ def _float64(x: Any, device: str) -> Any:
     return x
 
 
-def _host_has_room(target: Target, inputs: tuple[Any, ...]) -> bool:
+def _host_has_room(target: Target, inputs: tuple[Any, ...], arm_mb: float | None = None) -> bool:
     """Do the float64 model, its inputs and activations (estimated) fit in half the host's
-    available memory? Unknown (no ``/proc/meminfo``): assumed so."""
+    available memory? The estimate is the larger of :data:`HOST_ACTIVATION_FACTOR` times the
+    float64 parameters, buffers and inputs, and, where ``arm_mb`` is known, eager's activations
+    taken as :data:`HOST_ACTIVATION_FACTOR` times what the compiled model held at its peak, in
+    float64 (activations that grow faster than the inputs, an attention's scores, show there).
+    Unknown (no ``/proc/meminfo``): assumed so. More than the host can give does not raise: the
+    kernel's OOM killer ends the engine, and the run with it."""
     tensors = [*target.model.parameters(), *target.model.buffers(), *(x for x in inputs if isinstance(x, torch.Tensor))]
     need = HOST_ACTIVATION_FACTOR * sum(8 * t.numel() for t in tensors)
+    if arm_mb:
+        widen = 8 / torch.empty(0, dtype=target.dtype).element_size()
+        need = max(need, int(HOST_ACTIVATION_FACTOR * widen * arm_mb * 2**20))
     available = _available_host_bytes()
     return available is None or need <= available // 2
+
+
+def _device_draws(device: str) -> int | None:
+    """Where the CUDA generator of the current device stands (its offset), to tell whether a
+    call drew random numbers there; None where it cannot be read (no CUDA, an older torch)."""
+    if device != "cuda":
+        return 0
+    try:
+        return int(torch.cuda.default_generators[torch.cuda.current_device()].get_offset())
+    except Exception:  # noqa: BLE001 - unreadable (no CUDA here, an older torch): the device is kept
+        return None
 
 
 def _available_host_bytes() -> int | None:
