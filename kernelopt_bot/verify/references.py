@@ -137,14 +137,14 @@ def _host_has_room(target: Target, inputs: tuple[Any, ...], arm_mb: float | None
     return available is None or need <= available // 2
 
 
-def _device_draws(device: str) -> int | None:
-    """Where the CUDA generator of the current device stands (its offset), to tell whether a
-    call drew random numbers there; None where it cannot be read (no CUDA, an older torch)."""
+def _device_draws(device: str) -> bytes | None:
+    """The state of the current device's CUDA generator (its seed and offset), to tell whether a
+    call drew random numbers there; None where it cannot be read."""
     if device != "cuda":
-        return 0
+        return b""
     try:
-        return int(torch.cuda.default_generators[torch.cuda.current_device()].get_offset())
-    except Exception:  # noqa: BLE001 - unreadable (no CUDA here, an older torch): the device is kept
+        return bytes(torch.cuda.get_rng_state().tolist())
+    except Exception:  # noqa: BLE001 - unreadable (no CUDA here): the referee stays on the device
         return None
 
 

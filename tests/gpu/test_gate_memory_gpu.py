@@ -76,6 +76,7 @@ def test_gate_three_references_are_kept_on_the_host_and_the_referee_runs_there()
     drawing = _extra_peak_mb(lambda: target.make_inputs(101))
     refs = references_of(target)
     eager = _extra_peak_mb(lambda: refs.eager(101))  # first: whether the model draws on the device decides
+    assert refs._host_allowed  # the CUDA generator's state was read, and did not move: no dropout here
     referee = _extra_peak_mb(lambda: refs.float64(101))
     again = _extra_peak_mb(lambda: (refs.eager(101), refs.float64(101)))
     print(f"MEMORY gate 3's references on {inputs_mb:.0f} MiB of bf16 inputs (drawn with {drawing:.0f} MiB): "
@@ -83,3 +84,22 @@ def test_gate_three_references_are_kept_on_the_host_and_the_referee_runs_there()
     assert all(t.device.type == "cpu" for t in [*refs.eager(101), *refs.float64(101)])
     assert len(calls) == 2 and again == 0
     assert referee <= drawing + 64  # its inputs drawn on the device, then moved; the float64 model not there
+
+
+def test_a_model_that_draws_on_the_gpu_keeps_its_referee_there(tmp_path: Any) -> None:
+    """Dropout draws from the CUDA generator; on the host the referee would draw other masks and
+    judge another computation. The eager run shows it: the generator's state moved (an inference
+    model that draws; a training step is kept on the device whatever it does)."""
+    model_file = tmp_path / "noisy.py"
+    model_file.write_text(
+        "import torch\n\n\nclass Model(torch.nn.Module):\n"
+        "    def forward(self, x):\n        return torch.nn.functional.dropout(x, 0.5, training=True)\n\n\n"
+        "def get_inputs():\n    return [torch.randn(64, 64)]\n\n\ndef get_init_inputs():\n    return []\n")
+    noisy = references_of(load_target(str(model_file), "cuda", "fp32"))
+    noisy.eager(101)
+    assert not noisy._host_allowed
+    assert all(t.device.type == "cpu" for t in noisy.float64(101))  # computed on the device, kept on the host
+    step = references_of(load_target(str(ROOT / "tests" / "train_targets" / "bn_dropout.py"), "cuda", "fp32",
+                                     train=True))
+    step.eager(101)
+    assert not step._host_allowed
