@@ -40,9 +40,8 @@ class DeviceMemoryWatch:
         self.peak_mb: float | None = None
         self.processes_at_peak: int | None = None
         self._processes = processes
-        self.context_mb = context_mb
         self._context_cap = context_mb
-        self.context_measured = False
+        self._context_seen: float | None = None  # the largest the engine's context read while alone
         self.peak_beyond_mb: float | None = None
         self.processes_at_peak_beyond: int | None = None
         self.phase_at_peak_beyond: str | None = None
@@ -63,6 +62,17 @@ class DeviceMemoryWatch:
 
         self.record((total - free) / 2**20, torch.cuda.memory_reserved() / 2**20)
 
+    @property
+    def context_mb(self) -> float | None:
+        """One context's MiB: the largest measured, never above the cap; the cap until measured."""
+        if self._context_cap is None or self._context_seen is None:
+            return self._context_cap
+        return min(self._context_cap, self._context_seen)
+
+    @property
+    def context_measured(self) -> bool:
+        return self._context_cap is not None and self._context_seen is not None
+
     def _count(self) -> int | None:
         if self._processes is None:
             return None
@@ -78,15 +88,14 @@ class DeviceMemoryWatch:
             # The engine alone: its context is what its allocator does not hold. It grows as
             # libraries and kernels load (the first reading is before any ran), so the largest seen
             # while alone counts, never above the cap.
-            seen = max(0.0, used_mb - engine_mb)
-            self.context_mb = min(self._context_cap, max(seen, self.context_mb if self.context_measured else 0.0))
-            self.context_measured = True
+            self._context_seen = max(self._context_seen or 0.0, used_mb - engine_mb)
         phase = self._phase() if self._phase is not None else None
         if self.peak_mb is None or used_mb > self.peak_mb:
             self.peak_mb = used_mb
             self.processes_at_peak = count
-        if self.context_mb is not None and count is not None:
-            beyond = used_mb - count * self.context_mb
+        context = self.context_mb
+        if context is not None and count is not None:
+            beyond = used_mb - count * context
             if self.peak_beyond_mb is None or beyond > self.peak_beyond_mb:
                 self.peak_beyond_mb, self.processes_at_peak_beyond, self.phase_at_peak_beyond = beyond, count, phase
         if phase:

@@ -67,7 +67,7 @@ def check_model(target: Target, baseline: Arm, candidate: Arm, kernel_name: str 
             # references are kept in host memory: the comparisons move both to the target's device
             # a piece at a time.
             packed = candidate.request("outputs", seed, timeout_s=timeout_s)
-            verdict = _check_seed(target, references, seed, packed, references.eager(seed),
+            verdict = _check_seed(target, references, seed, packed,
                                   lambda s=seed: baseline.request("outputs", s, timeout_s=timeout_s),
                                   factor, numbers, _arm_mb(baseline))
             if verdict is not None:
@@ -91,10 +91,11 @@ def check_model(target: Target, baseline: Arm, candidate: Arm, kernel_name: str 
 
 
 def _check_seed(target: Target, references: ModelReferences, seed: int, packed: list[torch.Tensor],
-                eager: list[torch.Tensor], baseline_outputs: Any, factor: float,
+                baseline_outputs: Any, factor: float,
                 numbers: dict[str, Any], arm_mb: float | None = None) -> GateResult | None:
     """None when this seed passes; otherwise the failing result. Updates ``numbers``. ``arm_mb``:
     what the baseline arm held at its peak, where it said (the referee's room on the host)."""
+    eager = references.eager(seed)
     if len(packed) != len(eager):
         return GateResult.fail("model", f"{len(packed)} outputs, eager has {len(eager)}")
     for i, (p, e) in enumerate(zip(packed, eager)):
