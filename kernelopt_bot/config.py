@@ -157,6 +157,13 @@ class BudgetConfig(_Strict):
                                "whose comparison of that many rounds would take over 15 s (tens of milliseconds a call) "
                                "takes as many as fit, at least 3, so its compiler options and candidates fit in the wall "
                                "budget (`run.log` says so).")
+    gpu_memory_factor: float | None = Field(default=None, ge=1,
+                                            description="The run's GPU memory beyond its processes' CUDA contexts, at "
+                                            "most this many times what the compiled model alone holds (default 3): model "
+                                            "arms that would not fit compile one after another instead of side by side, "
+                                            "and beside the search only where it leaves room. More trades memory for "
+                                            "wall time (`--budget gpu_memory_factor=N`, or null for the device's free "
+                                            "memory alone).")
 
     def as_dict(self) -> dict[str, Any]:
         return {k: v for k, v in self.model_dump().items() if v is not None}

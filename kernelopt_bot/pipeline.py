@@ -589,12 +589,9 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
     try:
         with Cascade(cap, plan.verify_options(), compile_settings=settings, work_watch=work_watch,
                             compile_pool=pool) as cascade:
-            prestarted = False  # the baseline arms compiling beside the search (a GPU's)
             if tgt.device == "cuda":
-                # Gates 3-4 and the final benchmark need the baseline arms; they compile while the
-                # tuner times variants instead of after it, where the GPU holds them beside this
-                # process (an arm needs about what this process needed to compile the model).
                 cascade.model_arms.arm_mb_hint = _arm_mb_hint()
+                cascade.model_arms.memory_factor = plan.gpu_memory_factor
                 cascade.model_arms.warm_load = launch_bound(prof)
                 if cascade.model_arms.warm_load:
                     log("    launch-bound: a model arm that compiled cold is replaced by one that loads "
@@ -602,9 +599,6 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
                 if cascade.model_arms.one_baseline:
                     log(f"    a large model (~{cascade.model_arms.arm_mb_hint / 1024:.0f} GiB an arm): one baseline arm, "
                         "timed twice a round for the noise floor, and at most two model arms at once")
-                prestarted = cascade.model_arms.prestart()
-                if not prestarted:
-                    log("    the baseline arms start after the search: the GPU does not hold them beside it")
             # The tuner ranks variants by kernel-level time, which only a GPU gives.
             # The timer keeps a tuner candidate's gates before the deadline (the orchestrator's
             # estimate; it is asked only while the orchestrator runs the search).
@@ -627,10 +621,21 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
                 candidate_s=lambda trusted: orchestrator.candidate_estimate_s(trusted=trusted), log=log,
                 enabled=plan.compile_options and tgt.device == "cuda")
             to_search = orchestrator.worth_searching()
-            # Not where the GPU does not hold the model arms beside this process's capture (a
-            # large model): the options then wait for the search to give its memory back.
+            hold_mb = (_search_hold_mb(cap, to_search, cascade.model_arms.arm_mb_hint or 0.0)
+                       if tgt.device == "cuda" else 0.0)
+            # Not where the GPU does not hold the model arms beside this process's capture and its
+            # search (a large model): the options then wait for the search to give its memory back.
             first = (options_first(prof, to_search, calls_templates(extern_ops))
-                     if steps.enabled and prestarted else None)
+                     if steps.enabled and cascade.model_arms.baselines_fit(hold_mb, within_budget=False) else None)
+            # Gates 3-4 and the final benchmark need the baseline arms; they compile while the
+            # tuner times variants instead of after it, where the GPU and the run's memory budget
+            # hold them beside this process at its search's peak. Where the options go first, they
+            # start with them (as the budget holds them) and serve the search too.
+            if tgt.device == "cuda" and first is None and not cascade.model_arms.prestart(beside_mb=hold_mb):
+                log("    the baseline arms start after the search: "
+                    + ("the GPU does not hold them beside it" if plan.gpu_memory_factor is None else
+                       f"the GPU, or the run's memory budget ({plan.gpu_memory_factor:g}x the model), "
+                       "does not hold them beside it"))
             if first is not None:
                 # With nothing to search the pack stays empty: the final benchmark then times the
                 # baseline alone, and the rest of its reserve may time an option.
@@ -675,6 +680,24 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
         store.runs.finish(run_id, result)
         store.close()
     return pack
+
+
+SEARCH_ARGUMENT_SETS = 2.0  # gate 2's trials: a candidate's outputs and the compiler's argument set, then one set timed
+
+
+def _search_hold_mb(cap: Any, searched: list[Any], model_mb: float) -> float:
+    """What the search will hold in this process beyond what is in use now, at its peak (MiB):
+    gate 2 on the largest searched kernel (:data:`SEARCH_ARGUMENT_SETS` of its recorded arguments;
+    the recorded ones stay in host memory meanwhile) or gates 3 and 4 running the model here
+    (``model_mb``, what an arm of it holds), and the L2 flush buffer the timing keeps."""
+    import torch
+
+    largest = 0
+    for row in searched:
+        args = cap.recording(row.graph, row.name).args
+        largest = max(largest, sum(a.untyped_storage().nbytes() for a in args if isinstance(a, torch.Tensor)))
+    l2 = int(getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "L2_cache_size", 0) or 64 << 20)
+    return max(SEARCH_ARGUMENT_SETS * largest / 2**20, model_mb) + 2 * l2 / 2**20
 
 
 def _arm_mb_hint() -> float:

@@ -30,6 +30,10 @@ DEFAULT_BUDGET: dict[str, Any] = {
     "cost": None,
     "compile_options": True,  # measure the compiler's own options as whole-model candidates
     "rounds": 10,  # interleaved rounds of a comparison, at most: a slow model takes fewer (RunPlan.for_model)
+    # The run's GPU memory beyond its processes' CUDA contexts, at most this many times what the
+    # compiled model alone holds (null: as much as the device has free). Model arms compile one
+    # after another, not side by side, where the factor leaves no room for more.
+    "gpu_memory_factor": 3.0,
 }
 
 # What each budget key takes: a whole number, a number, or true/false; whether null ("no limit")
@@ -45,6 +49,7 @@ _KINDS: dict[str, tuple[str, bool, float]] = {
     "cost": (_AMOUNT, True, 0),
     "compile_options": (_SWITCH, False, 0),
     "rounds": (_COUNT, False, 1),
+    "gpu_memory_factor": (_AMOUNT, True, 1),
 }
 
 
@@ -61,6 +66,7 @@ class RunPlan:
     cost: float | None = DEFAULT_BUDGET["cost"]  # LLM spending, in the endpoint's price unit
     compile_options: bool = DEFAULT_BUDGET["compile_options"]  # measure the compiler's own options
     rounds: int = DEFAULT_BUDGET["rounds"]  # interleaved rounds of each end-to-end comparison, at most
+    gpu_memory_factor: float | None = DEFAULT_BUDGET["gpu_memory_factor"]  # the run's GPU memory, in models
     gamma: float = DEFAULT_GAMMA  # the end-to-end speedup a replacement must reach
 
     @classmethod

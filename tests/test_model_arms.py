@@ -172,6 +172,64 @@ def test_a_large_model_gets_one_baseline_and_two_arms_at_most(monkeypatch: pytes
     assert model_arms.room_for(1) == 0
 
 
+def test_the_runs_memory_budget_starts_arms_one_after_another_where_it_holds_no_more(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``memory_factor`` (the run's ``gpu_memory_factor``): the run's memory beyond the contexts, at
+    most that many models. A compiling arm counts 1.5 models, a ready one what it keeps idle, this
+    process what its allocator holds (and what its search is about to). Baselines that do not fit
+    together compile one after the other; without a budget the device's free memory alone rules."""
+    import torch
+
+    from kernelopt_bot.harness import model_arms as arena_module
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: (70000 * 2**20, 80000 * 2**20))
+    held = {"reserved": 0, "allocated": 0}
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda *a: held["reserved"])
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda *a: held["allocated"])
+    events: list[tuple[str, str]] = []
+
+    class FakeArm:
+        def __init__(self, spec: Any, **_kw: Any) -> None:
+            self.label, self.ready, self.closed, self.start_error = spec.label, False, False, None
+            self.info = {"gpu_mb": 400.0, "idle_gpu_mb": 0.0}
+            events.append(("start", spec.label))
+
+        compiling = property(lambda self: not (self.ready or self.closed or self.start_error is not None))
+        alive = property(lambda self: not self.closed)
+
+        def wait_compiled(self) -> None:
+            return None
+
+        def start_replacement(self) -> None:
+            return None
+
+        def wait_ready(self) -> None:
+            if not self.ready:
+                events.append(("ready", self.label))
+                self.ready = True
+
+        def close(self) -> None:
+            self.closed = True
+
+    monkeypatch.setattr(arena_module, "ArmProcess", FakeArm)
+    model_arms = ModelArms("model.py", "cuda", "fp32")
+    model_arms.arm_mb_hint = 400.0
+    assert model_arms.room_for(3) == 3  # no budget: the device's 70 GB hold all three
+    model_arms.memory_factor = 3.0
+    assert model_arms.room_for(3) == 2  # three models hold two compiles of one and a half
+    assert model_arms.prestart(beside_mb=800.0) is False and events == []  # not beside a search of two models
+    held["reserved"] = held["allocated"] = 200 * 2**20  # this process holds half a model
+    assert model_arms.room_for(2) == 1
+    baseline, repeat = model_arms.baselines()
+    assert events == [("start", "baseline"), ("ready", "baseline"),
+                      ("start", "baseline-repeat"), ("ready", "baseline-repeat")]
+    assert baseline.ready and repeat is not None and repeat.ready
+    assert model_arms.room_for(3) == 1  # idle, the baselines hold nothing: (1200 - 200) // 600
+    model_arms.memory_factor = None
+    assert model_arms.room_for(3) == 3
+
+
 def test_an_arm_reports_the_launch_config_each_of_its_kernels_settled_on() -> None:
     """A compiler option's arm autotunes its own kernels: it reports the configs they settled on,
     and an option is shown only where they differ from the default compile's (the evidence of

@@ -113,6 +113,34 @@ def test_an_input_drawn_in_pieces_keeps_its_rows_structure_and_is_reproducible(m
             assert not torch.equal(values, drawn(dist, seed=1, piece=piece)), dist
 
 
+def test_trial_arguments_copy_only_what_they_do_not_draw_and_keep_the_layout() -> None:
+    """Gate 2's trials take the recorded arguments' layout and nothing of the values they replace:
+    the engine keeps the recording in host memory during gate 2 and draws each trial on the device.
+    An integer input (indices) and what the kernel neither reads nor writes keep their values;
+    a view keeps its offset and strides; the same trial is the same bits wherever it is drawn."""
+    from kernelopt_bot.capture.recorder import snapshot
+    from kernelopt_bot.verify.correctness import ArgRole, trial_arguments
+
+    base = torch.arange(40, dtype=torch.float32)
+    view = base[4:].view(6, 6)[:, :4]  # an offset, a stride that skips elements
+    indices = torch.tensor([3, 1, 2], dtype=torch.int64)
+    out = torch.full((3, 4), 7.0)
+    other = torch.full((5,), 9.0)
+    recorded = (view, indices, out, other, 12)
+    roles = [ArgRole(0, "in_ptr0", "in"), ArgRole(1, "in_ptr1", "in"), ArgRole(2, "out_ptr0", "out")]
+    trial = trial_arguments(recorded, roles, 0, "normal", "nan", None, "cpu")
+    assert trial[0].storage_offset() == 4 and trial[0].stride() == view.stride() and trial[0].shape == view.shape
+    assert trial[0].untyped_storage().nbytes() == base.untyped_storage().nbytes()
+    assert not torch.equal(trial[0], view)  # drawn anew
+    assert torch.equal(trial[1], indices) and torch.equal(trial[3], other) and trial[4] == 12  # copied
+    assert bool(trial[2].isnan().all())  # poisoned
+    again = trial_arguments(recorded, roles, 0, "normal", "nan", None)  # the device the recording is on
+    assert all(torch.equal(a, b) for a, b in zip(again[:2], trial[:2]))  # normal inputs: no NaN to differ
+    layout_only = snapshot(view, "cpu", contents=False)
+    assert layout_only.stride() == view.stride() and layout_only.storage_offset() == 4
+    assert layout_only.untyped_storage().data_ptr() != view.untyped_storage().data_ptr()
+
+
 def test_systematic_bias_is_caught_and_honest_rounding_is_not() -> None:
     gen = torch.Generator().manual_seed(3)
     ref = torch.randn(4096, generator=gen).to(torch.bfloat16)
@@ -213,7 +241,7 @@ def test_gate2_holds_at_most_two_trials_buffers_at_once(monkeypatch: pytest.Monk
     real_draw = correctness.trial_arguments
 
     def registered(*args: object, **kwargs: object) -> tuple[object, ...]:
-        out = real_draw(*args, **kwargs)  # type: ignore[arg-type]
+        out = real_draw(*args[:6], **kwargs)  # type: ignore[arg-type]  # drawn where the recording is: no GPU here
         alive.update(a for a in out if isinstance(a, torch.Tensor))
         inputs.add(out[0])  # type: ignore[arg-type]
         return out

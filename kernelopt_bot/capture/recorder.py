@@ -200,15 +200,19 @@ class KernelRecording:
         return replace(self, args=relocated(self.args, device))
 
 
-def snapshot(value: Any, device: str | torch.device | None = None) -> Any:
+def snapshot(value: Any, device: str | torch.device | None = None, *, contents: bool = True) -> Any:
     """A copy of a kernel argument that keeps its storage layout (offset and strides: a kernel
-    may reach its whole storage, not only the view), on ``device`` (default: where it is)."""
+    may reach its whole storage, not only the view), on ``device`` (default: where it is).
+    ``contents=False``: the layout only, its values left unset, for a caller that fills the whole
+    storage itself (gate 2's trials: a copy from host memory of what is then overwritten would
+    cost a large model seconds a trial)."""
     if not isinstance(value, torch.Tensor):
         return value
     where = value.device if device is None else torch.device(device)
     storage = value.untyped_storage()
     copy = torch.empty(storage.nbytes(), dtype=torch.uint8, device=where)
-    copy.copy_(torch.empty(0, dtype=torch.uint8, device=value.device).set_(storage))
+    if contents:
+        copy.copy_(torch.empty(0, dtype=torch.uint8, device=value.device).set_(storage))
     out = torch.empty(0, dtype=value.dtype, device=where)
     out.set_(copy.untyped_storage(), value.storage_offset(), value.size(), value.stride())
     return out

@@ -81,6 +81,12 @@ class KernelBench:
         self._original: Any = None
         self._compiled: dict[str, Any] = {}  # variant_key -> kernel object, or its error text
 
+    def on_device(self) -> KernelBench:
+        """This bench, its recorded arguments moved to its device where they are not there yet
+        (a sandbox loads them into host memory: gate 2 needs only their layout)."""
+        self.recording.args = relocated(self.recording.args, self.device)
+        return self
+
     def original(self) -> Any:
         """The compiler's kernel pinned to the launch config its autotuning chose in the model
         (``recording.chosen_config``): loaded without it, the source would autotune again (every config
@@ -288,20 +294,39 @@ class KernelService:
 
     def bench(self, kernel: TritonKernel) -> KernelBench:
         """The kernel's bench, its recorded arguments on the device (back there if another
-        kernel's took their place since)."""
+        kernel's took their place since, or gate 2 sent them to the host)."""
         key = (kernel.graph, kernel.name)
         recording = self._recording_of(*key)
         if self.device == "cuda" and self._on_device != key:  # elsewhere the arguments stay where they are
-            self._to_host()
+            self.release_arguments()
             self._host_args = recording.args
             recording.args = relocated(recording.args, self.device)
             self._on_device = key
+        return self._bench_of(kernel, recording)
+
+    def bench_as_is(self, kernel: TritonKernel) -> KernelBench:
+        """The kernel's bench, its recorded arguments wherever they are: for what only compiles."""
+        return self._bench_of(kernel, self._recording_of(kernel.graph, kernel.name))
+
+    def bench_on_host(self, kernel: TritonKernel) -> KernelBench:
+        """The kernel's bench with its recorded arguments in host memory and none on the device:
+        gate 2 draws its own argument sets from their layout and needs none of their values, so
+        the device holds the trials' buffers without the recorded ones beside them (on the H100
+        they were a third of the engine's search peak on a softmax, 12-07). :meth:`bench` puts
+        them back, for what times the kernel."""
+        key = (kernel.graph, kernel.name)
+        self.release_arguments()
+        return self._bench_of(kernel, self._recording_of(*key))
+
+    def _bench_of(self, kernel: TritonKernel, recording: KernelRecording) -> KernelBench:
+        key = (kernel.graph, kernel.name)
         if key not in self._benches:
             self._benches[key] = KernelBench(kernel, recording, self.device, self.watch, self.pool)
         return self._benches[key]
 
-    def _to_host(self) -> None:
-        """The arguments on the device, if any, back to host memory."""
+    def release_arguments(self) -> None:
+        """The recorded arguments on the device, if any, back to their host copy (gates 3 and 4
+        run the model, not the kernel: the copy would sit beside the model's activations)."""
         if self._on_device is not None:
             last = self._recording_of(*self._on_device)
             last.args, self._host_args = relocated(self._host_args, "cpu"), ()  # a no-op for host tensors
@@ -331,7 +356,7 @@ class KernelService:
         """The kernel object of a trusted candidate, as gate 2 compiled (and cached) it: what gates
         3 and 4 swap into the compiled model. Raises ``RuntimeError`` with the compile error when
         it does not compile."""
-        kernel_obj = self.bench(kernel).compile_all([(source, config)], deadline_s=None, threads=1)[0]
+        kernel_obj = self.bench_as_is(kernel).compile_all([(source, config)], deadline_s=None, threads=1)[0]
         if isinstance(kernel_obj, str):
             raise RuntimeError(f"does not compile: {kernel_obj}")
         return kernel_obj
@@ -359,7 +384,7 @@ class KernelService:
         compile process."""
         from kernelopt_bot.harness.timing import release_flushers
 
-        self._to_host()
+        self.release_arguments()
         self._benches.clear()
         if self.pool is not None:
             self.pool.close()

@@ -10,6 +10,12 @@ compile at once, as many as the GPU's free memory holds (:meth:`ModelArms.room_f
 is timed while any of them still compiles (:meth:`ModelArms.settle`): a compile beside a timed arm
 takes the CPU its launches need, which on a launch-bound model is the whole measurement.
 
+Where the run sets a memory budget (:attr:`ModelArms.memory_factor`: its GPU memory beyond the
+processes' CUDA contexts, at most that many times what the compiled model alone holds), an arm
+starts only where it fits in what is left of it, beside what this process holds: arms that would
+not fit compile one after another instead of side by side, and the baselines compile beside the
+search only where the search's own memory leaves room for them.
+
 Where ``warm_load`` is on, every arm of a comparison starts alike: one that compiled cold is
 replaced by a process that loads the compiled model from the cache, as the arms started after
 the engine's capture do; :meth:`settle` and :meth:`baselines` start the replacements once every
@@ -99,6 +105,9 @@ class ModelArms:
         self._one_baseline: bool | None = None  # decided when the baselines first start
         self._baseline_failures: list[ArmError] = []  # each failed start of a baseline arm
         self._repeat_retried = False  # the repeat ran short beside the others and started once more alone
+        # The run's GPU memory beyond the CUDA contexts, in models (RunPlan.gpu_memory_factor): arms
+        # start within it (room_for). None: no budget but the device's free memory (`kernelopt bench`).
+        self.memory_factor: float | None = None
 
     def _spec(self, label: str, **overrides: Any) -> ArmSpec:
         fields: dict[str, Any] = {"mode": self.mode, "config": dict(self.config), "train": self.train}
@@ -162,30 +171,46 @@ class ModelArms:
         more = max(0, arms - len(ready)) * (idle + CONTEXT_MB)  # the arms to start, idle
         return others + ours + more + (peak - idle) + RESERVE_MB <= total_mb
 
-    def prestart(self) -> bool:
+    def prestart(self, beside_mb: float = 0.0) -> bool:
         """Start the baseline arms compiling now and return at once: the search runs while they
         compile, and :meth:`baselines` later only waits for what is left of their start. Not
-        when the GPU's free memory does not hold them beside this process (a large model: they
-        start when asked for, after the search gave its memory back); False then."""
-        if len(self._baseline_failures) >= BASELINE_STARTS:  # they will not start: baselines() says why
-            return False
-        missing = [label for label in self._baseline_labels()
-                   if label not in self._baselines or not self._baselines[label].alive]
-        if self.room_for(len(missing)) < len(missing):
-            return False
+        when the GPU's free memory, or the run's memory budget, does not hold them beside this
+        process and the ``beside_mb`` more it is to hold (the search's): they start when asked
+        for, after the search gave its memory back; False then."""
+        if len(self._baseline_failures) >= BASELINE_STARTS or not self.baselines_fit(beside_mb):
+            return False  # (after their failures they will not start: baselines() says why)
         self._start_baselines()
         return True
 
+    def baselines_fit(self, beside_mb: float = 0.0, *, within_budget: bool = True) -> bool:
+        """Whether the baselines not running may all start now, beside this process and the
+        ``beside_mb`` more it is to hold (:meth:`room_for`; ``within_budget=False``: the
+        device's free memory alone)."""
+        missing = self._missing_baselines()
+        return self.room_for(len(missing), beside_mb=beside_mb, within_budget=within_budget) >= len(missing)
+
+    def _missing_baselines(self) -> list[str]:
+        return [label for label in self._baseline_labels()
+                if label not in self._baselines or not self._baselines[label].alive]
+
     def _start_baselines(self) -> None:
+        """Start the baselines not running, together where the memory budget holds them, else as
+        many as it holds (at least one), each batch compiled before the next starts."""
         if self._one_baseline is None:
             self._one_baseline = bool(self._is_large())
-        for label in self._baseline_labels():
-            worker = self._baselines.get(label)
-            if worker is None or not worker.alive:
+        while missing := self._missing_baselines():
+            now = missing[:max(1, self.room_for(len(missing)))]
+            for label in now:
+                worker = self._baselines.get(label)
                 if worker is not None:
                     worker.close()
                 self._baselines[label] = ArmProcess(self._spec(label), start_timeout_s=self.timeout_s,
                                                     warm_load=self.warm_load, load_s=self.warm_load_s())
+            if len(now) == len(missing):
+                return
+            _start_alike([self._baselines[label] for label in now])  # compiled before the next start
+            if any(not self._baselines[label].ready for label in now):
+                return  # a failed start: baselines() raises it (or gives the repeat up), the rest wait
 
     def baselines(self) -> tuple[ArmProcess, ArmProcess | None]:
         """The baseline and, on a GPU, the repeat baseline (started together, compiled in parallel;
@@ -324,12 +349,13 @@ class ModelArms:
             loaded = compile_seconds(info) if info and not compiled_cold(info) else None
         return max(WARM_LOAD_MIN_S, loaded or 0.0)  # as the arm itself plans it (ArmProcess.load_s)
 
-    def room_for(self, wanted: int) -> int:
+    def room_for(self, wanted: int, beside_mb: float = 0.0, *, within_budget: bool = True) -> int:
         """How many of ``wanted`` new arms may start compiling now. On a GPU, each needs about what
         the ready baseline arm holds (times :data:`ARM_HEADROOM`, plus a context), arms still
-        compiling count as already holding theirs, and :data:`RESERVE_MB` stays free. At least
-        one when nothing compiles, so the run goes on (an out-of-memory error is then reported as
-        an infrastructure failure, not a verdict)."""
+        compiling count as already holding theirs, and :data:`RESERVE_MB` stays free; within the
+        run's memory budget (:meth:`_budget_room`; ``beside_mb``: what this process is about to
+        hold beyond what it holds now). At least one when nothing compiles, so the run goes on
+        (an out-of-memory error is then reported as an infrastructure failure, not a verdict)."""
         if self.device != "cuda" or wanted <= 0:
             return max(0, wanted)
         held = self.arm_mb()
@@ -343,11 +369,37 @@ class ModelArms:
         free_mb = info[0] / 2**20
         per_arm = held * ARM_HEADROOM + CONTEXT_MB
         compiling = len(self.compiling())
-        fit = int((free_mb - RESERVE_MB) // per_arm) - compiling
+        fit = int((free_mb - RESERVE_MB - beside_mb) // per_arm) - compiling
+        budget = self._budget_room(held, beside_mb) if within_budget else None
+        if budget is not None:
+            fit = min(fit, budget)
         if self.one_baseline:  # a large model: at most LARGE_MODEL_ARMS arms hold it at once
             live = [w for w in [*self._baselines.values(), *self._started] if not w.closed]
             return min(wanted, max(0, min(fit, LARGE_MODEL_ARMS - len(live))))
         return min(wanted, max(fit, 0 if compiling else 1))
+
+    def _budget_room(self, model_mb: float, beside_mb: float) -> int | None:
+        """How many more arms the run's memory budget (:attr:`memory_factor` times ``model_mb``,
+        what the compiled model alone holds) has room for, each counted at what its compile is
+        expected to hold (:data:`ARM_HEADROOM` times the model), beside this process's allocator
+        (and ``beside_mb`` more), each ready arm's idle figure and each compiling arm's expected
+        one. None where the run sets no budget. On the H100 a softmax's run held 6.3x its model
+        beyond the contexts while two baselines compiled beside the search (12-07)."""
+        if self.memory_factor is None:
+            return None
+        import torch
+
+        # The allocator reuses what it has cached before it asks for more: this process at its
+        # coming peak holds what it reserved now, or what is in use now and ``beside_mb`` more.
+        own = max(torch.cuda.memory_reserved(), torch.cuda.memory_allocated() + beside_mb * 2**20) / 2**20
+        per_arm = ARM_HEADROOM * model_mb
+        arms = 0.0
+        for worker in [*self._baselines.values(), *self._started]:
+            if worker.compiling:
+                arms += per_arm
+            elif worker.ready and worker.alive and not worker.closed:
+                arms += _idle_mb(worker.info, _mb(worker.info.get("gpu_mb")) or model_mb)
+        return max(0, int((self.memory_factor * model_mb - own - arms) // per_arm))
 
     def close(self) -> None:
         for worker in self._started:

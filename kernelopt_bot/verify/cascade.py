@@ -345,6 +345,7 @@ class Cascade:
         """Gates 3 and 4 for a trusted candidate on the engine's compiled model: the baseline, the
         candidate's kernel object (gate 2's, compiled once) swapped in, and the baseline again
         for the noise floor, asked in turn within this process. No process starts."""
+        self.kernels.release_arguments()  # the model runs here, not the kernel: its arguments' device copy goes
         try:
             swap = KernelSwap.build(self.capture, kernel, self.kernels.compiled(kernel, candidate.source,
                                                                                 candidate.config))
@@ -378,7 +379,7 @@ class Cascade:
         original cannot be swapped in, the compiled model as it is."""
         plain = EngineArm(self.capture, "baseline")
         try:
-            swap = KernelSwap.build(self.capture, kernel, self.kernels.bench(kernel).original())
+            swap = KernelSwap.build(self.capture, kernel, self.kernels.bench_as_is(kernel).original())
             arm = EngineArm(self.capture, "baseline", swap)
         except (RuntimeError, ArmRaised) as exc:
             if is_out_of_memory(str(exc)):

@@ -216,12 +216,18 @@ def _prefill(flat: torch.Tensor, pattern: str, gen: torch.Generator) -> None:
 
 
 def trial_arguments(recorded: tuple[Any, ...], roles: list[ArgRole], seed: int,
-                    distribution: str, prefill: str = "nan", reduction: int | None = None) -> tuple[Any, ...]:
-    """Fresh buffers laid out like ``recorded``: inputs drawn anew, outputs poisoned with
-    ``prefill``. The same arguments give the same buffers, bit for bit."""
+                    distribution: str, prefill: str = "nan", reduction: int | None = None,
+                    device: str | torch.device | None = None) -> tuple[Any, ...]:
+    """Fresh buffers laid out like ``recorded``, on ``device`` (default: where ``recorded`` is):
+    inputs drawn anew, outputs poisoned with ``prefill``, the rest (integer inputs, what the kernel
+    neither reads nor writes) copied. The same arguments give the same buffers, bit for bit,
+    wherever ``recorded`` lies: the engine keeps it in host memory during gate 2, so the device
+    holds the trials' buffers and not the recorded ones beside them."""
     from kernelopt_bot.capture.recorder import snapshot
 
-    device = next((a.device for a in recorded if isinstance(a, torch.Tensor)), torch.device("cpu"))
+    if device is None:
+        device = next((a.device for a in recorded if isinstance(a, torch.Tensor)), torch.device("cpu"))
+    device = torch.device(device)
     gen = torch.Generator(device=device).manual_seed(seed * 1000 + DISTRIBUTIONS.index(distribution))
     by_index = {r.index: r for r in roles}
     # A large common offset is what activations get; smaller inputs (weights, biases) stay
@@ -233,9 +239,10 @@ def trial_arguments(recorded: tuple[Any, ...], roles: list[ArgRole], seed: int,
         if not isinstance(arg, torch.Tensor):
             out.append(arg)
             continue
-        fresh = snapshot(arg)
-        flat = _storage_view(fresh)
         role = by_index[i].role if i in by_index else "other"
+        drawn = role == "out" or (role in ("in", "inout") and arg.is_floating_point())  # every element set below
+        fresh = snapshot(arg, device, contents=not drawn)
+        flat = _storage_view(fresh)
         if role == "out":
             _prefill(flat, prefill, gen)
         elif role in ("in", "inout") and fresh.is_floating_point():
@@ -338,7 +345,7 @@ def _check(kernel: TritonKernel, recorded: tuple[Any, ...], launch_candidate: An
         where = f"seed {seed}, {dist} inputs, {prefill} prefill"
 
         def fresh(seed: int = seed, dist: str = dist, prefill: str = prefill) -> tuple[Any, ...]:
-            return trial_arguments(recorded, roles, seed, dist, prefill, reduction)
+            return trial_arguments(recorded, roles, seed, dist, prefill, reduction, device)
 
         cand_args = fresh()
         if traced and trial == 0:

@@ -27,7 +27,9 @@ def _bench(payload: dict[str, Any]) -> Any:
     from kernelopt_bot.harness.kernel_service import KernelBench
 
     kernel = TritonKernel.from_json(payload["kernel"])
-    args = tuple(torch.load(payload["args_path"], map_location=device, weights_only=True))
+    # Into host memory: gate 2 needs only their layout and draws its trials on the device; what
+    # times the kernel moves them there (KernelBench.on_device).
+    args = tuple(torch.load(payload["args_path"], map_location="cpu", weights_only=True))
     recording = KernelRecording(kernel.graph, kernel.name, args, dict(payload.get("kwargs") or {}),
                                 chosen_config=payload.get("chosen_config"))
     return KernelBench(kernel, recording, device)
@@ -69,7 +71,7 @@ def timing_job(payload: dict[str, Any]) -> dict[str, Any]:
     waiting for it.
     """
     steps = StepClock(sent_at=payload.get("sent_at"))
-    bench = _bench(payload)
+    bench = _bench(payload).on_device()
     from kernelopt_bot.harness.kernel_service import COMPILE_DEADLINE_S, compile_threads
     from kernelopt_bot.pack.format import LaunchConfig
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -30,9 +31,13 @@ GATE2_REPS = 100  # kernel-level timing of a candidate that passed gate 2 (CUDA)
 def judge_kernel(bench: KernelBench, source: str | None, config: LaunchConfig | None, *,
                  seeds: tuple[int, ...] = DEFAULT_SEEDS, distributions: tuple[str, ...] = DISTRIBUTIONS,
                  time_it: bool = False, reps: int = GATE2_REPS, steps: StepClock,
-                 compile_deadline_s: float | None = None, ends_at: float | None = None) -> dict[str, Any]:
+                 compile_deadline_s: float | None = None, ends_at: float | None = None,
+                 place: Callable[[], KernelBench] | None = None) -> dict[str, Any]:
     """Compile the candidate, run gate 2 against the compiler's kernel, and (``time_it``, on
-    CUDA, after gate 2 passed) time candidate and original alone. The result is plain data:
+    CUDA, after gate 2 passed) time candidate and original alone. Gate 2 needs only the recorded
+    arguments' layout: they may lie in host memory, its trials are drawn on ``bench.device``.
+    Timing needs them on the device: ``place`` returns the bench with them there (default: this
+    bench, its arguments moved). The result is plain data:
     ``compiled``, ``reason`` (when it did not), ``correctness`` (GateResult JSON), ``bytes``,
     ``candidate_ms``, ``candidate_min_ms``, ``original_ms``, ``original_min_ms``, ``seconds``;
     ``infrastructure`` instead of ``correctness`` where the run's wall deadline (``ends_at``,
@@ -81,13 +86,14 @@ def judge_kernel(bench: KernelBench, source: str | None, config: LaunchConfig | 
     steps.done("correctness")
     result: dict[str, Any] = {"compiled": True, "correctness": gate.to_json(), "bytes": harness.bytes_moved()}
     if gate.passed and time_it and bench.device == "cuda":
-        timing = harness.time_kernel(compiled, reps=reps)
+        timed = (place or bench.on_device)().harness
+        timing = timed.time_kernel(compiled, reps=reps)
         result["candidate_ms"] = timing.median_ms
         # The fastest call, for gate 4's physical floor: other work on the GPU (the candidate's
         # model arm compiles and warms up meanwhile) can only slow calls down, so the minimum is
         # the check that contention cannot loosen.
         result["candidate_min_ms"] = min(timing.samples_ms) if timing.samples_ms else None
-        original = harness.time_kernel(reference, reps=reps)
+        original = timed.time_kernel(reference, reps=reps)
         result["original_ms"] = original.median_ms
         result["original_min_ms"] = min(original.samples_ms) if original.samples_ms else None  # gate 4's saving
         steps.done("timing")
@@ -100,12 +106,13 @@ def judge_in_engine(service: KernelService, kernel: TritonKernel, source: str | 
                     time_it: bool = False, compile_deadline_s: float | None = None,
                     ends_at: float | None = None) -> dict[str, Any]:
     """Gate 2 for a trusted candidate in the engine: the sandbox's kernel job's result, computed
-    on the service's bench for ``kernel`` (recorded arguments and compiled variants kept)."""
-    bench = service.bench(kernel)
+    on the service's bench for ``kernel`` (compiled variants kept), its recorded arguments in host
+    memory during the trials and back on the device to time it."""
 
     def attempt() -> dict[str, Any]:
-        result = judge_kernel(bench, source, config, seeds=seeds, distributions=distributions, time_it=time_it,
-                              steps=StepClock(), compile_deadline_s=compile_deadline_s, ends_at=ends_at)
+        result = judge_kernel(service.bench_on_host(kernel), source, config, seeds=seeds, distributions=distributions,
+                              time_it=time_it, steps=StepClock(), compile_deadline_s=compile_deadline_s,
+                              ends_at=ends_at, place=lambda: service.bench(kernel))
         if not result.get("compiled") and is_out_of_memory(str(result.get("reason", ""))):
             raise torch.cuda.OutOfMemoryError(result["reason"])
         return result

@@ -63,6 +63,32 @@ def test_gate_two_holds_about_two_argument_sets_beside_the_recorded_ones() -> No
     assert extra <= 2.1 * args_mb  # was 8064 MiB (7.9x), then 2688 MiB (2.6x) with both argument sets whole
 
 
+def test_gate_two_on_a_recording_in_host_memory_holds_no_copy_of_it_on_the_device() -> None:
+    """As the engine runs gate 2 (``KernelService.bench_on_host``): the recorded arguments stay in
+    host memory and each trial is drawn on the device, so the device holds the trials' buffers and
+    nothing of the recording (the whole device peak, not the peak beyond what was there before)."""
+    x = torch.randn(ROWS, COLS)
+    recorded = (x, torch.empty_like(x), x.numel())
+    kernel = TritonKernel(name="copy", graph=0, kind="pointwise", heuristic=None, source="", sha256="", key="",
+                          params=["in_ptr0", "out_ptr0", "xnumel"], signature={}, size_hints=None, mutated_args=[])
+
+    def launch(args: tuple[Any, ...]) -> None:
+        assert args[0].is_cuda and args[1].is_cuda
+        args[1].copy_(args[0])
+
+    torch.cuda.empty_cache()
+    assert torch.cuda.memory_allocated() < MIB
+    result: list[Any] = []
+    peak = _extra_peak_mb(lambda: result.append(check_correctness(
+        kernel, recorded, {}, launch, launch, device="cuda", distributions=DISTRIBUTIONS)))
+    args_mb = 2 * x.numel() * 4 / MIB
+    print(f"MEMORY gate 2 on {args_mb:.0f} MiB of arguments in host memory: {peak:.0f} MiB on the device "
+          f"({peak / args_mb:.1f}x)")
+    assert result[0].passed, result[0].reason
+    assert not recorded[0].is_cuda and not recorded[1].is_cuda
+    assert peak <= 2.1 * args_mb  # recorded on the device, it was 3x: the recording, then 2x beside it
+
+
 def test_gate_three_references_are_kept_on_the_host_and_the_referee_runs_there() -> None:
     """The float64 copy of a bf16 model and its activations is four times the model: on the
     device it was the engine's peak (4130 MiB on attention pooling, 3.7x the model, 12-07). Now
