@@ -632,10 +632,11 @@ def _run(target: str, device: str | None, dtype: str, plan: RunPlan, settings: C
             # hold them beside this process at its search's peak. Where the options go first, they
             # start with them (as the budget holds them) and serve the search too.
             if tgt.device == "cuda" and first is None and not cascade.model_arms.prestart(beside_mb=hold_mb):
-                log("    the baseline arms start after the search: "
-                    + ("the GPU does not hold them beside it" if plan.gpu_memory_factor is None else
-                       f"the GPU, or the run's memory budget ({plan.gpu_memory_factor:g}x the model), "
-                       "does not hold them beside it"))
+                which = "one baseline arm compiles beside the search, the other starts after it" \
+                    if cascade.model_arms.compiling() else "the baseline arms start after the search"
+                log(f"    {which}: " + ("the GPU does not hold them beside it" if plan.gpu_memory_factor is None else
+                                       f"the GPU, or the run's memory budget ({plan.gpu_memory_factor:g}x the model), "
+                                       "does not hold both beside it"))
             if first is not None:
                 # With nothing to search the pack stays empty: the final benchmark then times the
                 # baseline alone, and the rest of its reserve may time an option.

@@ -219,8 +219,10 @@ def test_the_runs_memory_budget_starts_arms_one_after_another_where_it_holds_no_
     model_arms.memory_factor = 3.0
     assert model_arms.room_for(3) == 2  # three models hold two compiles of one and a half
     assert model_arms.prestart(beside_mb=800.0) is False and events == []  # not beside a search of two models
+    assert model_arms.prestart(beside_mb=500.0) is False  # beside one of a model and a quarter: one of the two
+    assert events == [("start", "baseline")]
     held["reserved"] = held["allocated"] = 200 * 2**20  # this process holds half a model
-    assert model_arms.room_for(2) == 1
+    assert model_arms.room_for(1) == 0  # the first still compiles: the repeat waits for it
     baseline, repeat = model_arms.baselines()
     assert events == [("start", "baseline"), ("ready", "baseline"),
                       ("start", "baseline-repeat"), ("ready", "baseline-repeat")]

@@ -172,40 +172,55 @@ class ModelArms:
         return others + ours + more + (peak - idle) + RESERVE_MB <= total_mb
 
     def prestart(self, beside_mb: float = 0.0) -> bool:
-        """Start the baseline arms compiling now and return at once: the search runs while they
-        compile, and :meth:`baselines` later only waits for what is left of their start. Not
-        when the GPU's free memory, or the run's memory budget, does not hold them beside this
-        process and the ``beside_mb`` more it is to hold (the search's): they start when asked
-        for, after the search gave its memory back; False then."""
-        if len(self._baseline_failures) >= BASELINE_STARTS or not self.baselines_fit(beside_mb):
-            return False  # (after their failures they will not start: baselines() says why)
-        self._start_baselines()
-        return True
+        """Start the baseline arms compiling now, as many as the GPU's free memory and the run's
+        memory budget hold beside this process and the ``beside_mb`` more it is to hold (the
+        search's), and return at once: the search runs while they compile, and :meth:`baselines`
+        later only waits for what is left of their start and starts the others, after the search
+        gave its memory back. True where every baseline started."""
+        if len(self._baseline_failures) >= BASELINE_STARTS:  # they will not start: baselines() says why
+            return False
+        if self._one_baseline is None:
+            self._one_baseline = bool(self._is_large())
+        missing = self._missing_baselines()
+        now = missing[:self._fit(len(missing), beside_mb, within_budget=True)]
+        self._start(now)
+        return len(now) == len(missing)
 
     def baselines_fit(self, beside_mb: float = 0.0, *, within_budget: bool = True) -> bool:
         """Whether the baselines not running may all start now, beside this process and the
         ``beside_mb`` more it is to hold (:meth:`room_for`; ``within_budget=False``: the
         device's free memory alone)."""
         missing = self._missing_baselines()
-        return self.room_for(len(missing), beside_mb=beside_mb, within_budget=within_budget) >= len(missing)
+        return self._fit(len(missing), beside_mb, within_budget=within_budget) >= len(missing)
 
     def _missing_baselines(self) -> list[str]:
         return [label for label in self._baseline_labels()
                 if label not in self._baselines or not self._baselines[label].alive]
 
+    def _start(self, labels: list[str]) -> None:
+        for label in labels:
+            worker = self._baselines.get(label)
+            if worker is not None:
+                worker.close()
+            self._baselines[label] = ArmProcess(self._spec(label), start_timeout_s=self.timeout_s,
+                                                warm_load=self.warm_load, load_s=self.warm_load_s())
+
     def _start_baselines(self) -> None:
         """Start the baselines not running, together where the memory budget holds them, else as
-        many as it holds (at least one), each batch compiled before the next starts."""
+        many as it holds, each batch compiled before the next starts (a baseline still compiling
+        from :meth:`prestart` is waited for first where the budget holds no more beside it)."""
         if self._one_baseline is None:
             self._one_baseline = bool(self._is_large())
         while missing := self._missing_baselines():
-            now = missing[:max(1, self.room_for(len(missing)))]
-            for label in now:
-                worker = self._baselines.get(label)
-                if worker is not None:
-                    worker.close()
-                self._baselines[label] = ArmProcess(self._spec(label), start_timeout_s=self.timeout_s,
-                                                    warm_load=self.warm_load, load_s=self.warm_load_s())
+            room = self.room_for(len(missing))
+            compiling = [w for w in self._baselines.values() if w.compiling]
+            if room == 0 and compiling:
+                _start_alike(compiling)
+                if any(not w.ready for w in compiling):
+                    return  # a failed start: baselines() raises it (or gives the repeat up)
+                continue
+            now = missing[:max(1, room)]
+            self._start(now)
             if len(now) == len(missing):
                 return
             _start_alike([self._baselines[label] for label in now])  # compiled before the next start
@@ -356,6 +371,14 @@ class ModelArms:
         run's memory budget (:meth:`_budget_room`; ``beside_mb``: what this process is about to
         hold beyond what it holds now). At least one when nothing compiles, so the run goes on
         (an out-of-memory error is then reported as an infrastructure failure, not a verdict)."""
+        fit = self._fit(wanted, beside_mb, within_budget=within_budget)
+        if self.device != "cuda" or self.one_baseline:  # a large model's cap is the plan's, no floor
+            return fit
+        return max(fit, 0 if self.compiling() else min(1, wanted))
+
+    def _fit(self, wanted: int, beside_mb: float, *, within_budget: bool) -> int:
+        """:meth:`room_for` without its floor: how many of ``wanted`` arms the device's free memory
+        (and, ``within_budget``, the run's memory budget) hold now."""
         if self.device != "cuda" or wanted <= 0:
             return max(0, wanted)
         held = self.arm_mb()
@@ -368,15 +391,14 @@ class ModelArms:
             return wanted
         free_mb = info[0] / 2**20
         per_arm = held * ARM_HEADROOM + CONTEXT_MB
-        compiling = len(self.compiling())
-        fit = int((free_mb - RESERVE_MB - beside_mb) // per_arm) - compiling
+        fit = int((free_mb - RESERVE_MB - beside_mb) // per_arm) - len(self.compiling())
         budget = self._budget_room(held, beside_mb) if within_budget else None
         if budget is not None:
             fit = min(fit, budget)
         if self.one_baseline:  # a large model: at most LARGE_MODEL_ARMS arms hold it at once
             live = [w for w in [*self._baselines.values(), *self._started] if not w.closed]
-            return min(wanted, max(0, min(fit, LARGE_MODEL_ARMS - len(live))))
-        return min(wanted, max(fit, 0 if compiling else 1))
+            fit = min(fit, LARGE_MODEL_ARMS - len(live))
+        return min(wanted, max(0, fit))
 
     def _budget_room(self, model_mb: float, beside_mb: float) -> int | None:
         """How many more arms the run's memory budget (:attr:`memory_factor` times ``model_mb``,
