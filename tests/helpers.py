@@ -75,3 +75,13 @@ def script_module(name: str) -> Any:
         return importlib.import_module(name)
     finally:
         sys.path.remove(folder)
+
+
+def gate2_gpu_path_on_cpu(monkeypatch: Any) -> None:
+    """Gate 2's GPU path (no interpreter trace; the repeat check) run on the CPU: no synchronizing,
+    and each trial drawn where the recording is rather than on the device gate 2 is told of."""
+    from kernelopt_bot.verify import correctness
+
+    draw_trial = correctness.trial_arguments
+    monkeypatch.setattr(correctness, "_sync", lambda _device: None)
+    monkeypatch.setattr(correctness, "trial_arguments", lambda *args, **kwargs: draw_trial(*args[:6], **kwargs))

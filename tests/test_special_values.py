@@ -23,7 +23,7 @@ from kernelopt_bot.verify.cascade import Cascade, VerifyOptions
 from kernelopt_bot.verify.correctness import COMPILER_SPREAD_SHARE, check_correctness
 from kernelopt_bot.verify.tolerance import compare, disagreeing
 from kernelopt_bot.verify.verdict import GateResult
-from tests.helpers import DEVICE, captured
+from tests.helpers import DEVICE, captured, gate2_gpu_path_on_cpu
 
 INF, NAN = float("inf"), float("nan")
 
@@ -146,9 +146,7 @@ def _gate2(distribution: str, candidate_nan_at: tuple[int, ...], compiler_at_con
 @pytest.fixture()
 def _no_sync(monkeypatch: pytest.MonkeyPatch) -> None:
     """The GPU's path through gate 2 (no interpreter trace; the repeat check), run on the CPU."""
-    from kernelopt_bot.verify import correctness
-
-    monkeypatch.setattr(correctness, "_sync", lambda _device: None)
+    gate2_gpu_path_on_cpu(monkeypatch)
 
 
 @pytest.mark.usefixtures("_no_sync")

@@ -21,7 +21,7 @@ from kernelopt_bot.verify.correctness import (
 )
 from kernelopt_bot.verify.tolerance import compare, flushed_to_zero, systematic_bias
 from kernelopt_bot.verify.verdict import GateResult
-from tests.helpers import captured
+from tests.helpers import captured, gate2_gpu_path_on_cpu
 from tests.redteam import cheats
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="the write-set record is the CPU interpreter's")
@@ -238,10 +238,9 @@ def test_gate2_holds_at_most_two_trials_buffers_at_once(monkeypatch: pytest.Monk
     rec = cap.recording(kernel.graph, kernel.name)
     alive: weakref.WeakSet[torch.Tensor] = weakref.WeakSet()
     inputs: weakref.WeakSet[torch.Tensor] = weakref.WeakSet()
-    real_draw = correctness.trial_arguments
 
     def registered(*args: object, **kwargs: object) -> tuple[object, ...]:
-        out = real_draw(*args[:6], **kwargs)  # type: ignore[arg-type]  # drawn where the recording is: no GPU here
+        out = real_draw(*args, **kwargs)  # type: ignore[arg-type]
         alive.update(a for a in out if isinstance(a, torch.Tensor))
         inputs.add(out[0])  # type: ignore[arg-type]
         return out
@@ -257,8 +256,9 @@ def test_gate2_holds_at_most_two_trials_buffers_at_once(monkeypatch: pytest.Monk
         assert isinstance(x, torch.Tensor) and isinstance(out, torch.Tensor)
         out.copy_(torch.nn.functional.gelu(x.float()).to(out.dtype))
 
+    gate2_gpu_path_on_cpu(monkeypatch)  # the repeat check's path, on the CPU
+    real_draw = correctness.trial_arguments
     monkeypatch.setattr(correctness, "trial_arguments", registered)
-    monkeypatch.setattr(correctness, "_sync", lambda _device: None)  # the repeat check's path, on the CPU
     gate = check_correctness(kernel, rec.args, rec.kwargs, gelu, gelu, seeds=(0, 1), distributions=("normal",),
                              device="cuda")
     assert gate.passed, gate.reason
