@@ -91,3 +91,27 @@ def test_run_pipeline_fails_a_bad_budget_value_as_bad_input_before_any_work(tmp_
     unknown = run_pipeline(str(EXAMPLES / "gelu.py"), out_dir=tmp_path / "unknown", budget={"nope": 1})
     assert unknown.status == "failed" and unknown.error_kind == ""
     assert (unknown.error or "").startswith("unknown budget key 'nope'")
+
+
+def test_the_searchs_expected_hold_is_two_sets_of_its_largest_kernels_arguments_or_the_model(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the memory budget sets beside the baselines that would compile during the search:
+    gate 2 on the largest searched kernel (two sets of its recorded arguments) or the model run
+    in the engine, whichever is more, and the L2 flush buffer (twice the L2)."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from kernelopt_bot.pipeline import _search_hold_mb
+    from tests.helpers import captured
+
+    cap = captured("gelu.py")
+    rows = [SimpleNamespace(graph=k.graph, name=k.name) for k in cap.artifact.kernels]
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda *_: SimpleNamespace(L2_cache_size=50 << 20))
+    args_mb = max(sum(a.untyped_storage().nbytes() for a in cap.recording(r.graph, r.name).args
+                      if isinstance(a, torch.Tensor)) for r in rows) / 2**20
+    assert args_mb > 0
+    assert _search_hold_mb(cap, rows, 0.0) == pytest.approx(2 * args_mb + 100)
+    assert _search_hold_mb(cap, rows, 10_000.0) == pytest.approx(10_100)
+    assert _search_hold_mb(cap, [SimpleNamespace(graph=9, name="gone")], 0.0) == pytest.approx(100)
