@@ -159,7 +159,8 @@ class BudgetConfig(_Strict):
                                "budget (`run.log` says so).")
     gpu_memory_factor: float | None = Field(default=None, ge=1,
                                             description="The run's GPU memory beyond its processes' CUDA contexts, at "
-                                            "most this many times what the compiled model alone holds (default 3): model "
+                                            "most this many times what the compiled model alone holds (default 3; never "
+                                            "less than 1 GiB, what a run holds whatever the model's size): model "
                                             "arms that would not fit compile one after another instead of side by side, "
                                             "and beside the search only where it leaves room. More trades memory for "
                                             "wall time (`--budget gpu_memory_factor=N`, or null for the device's free "

@@ -31,7 +31,7 @@ DEFAULT_BUDGET: dict[str, Any] = {
     "compile_options": True,  # measure the compiler's own options as whole-model candidates
     "rounds": 10,  # interleaved rounds of a comparison, at most: a slow model takes fewer (RunPlan.for_model)
     # The run's GPU memory beyond its processes' CUDA contexts, at most this many times what the
-    # compiled model alone holds (null: as much as the device has free). Model arms compile one
+    # compiled model alone holds, never less than 1 GiB (null: as much as the device has free). Model arms compile one
     # after another, not side by side, where the factor leaves no room for more.
     "gpu_memory_factor": 3.0,
 }

@@ -228,6 +228,9 @@ def test_the_runs_memory_budget_starts_arms_one_after_another_where_it_holds_no_
                       ("start", "baseline-repeat"), ("ready", "baseline-repeat")]
     assert baseline.ready and repeat is not None and repeat.ready
     assert model_arms.room_for(3) == 1  # idle, the baselines hold nothing: (1200 - 200) // 600
+    model_arms._baselines["baseline"].info = {"gpu_mb": 40.0, "idle_gpu_mb": 0.0}  # a 40 MiB network
+    assert model_arms.room_for(3) == 3  # three models would be 120 MiB: the budget is never under 1 GiB
+    model_arms._baselines["baseline"].info = {"gpu_mb": 400.0, "idle_gpu_mb": 0.0}
     model_arms.memory_factor = None
     assert model_arms.room_for(3) == 3
 

@@ -49,6 +49,12 @@ RESERVE_MB = 2048.0  # left free for the engine's own work and the allocator's f
 # times the model (issue 12), and a model that fills the GPU still fits.
 LARGE_MODEL_SHARE = 1.0 / 3.0
 LARGE_MODEL_ARMS = 2
+# The memory budget never holds the run to less than this (MiB beyond the CUDA contexts): what a run
+# holds whatever its model's size (flush buffers, library workspaces, kernel code, the engine's
+# comparison pieces). On an H100 a 40 MiB network's run held 782 MiB beyond the contexts of four
+# processes with its arms compiling one at a time (12-07g): three times such a model holds nothing
+# more, and the budget only cost the options their time.
+MIN_BUDGET_MB = 1024.0
 BASELINE_STARTS = 2  # a baseline that failed this often is not started again: the failure is its answer
 BASELINE_LABELS = ("baseline", "baseline-repeat")  # the arms that serve a whole run (a GPU's has both)
 
@@ -402,7 +408,7 @@ class ModelArms:
 
     def _budget_room(self, model_mb: float, beside_mb: float) -> int | None:
         """How many more arms the run's memory budget (:attr:`memory_factor` times ``model_mb``,
-        what the compiled model alone holds) has room for, each counted at what its compile is
+        what the compiled model alone holds, at least :data:`MIN_BUDGET_MB`) has room for, each counted at what its compile is
         expected to hold (:data:`ARM_HEADROOM` times the model), beside this process's allocator
         (and ``beside_mb`` more), each ready arm's idle figure and each compiling arm's expected
         one. None where the run sets no budget. On the H100 a softmax's run held 6.3x its model
@@ -421,7 +427,8 @@ class ModelArms:
                 arms += per_arm
             elif worker.ready and worker.alive and not worker.closed:
                 arms += _idle_mb(worker.info, _mb(worker.info.get("gpu_mb")) or model_mb)
-        return max(0, int((self.memory_factor * model_mb - own - arms) // per_arm))
+        budget = max(self.memory_factor * model_mb, MIN_BUDGET_MB)
+        return max(0, int((budget - own - arms) // per_arm))
 
     def close(self) -> None:
         for worker in self._started:
