@@ -167,7 +167,9 @@ class BudgetConfig(_Strict):
                                             "memory alone).")
 
     def as_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in self.model_dump().items() if v is not None}
+        """The keys the file sets: an unset key keeps the engine's default, and one set to null
+        means no limit where the key takes one (``gpu_memory_factor: null``), else a clear error."""
+        return self.model_dump(exclude_unset=True)
 
 
 class LLMConfig(_Strict):

@@ -172,6 +172,82 @@ def test_a_large_model_gets_one_baseline_and_two_arms_at_most(monkeypatch: pytes
     assert model_arms.room_for(1) == 0
 
 
+def _fake_arms(events: list[tuple[str, str]], failing: tuple[str, ...] = ()) -> type:
+    """An ArmProcess stand-in that records its starts and readiness; a label in ``failing`` fails
+    its start (its error raised by ``wait_ready``, as an arm's)."""
+
+    class FakeArm:
+        def __init__(self, spec: Any, **_kw: Any) -> None:
+            self.label, self.ready, self.closed, self.start_error = spec.label, False, False, None
+            self.info = {"gpu_mb": 400.0, "idle_gpu_mb": 0.0}
+            events.append(("start", spec.label))
+
+        compiling = property(lambda self: not (self.ready or self.closed or self.start_error is not None))
+        alive = property(lambda self: not self.closed and self.start_error is None)
+
+        def wait_compiled(self) -> None:
+            return None
+
+        def start_replacement(self) -> None:
+            return None
+
+        def wait_ready(self) -> None:
+            if self.label in failing:
+                self.start_error = ArmError(f"{self.label}: cannot run")
+                raise self.start_error
+            if not self.ready:
+                events.append(("ready", self.label))
+                self.ready = True
+
+        def close(self) -> None:
+            self.closed = True
+
+    return FakeArm
+
+
+def _on_a_gpu(monkeypatch: pytest.MonkeyPatch, reserved_mib: float = 0.0) -> None:
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: (70000 * 2**20, 80000 * 2**20))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda *a: int(reserved_mib * 2**20))
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda *a: int(reserved_mib * 2**20))
+
+
+def test_a_baseline_left_unstarted_behind_anothers_failed_start_is_started_not_a_key_error(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The repeat still compiles and the budget holds no more beside it: the first waits for it,
+    and where it fails the first is still started and the repeat's failure is the answer."""
+    from kernelopt_bot.harness import model_arms as arena_module
+
+    _on_a_gpu(monkeypatch, reserved_mib=200.0)
+    events: list[tuple[str, str]] = []
+    FakeArm = _fake_arms(events, failing=("baseline-repeat",))
+    monkeypatch.setattr(arena_module, "ArmProcess", FakeArm)
+    model_arms = ModelArms("model.py", "cuda", "fp32")
+    model_arms.arm_mb_hint, model_arms.memory_factor = 400.0, 3.0
+    model_arms._one_baseline = False
+    model_arms._baselines["baseline-repeat"] = FakeArm(SimpleNamespace(label="baseline-repeat"))
+    assert model_arms.room_for(1) == 0  # (1200 - 200 - 600) // 600
+    with pytest.raises(ArmError, match="baseline-repeat: cannot run"):
+        model_arms.baselines()
+    assert ("start", "baseline") in events and model_arms._baselines["baseline"].ready
+
+
+def test_the_budget_never_leaves_a_large_model_without_an_arm_when_none_compiles(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A large model's room has no floor of its own (its cap is the plan's), but the budget alone
+    never stops the run: with nothing compiling and the device holding one, one arm starts."""
+    _on_a_gpu(monkeypatch, reserved_mib=60000.0)
+    model_arms = ModelArms("model.py", "cuda", "fp32")
+    model_arms.arm_mb_hint = 28674.0
+    model_arms._one_baseline = True
+    assert model_arms.room_for(1) == 1  # no budget: the device's 70 GB hold one
+    model_arms.memory_factor = 3.0
+    assert model_arms._fit(1, 0.0, within_budget=True) == 0  # 3 x 28.7 GB less this process's 60 GB
+    assert model_arms.room_for(1) == 1
+
+
 def test_the_runs_memory_budget_starts_arms_one_after_another_where_it_holds_no_more(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """``memory_factor`` (the run's ``gpu_memory_factor``): the run's memory beyond the contexts, at
@@ -188,30 +264,7 @@ def test_the_runs_memory_budget_starts_arms_one_after_another_where_it_holds_no_
     monkeypatch.setattr(torch.cuda, "memory_reserved", lambda *a: held["reserved"])
     monkeypatch.setattr(torch.cuda, "memory_allocated", lambda *a: held["allocated"])
     events: list[tuple[str, str]] = []
-
-    class FakeArm:
-        def __init__(self, spec: Any, **_kw: Any) -> None:
-            self.label, self.ready, self.closed, self.start_error = spec.label, False, False, None
-            self.info = {"gpu_mb": 400.0, "idle_gpu_mb": 0.0}
-            events.append(("start", spec.label))
-
-        compiling = property(lambda self: not (self.ready or self.closed or self.start_error is not None))
-        alive = property(lambda self: not self.closed)
-
-        def wait_compiled(self) -> None:
-            return None
-
-        def start_replacement(self) -> None:
-            return None
-
-        def wait_ready(self) -> None:
-            if not self.ready:
-                events.append(("ready", self.label))
-                self.ready = True
-
-        def close(self) -> None:
-            self.closed = True
-
+    FakeArm = _fake_arms(events)
     monkeypatch.setattr(arena_module, "ArmProcess", FakeArm)
     model_arms = ModelArms("model.py", "cuda", "fp32")
     model_arms.arm_mb_hint = 400.0

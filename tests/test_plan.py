@@ -115,3 +115,18 @@ def test_the_searchs_expected_hold_is_two_sets_of_its_largest_kernels_arguments_
     assert _search_hold_mb(cap, rows, 0.0) == pytest.approx(2 * args_mb + 100)
     assert _search_hold_mb(cap, rows, 10_000.0) == pytest.approx(10_100)
     assert _search_hold_mb(cap, [SimpleNamespace(graph=9, name="gone")], 0.0) == pytest.approx(100)
+
+
+def test_a_config_files_null_budget_key_reaches_the_plan_as_no_limit() -> None:
+    """``budget: {gpu_memory_factor: null}`` in .kernelopt.yml turns the memory budget off, as
+    ``--budget gpu_memory_factor=null`` does; an unset key keeps the default; null where a key
+    takes no null is a clear error, not the default."""
+    from kernelopt_bot.config import BudgetConfig
+
+    cfg = BudgetConfig.model_validate({"gpu_memory_factor": None, "tokens": None, "rounds": 4})
+    assert cfg.as_dict() == {"gpu_memory_factor": None, "tokens": None, "rounds": 4}
+    plan = RunPlan.parse(cfg.as_dict())
+    assert plan.gpu_memory_factor is None and plan.tokens is None and plan.rounds == 4
+    assert RunPlan.parse(BudgetConfig().as_dict()).gpu_memory_factor == 3.0
+    with pytest.raises(BadInputError, match="null is not allowed"):
+        RunPlan.parse(BudgetConfig.model_validate({"kernels": None}).as_dict())

@@ -24,7 +24,8 @@ from kernelopt_bot.target_kinds import KINDS
 @options.DTYPE
 @click.option("--budget", "budget_items", multiple=True, metavar="N|KEY=VALUE",
               help="Candidates to verify (N), or KEY=VALUE: candidates, kernels, candidates_per_kernel, "
-                   "wall_seconds, gpu_seconds, tokens, cost, compile_options, rounds (repeatable).")
+                   "wall_seconds, gpu_seconds, tokens, cost, compile_options, rounds, gpu_memory_factor "
+                   "(repeatable).")
 @click.option("--gamma", default=DEFAULT_GAMMA, show_default=True, type=click.FloatRange(min=1.0),
               help="Required end-to-end speedup for a replacement.")
 @click.option("--llm-base-url", default=None, envvar="KERNELOPT_LLM_BASE_URL",

@@ -217,7 +217,10 @@ class ModelArms:
         from :meth:`prestart` is waited for first where the budget holds no more beside it)."""
         if self._one_baseline is None:
             self._one_baseline = bool(self._is_large())
-        while missing := self._missing_baselines():
+        for _ in range(2 * BASELINE_STARTS):  # a baseline that dies once ready is not started without end
+            missing = self._missing_baselines()
+            if not missing:
+                return
             room = self.room_for(len(missing))
             compiling = [w for w in self._baselines.values() if w.compiling]
             if room == 0 and compiling:
@@ -258,6 +261,8 @@ class ModelArms:
         self._start_baselines()
         _start_alike(self.compiling(), ready=False)  # every arm's first start, so none loads beside a compile
         for label in self._baseline_labels():
+            if label not in self._baselines:  # not started: the wait before it ended on another's failure
+                self._start([label])
             worker = self._baselines[label]
             if not worker.ready:
                 try:
@@ -378,7 +383,11 @@ class ModelArms:
         hold beyond what it holds now). At least one when nothing compiles, so the run goes on
         (an out-of-memory error is then reported as an infrastructure failure, not a verdict)."""
         fit = self._fit(wanted, beside_mb, within_budget=within_budget)
-        if self.device != "cuda" or self.one_baseline:  # a large model's cap is the plan's, no floor
+        if self.device != "cuda":
+            return fit
+        if self.one_baseline:  # a large model: the plan's cap and the device's memory, no floor
+            if fit == 0 and within_budget and not self.compiling():
+                return min(1, self._fit(wanted, beside_mb, within_budget=False))  # the budget never stops the run
             return fit
         return max(fit, 0 if self.compiling() else min(1, wanted))
 

@@ -247,6 +247,7 @@ class Cascade:
         """Gate 2's sandbox job; run once more, after freeing this process's GPU memory, when it
         ran out of memory (the arms and the last job may have held what it needed). A deadline
         of ours is not retried: the same deadline would pass the same way."""
+        self.kernels.release_arguments()  # the sandbox loads its own copy: the device holds one
         opts = self.options
         recording = self.capture.recording(kernel.graph, kernel.name)
         payload = {
@@ -269,6 +270,7 @@ class Cascade:
                                arm: ArmProcess | None, clock: StepClock, ends_at: float | None) -> list[GateResult]:
         """Gates 3 and 4 on one candidate arm (``arm``, already started, or a new one), against
         the model arms' long-lived baselines; ``clock`` records the time of each step."""
+        self.kernels.release_arguments()  # the arms run the model, not the kernel
         try:
             baseline, repeat = self.model_arms.baselines()
             clock.done("baselines ready")
