@@ -693,13 +693,14 @@ def _search_hold_mb(cap: Any, searched: list[Any], model_mb: float) -> float:
     (``model_mb``, what an arm of it holds), and the L2 flush buffer the timing keeps."""
     import torch
 
+    from kernelopt_bot.harness.timing import flush_bytes
+
     largest = 0
     for row in searched:
         recording = cap.recordings.get((row.graph, row.name))  # none: the search finds it has nothing to run
         args = recording.args if recording is not None else ()
         largest = max(largest, sum(a.untyped_storage().nbytes() for a in args if isinstance(a, torch.Tensor)))
-    l2 = int(getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "L2_cache_size", 0) or 64 << 20)
-    return max(SEARCH_ARGUMENT_SETS * largest / 2**20, model_mb) + 2 * l2 / 2**20
+    return max(SEARCH_ARGUMENT_SETS * largest / 2**20, model_mb) + flush_bytes(torch.cuda.current_device()) / 2**20
 
 
 def _arm_mb_hint() -> float:

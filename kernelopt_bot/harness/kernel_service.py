@@ -315,9 +315,8 @@ class KernelService:
         the device holds the trials' buffers without the recorded ones beside them (on the H100
         they were a third of the engine's search peak on a softmax, 12-07). :meth:`bench` puts
         them back, for what times the kernel."""
-        key = (kernel.graph, kernel.name)
         self.release_arguments()
-        return self._bench_of(kernel, self._recording_of(*key))
+        return self.bench_as_is(kernel)
 
     def _bench_of(self, kernel: TritonKernel, recording: KernelRecording) -> KernelBench:
         key = (kernel.graph, kernel.name)

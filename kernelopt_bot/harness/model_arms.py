@@ -185,8 +185,7 @@ class ModelArms:
         gave its memory back. True where every baseline started."""
         if len(self._baseline_failures) >= BASELINE_STARTS:  # they will not start: baselines() says why
             return False
-        if self._one_baseline is None:
-            self._one_baseline = bool(self._is_large())
+        self._decide_baselines()
         missing = self._missing_baselines()
         now = missing[:self._fit(len(missing), beside_mb, within_budget=True)]
         self._start(now)
@@ -198,6 +197,11 @@ class ModelArms:
         device's free memory alone)."""
         missing = self._missing_baselines()
         return self._fit(len(missing), beside_mb, within_budget=within_budget) >= len(missing)
+
+    def _decide_baselines(self) -> None:
+        """How many baselines (:attr:`one_baseline`), decided for good once any is to start."""
+        if self._one_baseline is None:
+            self._one_baseline = bool(self._is_large())
 
     def _missing_baselines(self) -> list[str]:
         return [label for label in self._baseline_labels()
@@ -215,8 +219,7 @@ class ModelArms:
         """Start the baselines not running, together where the memory budget holds them, else as
         many as it holds, each batch compiled before the next starts (a baseline still compiling
         from :meth:`prestart` is waited for first where the budget holds no more beside it)."""
-        if self._one_baseline is None:
-            self._one_baseline = bool(self._is_large())
+        self._decide_baselines()
         for _ in range(2 * BASELINE_STARTS):  # a baseline that dies once ready is not started without end
             missing = self._missing_baselines()
             if not missing:

@@ -46,15 +46,19 @@ class Timing:
         return None if self.median_ms is None else (self.median_ms, self.host_ms)
 
 
+def flush_bytes(device: torch.device | str | int = "cuda") -> int:
+    """The size of :class:`L2Flusher`'s buffer on ``device``: twice its L2 cache."""
+    props = torch.cuda.get_device_properties(device)
+    return 2 * int(getattr(props, "L2_cache_size", 0) or 64 << 20)
+
+
 class L2Flusher:
     """Writes a buffer twice the L2 cache's size, so every timed call starts with a cold L2 (a
     write of twice the cache evicts all of it; the 256 MiB that ``triton.testing.do_bench`` uses
     was, in every process of a run, 0.7x a 378 MiB model beside it)."""
 
     def __init__(self, device: torch.device | str = "cuda") -> None:
-        props = torch.cuda.get_device_properties(device)
-        l2 = int(getattr(props, "L2_cache_size", 0) or 64 << 20)
-        self.buffer = torch.empty(2 * l2 // 4, dtype=torch.int32, device=device)
+        self.buffer = torch.empty(flush_bytes(device) // 4, dtype=torch.int32, device=device)
 
     def __call__(self) -> None:
         self.buffer.zero_()

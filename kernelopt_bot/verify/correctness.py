@@ -240,12 +240,13 @@ def trial_arguments(recorded: tuple[Any, ...], roles: list[ArgRole], seed: int,
             out.append(arg)
             continue
         role = by_index[i].role if i in by_index else "other"
-        drawn = role == "out" or (role in ("in", "inout") and arg.is_floating_point())  # every element set below
-        fresh = snapshot(arg, device, contents=not drawn)
+        drawn_input = role in ("in", "inout") and arg.is_floating_point()
+        # what is prefilled or drawn has every element set below: its recorded values are not copied
+        fresh = snapshot(arg, device, contents=not (role == "out" or drawn_input))
         flat = _storage_view(fresh)
         if role == "out":
             _prefill(flat, prefill, gen)
-        elif role in ("in", "inout") and fresh.is_floating_point():
+        elif drawn_input:
             dist = "normal" if distribution == "offset" and fresh.numel() < largest else distribution
             _draw_into(flat, dist, gen, row_length(fresh, reduction))
         out.append(fresh)
