@@ -205,13 +205,17 @@ def _fake_arms(events: list[tuple[str, str]], failing: tuple[str, ...] = ()) -> 
     return FakeArm
 
 
-def _on_a_gpu(monkeypatch: pytest.MonkeyPatch, reserved_mib: float = 0.0) -> None:
+def _on_a_gpu(monkeypatch: pytest.MonkeyPatch, reserved_mib: float = 0.0) -> dict[str, int]:
+    """An 80 GB device with 70 GB free, this process's allocator holding ``reserved_mib``: the
+    returned bytes (``reserved``, ``allocated``) may be changed as the test goes on."""
     import torch
 
+    held = {"reserved": int(reserved_mib * 2**20), "allocated": int(reserved_mib * 2**20)}
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: (70000 * 2**20, 80000 * 2**20))
-    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda *a: int(reserved_mib * 2**20))
-    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda *a: int(reserved_mib * 2**20))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda *a: held["reserved"])
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda *a: held["allocated"])
+    return held
 
 
 def test_a_baseline_left_unstarted_behind_anothers_failed_start_is_started_not_a_key_error(
@@ -254,15 +258,9 @@ def test_the_runs_memory_budget_starts_arms_one_after_another_where_it_holds_no_
     most that many models. A compiling arm counts 1.5 models, a ready one what it keeps idle, this
     process what its allocator holds (and what its search is about to). Baselines that do not fit
     together compile one after the other; without a budget the device's free memory alone rules."""
-    import torch
-
     from kernelopt_bot.harness import model_arms as arena_module
 
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: (70000 * 2**20, 80000 * 2**20))
-    held = {"reserved": 0, "allocated": 0}
-    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda *a: held["reserved"])
-    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda *a: held["allocated"])
+    held = _on_a_gpu(monkeypatch)
     events: list[tuple[str, str]] = []
     FakeArm = _fake_arms(events)
     monkeypatch.setattr(arena_module, "ArmProcess", FakeArm)
