@@ -255,8 +255,9 @@ def recommend_in_time(model_arms: Any, tgt: Any, gamma: float, rounds: int, budg
     """The compiler's options, started only with time for them before the search's deadline
     less ``keep_s`` (kept for what comes after them: the search, where they go first), by
     :func:`option_start_s` (where only the final benchmark follows them, ``final_need_s`` given:
-    before the run's end less what that benchmark needs), and cut off at the search's deadline less ``floor_s`` (what a started
-    option leaves the search whatever it costs the option, :func:`search_keep_s`). A compiled
+    before the run's end less what that benchmark needs), and cut off at the search's deadline
+    less ``floor_s`` (what a started option leaves the search whatever it costs the option,
+    :func:`search_keep_s`). A compiled
     option may also be checked and timed in the final benchmark's ``reserve_s`` less what that
     benchmark still needs (``final_need_s()``: :func:`~kernelopt_bot.final_bench.final_need_s`).
     ``compile_s``: an option's compile, estimated, and ``template_s`` what max-autotune's template

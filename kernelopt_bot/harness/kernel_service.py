@@ -274,8 +274,9 @@ class KernelService:
     ``recording_of(graph, name)`` gives a kernel's recording (the capture's, its arguments in host
     memory). The kernel being timed has its arguments on the device, one kernel at a time (gate 2
     needs only their layout, gates 3 and 4 none of them: :meth:`bench_on_host`,
-    :meth:`release_arguments`): the next one takes its place (a training step records every kernel of forward and backward; on the
-    H200 their GPU copies were most of the engine's peak). Nothing here knows the cascade; only
+    :meth:`release_arguments`): the next one takes its place (a training step records every
+    kernel of forward and backward; on the H200 their GPU copies were most of the engine's
+    peak). Nothing here knows the cascade; only
     trusted candidates may be sent (their code runs in this process)."""
 
     def __init__(self, device: str, recording_of: Callable[[int, str], KernelRecording],
